@@ -1,0 +1,35 @@
+# Each target creates .venv when missing and installs the project with its dev extras.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-slow lint typecheck bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+test: $(STAMP)
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-thorough} $(PY) -m pytest -q -m "slow or not slow"
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+bench: $(STAMP)
+	$(PY) -m benchmarks all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,570 @@
+"""Typed values <-> JSON text: the event log's value codec and its class allowlist.
+
+JSON-native values (str, bool, None, signed 64-bit ints, finite floats, lists, str-keyed
+dicts) are written as themselves, so plain SQLite tools can read the log. Any other value is
+a small tagged object from which decoding restores its exact type::
+
+    {"$t": "int", "v": "18446744073709551616"}      ints beyond signed 64 bits
+    {"$t": "float", "v": "nan"}                       also "inf", "-inf" (orjson writes null)
+    {"$t": "bytes", "v": "<base64>"}                  also "bytearray"
+    {"$t": "tuple", "v": [...]}                       also "set", "frozenset" (sorted)
+    {"$t": "dict", "v": [[key, value], ...]}          non-str keys, or a "$t" key
+    {"$t": "datetime", "v": "<iso>"}                  also "time", "date"; and if needed
+        "z": "Europe/Paris" (a ZoneInfo), "o": [offset_us, name] (odd fixed offset), "f": 1 (fold)
+    {"$t": "timedelta", "v": [days, seconds, microseconds]}
+    {"$t": "decimal", "v": "1.10"}   {"$t": "uuid", "v": "<uuid>"}
+    {"$t": "path", "k": "PurePosixPath", "v": "a/b"}
+    {"$t": "enum", "c": "pkg.mod:Color", "v": <value>}
+    {"$t": "dataclass" | "attrs" | "model", "c": "pkg.mod:Cls", "v": {field: value}}
+    {"$t": "pickle", "v": "<base64>"}                 only with Codec(allow_pickle=True)
+
+Objects are rebuilt from the runtime types recorded in the log, not from declared field types:
+cattrs structuring and pydantic validation go by declarations, which would turn a tuple in an
+``Any`` field into a list or an int in a ``float`` field into a float. So dataclasses and
+attrs classes are rebuilt by calling the class, and pydantic models by ``model_construct``
+(their values were validated when first built).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import logging
+import math
+import os
+import pickle
+import sys
+import typing
+import uuid
+import zoneinfo
+from collections.abc import Callable, Iterable, Iterator
+from decimal import Decimal
+from enum import Enum
+from pathlib import PosixPath, PurePath, PurePosixPath, PureWindowsPath, WindowsPath
+from typing import Any, Final
+
+import attrs
+import orjson
+from pydantic import BaseModel
+
+from ._errors import CodecError, DecodeError, EncodeError, UnknownClassError
+
+__all__ = ["Codec", "class_name", "default_codec"]
+
+TAG: Final = "$t"
+_ROOT: Final = "value"  # how error paths name the value given to encode()
+_I64: Final = range(-(2**63), 2**63)
+_FLOATS: Final = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_PATHS: Final = {c.__name__: c for c in (PurePosixPath, PureWindowsPath, PosixPath, WindowsPath)}
+# What malformed input raises while it is rebuilt; anything else would be a bug of ours.
+_MALFORMED: Final = (LookupError, TypeError, ValueError, ArithmeticError, NotImplementedError)
+_UNSUPPORTED: Final = (
+    "not a supported type; use a dataclass, attrs class, pydantic model or Enum, "
+    "or opt in to pickle with Codec(allow_pickle=True)"
+)
+_log = logging.getLogger("eventstore.codec")
+
+_Handler = Callable[[Any], Any]
+
+
+class _Unencodable(Exception):
+    """Raised inside the walk; each container on the way out adds its part of the path."""
+
+    def __init__(self, type_: type, detail: str) -> None:
+        super().__init__(detail)
+        self.type, self.detail = type_, detail
+        self.parts: list[str] = []  # innermost first
+
+
+def class_name(cls: type) -> str:
+    """Return the name under which the log records ``cls``: ``"module:Qual.Name"``."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _kind(cls: type) -> str | None:
+    """The tag of a class that the codec may rebuild, None for any other class."""
+    if issubclass(cls, Enum):
+        return "enum"
+    if issubclass(cls, BaseModel):
+        return "model"
+    if dataclasses.is_dataclass(cls):
+        return "dataclass"
+    return "attrs" if attrs.has(cls) else None
+
+
+def _fields(cls: type, kind: str) -> list[tuple[str, str | None]]:
+    """(attribute, __init__ argument or None) of each field of a dataclass or attrs class."""
+    if kind == "dataclass":
+        return [(f.name, f.name if f.init else None) for f in dataclasses.fields(cls)]
+    return [(a.name, a.alias if a.init else None) for a in attrs.fields(cls)]
+
+
+def _clock(tag: str, v: dt.datetime | dt.time) -> dict[str, Any]:
+    out: dict[str, Any] = {TAG: tag, "v": v.isoformat()}
+    tz = v.tzinfo
+    if type(tz) is zoneinfo.ZoneInfo and tz.key:
+        out["z"] = tz.key  # the ISO offset alone would lose the zone and its DST rules
+    elif type(tz) is dt.timezone:
+        offset, name = tz.utcoffset(None), tz.tzname(None)
+        # Python 3.11 misreads ISO offsets of microseconds, and ISO has no zone names.
+        if offset.microseconds or name != dt.timezone(offset).tzname(None):
+            out["o"] = [offset // dt.timedelta(microseconds=1), name]
+    if v.fold:
+        out["f"] = 1
+    return out
+
+
+def _path(v: PurePath) -> dict[str, Any]:
+    text = str(v)
+    if type(v)(text) != v:  # some malformed UNC paths: better refused than changed
+        raise _Unencodable(type(v), "pathlib does not read this path back from its text")
+    return {TAG: "path", "k": type(v).__name__, "v": text}
+
+
+def _get(x: dict[str, Any], key: str, type_: type) -> Any:
+    v = x[key]
+    if type(v) is not type_:
+        msg = f"{key!r} should be a {type_.__name__}"
+        raise TypeError(msg)
+    return v
+
+
+def _str(x: dict[str, Any]) -> str:
+    return typing.cast("str", _get(x, "v", str))
+
+
+def _as_dict(v: Any) -> dict[str, Any]:
+    if type(v) is not dict:
+        msg = "fields should be an object"
+        raise TypeError(msg)
+    return v
+
+
+def _unb64(x: dict[str, Any]) -> bytes:
+    return base64.b64decode(_str(x), validate=True)
+
+
+def _classes_in(hint: Any) -> Iterator[type]:
+    """Yield the classes inside an annotation: ``list[X]``, ``dict[str, X]``, ``X | None``..."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is None:
+        if isinstance(hint, type):
+            yield hint
+    elif origin is typing.Annotated:
+        yield from _classes_in(args[0])
+    elif origin is typing.Literal:
+        yield from (type(a) for a in args if isinstance(a, Enum))
+    else:
+        for arg in args:
+            yield from _classes_in(arg)
+
+
+class Codec:
+    """Encode values to JSON text and back to the same types, exactly and recursively.
+
+    :param allow_pickle: store values of unsupported types as base64 pickles. Off by default,
+        because unpickling a log runs whatever code the log names.
+    """
+
+    def __init__(self, *, allow_pickle: bool = False) -> None:
+        self.allow_pickle = allow_pickle
+        self._pickle_warned = False
+        self._classes: dict[str, type] = {}
+        self._builders: dict[str, tuple[str | None, _Handler]] = {}
+        self._zones: dict[str, zoneinfo.ZoneInfo] = {}
+        seq, b64 = self._dump_seq, base64.b64encode
+        self._encoders: dict[type, _Handler] = {
+            bytes: lambda v: {TAG: "bytes", "v": b64(v).decode()},
+            bytearray: lambda v: {TAG: "bytearray", "v": b64(v).decode()},
+            tuple: lambda v: seq("tuple", v),
+            set: lambda v: seq("set", v),
+            frozenset: lambda v: seq("frozenset", v),
+            dt.datetime: lambda v: _clock("datetime", v),
+            dt.date: lambda v: {TAG: "date", "v": v.isoformat()},
+            dt.time: lambda v: _clock("time", v),
+            dt.timedelta: lambda v: {TAG: "timedelta", "v": [v.days, v.seconds, v.microseconds]},
+            Decimal: lambda v: {TAG: "decimal", "v": str(v)},
+            uuid.UUID: lambda v: {TAG: "uuid", "v": str(v)},
+        }
+        for path_cls in _PATHS.values():
+            self._encoders[path_cls] = _path
+        load, items = self._load, self._load_items
+        self._decoders: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "int": lambda x: int(_str(x), 0),
+            "float": lambda x: _FLOATS[_str(x)],
+            "bytes": _unb64,
+            "bytearray": lambda x: bytearray(_unb64(x)),
+            "tuple": lambda x: tuple(items(x)),
+            "set": lambda x: set(items(x)),
+            "frozenset": lambda x: frozenset(items(x)),
+            "dict": lambda x: {load(k): load(v) for k, v in _get(x, "v", list)},
+            "datetime": lambda x: self._zoned(dt.datetime.fromisoformat(_str(x)), x),
+            "date": lambda x: dt.date.fromisoformat(_str(x)),
+            "time": lambda x: self._zoned(dt.time.fromisoformat(_str(x)), x),
+            "timedelta": lambda x: dt.timedelta(*_get(x, "v", list)),
+            "decimal": lambda x: Decimal(_str(x)),
+            "uuid": lambda x: uuid.UUID(_str(x)),
+            "path": lambda x: _PATHS[x["k"]](_str(x)),
+            "pickle": self._unpickle,
+        }
+        for kind in ("enum", "model", "dataclass", "attrs"):
+            self._decoders[kind] = self._build
+
+    def register(self, *classes: type) -> None:
+        """Allow ``classes`` to be rebuilt on decode, with the classes their fields name.
+
+        Needed for classes whose module the decoding process may not have imported, and for
+        classes defined in functions; imported module-level classes need no registration.
+
+        :raises TypeError: a class is not a dataclass, attrs class, pydantic model or Enum.
+        """
+        seen: set[type] = set()
+        stack = [(cls, True) for cls in classes]
+        while stack:
+            cls, explicit = stack.pop()
+            kind = _kind(cls) if isinstance(cls, type) else None
+            if kind is None and explicit:
+                msg = f"cannot register {cls!r}: not a dataclass, attrs class, model or Enum"
+                raise TypeError(msg)
+            if kind is None or cls in seen:
+                continue
+            seen.add(cls)
+            self._register_one(cls)
+            if kind == "model":
+                hints: Iterable[Any] = [f.annotation for f in cls.model_fields.values()]  # type: ignore[attr-defined]
+            else:
+                try:
+                    hints = typing.get_type_hints(cls, include_extras=True).values()
+                except Exception:  # unresolvable forward references: register what resolves
+                    hints = ()
+            stack.extend((c, False) for hint in hints for c in _classes_in(hint))
+
+    def encode(self, value: object) -> str:
+        """Return ``value`` as compact JSON text that :meth:`decode` turns back into it.
+
+        :raises EncodeError: a part of ``value`` has an unsupported type; the message names
+            its path, e.g. ``value['a'][2]`` or ``value.field``.
+        """
+        data = self.dump(value)  # outside the try: EncodeError is a TypeError, like orjson's
+        try:
+            return orjson.dumps(data).decode()
+        except orjson.JSONEncodeError as exc:  # only nesting deeper than orjson's limit
+            raise EncodeError(_ROOT, type(value), str(exc)) from exc
+
+    def decode(self, text: str | bytes) -> Any:
+        """Return the value that :meth:`encode` wrote as ``text``, with its exact types.
+
+        Never imports a module: classes resolve only among registered classes and allowed
+        classes (dataclass, attrs, pydantic model, Enum) of modules already imported.
+
+        :raises DecodeError: ``text`` is not a value this codec wrote.
+        :raises UnknownClassError: ``text`` names a class that is not allowed here.
+        """
+        try:
+            data = orjson.loads(text)
+            # Text without the tag (most of it) needs no walk; "$t" is never escaped by orjson.
+            if isinstance(text, str):
+                untagged = '"$t"' not in text
+            else:
+                untagged = isinstance(text, bytes | bytearray) and b'"$t"' not in text
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            msg = f"not JSON text: {exc}"
+            raise DecodeError(msg) from exc
+        return data if untagged else self._load(data)
+
+    def dump(self, value: object) -> Any:
+        """Return the JSON-native structure that :meth:`encode` serializes.
+
+        Containers that need no tag are returned as they are, not copied: don't mutate them.
+        """
+        try:
+            return self._dump(value)
+        except _Unencodable as exc:
+            path = _ROOT + "".join(reversed(exc.parts))
+            raise EncodeError(path, exc.type, exc.detail) from exc.__cause__
+        except RecursionError:
+            raise EncodeError(_ROOT, type(value), "nested too deep, or cyclic") from None
+
+    def load(self, data: Any) -> Any:
+        """Return the value whose :meth:`dump` is ``data``; untagged parts are not copied."""
+        return self._load(data)
+
+    # -- encoding -----------------------------------------------------------------------------
+
+    def _dump(self, v: Any) -> Any:
+        t = type(v)
+        if t is str or t is bool or v is None:
+            return v
+        if t is int:
+            if v in _I64:
+                return v
+            # str() refuses ints past 4300 digits (~14284 bits); hex has no limit
+            return {TAG: "int", "v": str(v) if v.bit_length() < 14000 else hex(v)}
+        if t is float:
+            if math.isfinite(v):
+                return v
+            return {TAG: "float", "v": "nan" if v != v else "inf" if v > 0 else "-inf"}
+        if t is dict:
+            return self._dump_items(v, v.items())
+        if t is list:
+            return self._dump_items(v, enumerate(v))
+        return (self._encoders.get(t) or self._encoder_for(t))(v)
+
+    def _dump_items(self, x: Any, items: Iterable[Any], *, fields: bool = False) -> Any:
+        # Copy on write: a container of JSON-native values goes to orjson as it is.
+        out, is_dict, k = None, type(x) is dict, None
+        try:
+            for k, v in items:
+                if is_dict and (type(k) is not str or k == TAG):
+                    break
+                t = type(v)
+                # Inlined checks of the common JSON-native values, as the hottest loop here.
+                if t is str or v is None or t is bool:
+                    continue
+                if t is int:
+                    if -0x8000000000000000 <= v <= 0x7FFFFFFFFFFFFFFF:
+                        continue
+                elif t is float and v - v == 0.0:  # finite: inf - inf and NaN - NaN are NaN
+                    continue
+                y = self._dump(v)
+                if y is not v:
+                    if out is None:
+                        out = x.copy()
+                    out[k] = y
+            else:
+                return x if out is None else out
+        except _Unencodable as exc:
+            exc.parts.append(f".{k}" if fields else f"[{k!r}]")
+            raise
+        pairs: list[list[Any]] = []  # a non-str or "$t" key: the dict goes as [key, value] pairs
+        in_key = True
+        try:
+            for k, v in x.items():
+                in_key = True
+                key = self._dump(k)
+                in_key = False
+                pairs.append([key, self._dump(v)])
+        except _Unencodable as exc:
+            exc.parts.append(
+                f"<key #{len(pairs)}>" if in_key else f".{k}" if fields else f"[{k!r}]"
+            )
+            raise
+        return {TAG: "dict", "v": pairs}
+
+    def _dump_seq(self, tag: str, v: Any) -> dict[str, Any]:
+        items, out = v, list[Any]()
+        if tag != "tuple":
+            try:  # sorted, so that equal sets give equal text in every process (hashes vary)
+                items = sorted(v)
+            except TypeError:
+                items = None
+        try:
+            out.extend(map(self._dump, v if items is None else items))
+        except _Unencodable as exc:
+            exc.parts.append(f"[{len(out)}]" if tag == "tuple" else f"{{#{len(out)}}}")
+            raise
+        if items is None:  # items of no common order: by their JSON text then
+            out.sort(key=orjson.dumps)
+        return {TAG: tag, "v": out}
+
+    def _encoder_for(self, t: type) -> _Handler:
+        kind = _kind(t)
+        enc: _Handler = self._pickle
+        if kind is None and not self.allow_pickle:
+            raise _Unencodable(t, _UNSUPPORTED)
+        if kind is not None:
+            self._register_one(t)  # so that this process decodes what it encoded
+            enc = self._class_encoder(t, kind)
+        self._encoders[t] = enc
+        return enc
+
+    def _class_encoder(self, cls: type, kind: str) -> _Handler:
+        name, dump, fields = class_name(cls), self._dump, self._dump_fields
+        if kind == "enum":
+            return lambda m: {TAG: "enum", "c": name, "v": dump(m.value)}
+        if kind == "model":
+
+            def enc_model(m: BaseModel) -> Any:
+                out = {
+                    TAG: "model",
+                    "c": name,
+                    "v": fields(m.__dict__ | (m.__pydantic_extra__ or {})),
+                }
+                if m.__pydantic_private__:
+                    out["p"] = fields(dict(m.__pydantic_private__))
+                return out
+
+            return enc_model
+        names = [n for n, _ in _fields(cls, kind)]
+        return lambda obj: {TAG: kind, "c": name, "v": fields({n: getattr(obj, n) for n in names})}
+
+    def _dump_fields(self, raw: dict[str, Any]) -> Any:
+        # raw is a new dict, so the copy-on-write walk may hand it back as it is.
+        return self._dump_items(raw, raw.items(), fields=True)
+
+    def _pickle(self, v: object) -> dict[str, Any]:
+        self._warn_pickle(f"pickling {type(v)!r}")
+        try:
+            data = pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # pickle raises many kinds
+            raise _Unencodable(type(v), f"pickle failed: {exc}") from exc
+        return {TAG: "pickle", "v": base64.b64encode(data).decode()}
+
+    def _warn_pickle(self, what: str) -> None:
+        if not self._pickle_warned:
+            self._pickle_warned = True
+            _log.warning(
+                "pickle is enabled on this codec (%s): the log is no longer plain JSON, and "
+                "decoding it runs whatever code it names; read only logs you trust",
+                what,
+            )
+
+    # -- decoding -----------------------------------------------------------------------------
+
+    def _load(self, x: Any) -> Any:
+        # Copy on write: only containers with a tag somewhere below them are rebuilt.
+        t = type(x)
+        if t is dict:
+            if TAG in x:
+                return self._untag(x)
+            items: Iterable[tuple[Any, Any]] = x.items()
+        elif t is list:
+            items = enumerate(x)
+        else:
+            return x
+        out = None
+        for k, v in items:
+            if type(v) is dict or type(v) is list:
+                y = self._load(v)
+                if y is not v:
+                    if out is None:
+                        out = x.copy()
+                    out[k] = y
+        return x if out is None else out
+
+    def _load_items(self, x: dict[str, Any]) -> Iterator[Any]:
+        return map(self._load, _get(x, "v", list))
+
+    def _untag(self, x: dict[str, Any]) -> Any:
+        tag = x[TAG]
+        dec = self._decoders.get(tag) if type(tag) is str else None
+        if dec is None:
+            msg = f"unknown tag {tag!r} in {repr(x)[:200]}"
+            raise DecodeError(msg)
+        try:
+            return dec(x)
+        except CodecError:
+            raise
+        except _MALFORMED as exc:
+            msg = f"malformed {tag!r} value {repr(x)[:200]}: {exc!r}"
+            raise DecodeError(msg) from exc
+
+    def _zoned(self, v: Any, x: dict[str, Any]) -> Any:
+        if "o" in x:
+            offset, name = _get(x, "o", list)
+            v = v.replace(tzinfo=dt.timezone(dt.timedelta(microseconds=offset), name))
+        if "z" in x:
+            key = _get(x, "z", str)
+            zone = self._zones.get(key)
+            if zone is None:
+                # Without a zone file ZoneInfo imports the tzdata package; decode never may.
+                if "tzdata" not in sys.modules and not any(
+                    os.path.isfile(os.path.join(root, key)) for root in zoneinfo.TZPATH
+                ):
+                    msg = f"no zone file for time zone {key!r} (and tzdata is not imported)"
+                    raise DecodeError(msg)
+                zone = self._zones[key] = zoneinfo.ZoneInfo(key)
+            v = v.replace(tzinfo=zone)
+        return v.replace(fold=1) if x.get("f") else v
+
+    def _unpickle(self, x: dict[str, Any]) -> Any:
+        if not self.allow_pickle:
+            msg = "the value is a pickle and pickle is disabled; use Codec(allow_pickle=True)"
+            raise DecodeError(msg)
+        self._warn_pickle("unpickling")
+        return pickle.loads(_unb64(x))  # opted in, and warned about
+
+    def _build(self, x: dict[str, Any]) -> Any:
+        name = _get(x, "c", str)
+        entry = self._builders.get(name)
+        if entry is None:
+            cls = self._resolve(name)
+            entry = self._builders[name] = (_kind(cls), self._class_builder(cls))
+        if entry[0] != x[TAG]:
+            msg = f"{name!r} is tagged {x[TAG]!r} but the class is of kind {entry[0]!r}"
+            raise DecodeError(msg)
+        try:
+            return entry[1](x)
+        except CodecError:
+            raise
+        except Exception as exc:  # the class's own __init__ may raise anything
+            msg = f"cannot rebuild {name!r} from {repr(x)[:200]}: {exc!r}"
+            raise DecodeError(msg) from exc
+
+    def _class_builder(self, cls: type) -> _Handler:
+        kind, load = _kind(cls), self._load
+        if kind == "enum":
+            return lambda x: cls(load(x["v"]))
+        if kind == "model":
+
+            def build_model(x: dict[str, Any]) -> Any:
+                obj = cls.model_construct(**_as_dict(load(x["v"])))  # type: ignore[attr-defined]
+                if "p" in x:
+                    private = _as_dict(load(x["p"]))
+                    if obj.__pydantic_private__ is None:
+                        object.__setattr__(obj, "__pydantic_private__", private)
+                    else:
+                        obj.__pydantic_private__.update(private)
+                return obj
+
+            return build_model
+        # Init fields go to __init__ (by their attrs alias); the others are set after it.
+        fields = _fields(cls, typing.cast("str", kind))
+        init = {n: arg for n, arg in fields if arg is not None}
+        late = {n for n, arg in fields if arg is None}
+
+        def build_fields(x: dict[str, Any]) -> Any:
+            values = _as_dict(load(x["v"]))
+            # Names of no field (one since removed) are ignored, as pydantic does by default.
+            obj = cls(**{init[k]: v for k, v in values.items() if k in init})
+            for k, v in values.items():
+                if k in late:
+                    object.__setattr__(obj, k, v)
+            return obj
+
+        return build_fields
+
+    def _register_one(self, cls: type) -> None:
+        name = class_name(cls)
+        if self._classes.get(name) is not cls:
+            self._classes[name] = cls
+            self._builders.pop(name, None)
+
+    def _resolve(self, name: str) -> type:
+        cls = self._classes.get(name)
+        if cls is not None:
+            return cls
+        module_name, _, qualname = name.partition(":")
+        module = sys.modules.get(module_name)
+        if module is None or not qualname:
+            msg = f"module {module_name!r} is not imported and the class is not registered"
+            raise UnknownClassError(name, msg + "; decoding never imports modules")
+        obj: Any = module
+        for part in qualname.split("."):
+            try:  # vars(), not getattr(): a module __getattr__ could run code, even import
+                obj = vars(obj)[part]
+            except (KeyError, TypeError):
+                msg = f"{module_name} has no {qualname!r} (classes in functions must be registered)"
+                raise UnknownClassError(name, msg) from None
+        if not isinstance(obj, type):
+            raise UnknownClassError(name, f"not a class but {type(obj)!r}")
+        if _kind(obj) is None:
+            msg = "only dataclasses, attrs classes, pydantic models and Enums are rebuilt"
+            raise UnknownClassError(name, msg)
+        self._classes[name] = obj
+        return obj
+
+
+default_codec: Final[Codec] = Codec()
+"""The shared codec; classes encoded through it are registered on it."""

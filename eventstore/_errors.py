@@ -1,0 +1,123 @@
+"""The errors of the event store.
+
+EventStoreError
+  + NotAStoreError          the file is not SQLite, or is SQLite but not one of our stores
+  + SchemaVersionError      the store was written by a newer version of this library
+  + ConcurrencyError        a commit was refused: stale epoch, or its check failed
+  + RunNotFoundError        (also LookupError) no run with that id
+  + StoreClosedError        (also RuntimeError) the store was closed
+  + ReadOnlyStoreError      (also PermissionError) a write on a store opened read-only
+  + WriterFailedError       the writer stopped on an error that was no single commit's fault
+  + LogCorruptedError       a record that cannot be read back (names the seq)
+  + CodecError
+      + EncodeError         (also TypeError) a value the codec cannot encode (names the path)
+      + DecodeError         (also ValueError) text that is not a value the codec wrote
+      + UnknownClassError   (also LookupError) a class named in the log is not allowed here
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CodecError",
+    "ConcurrencyError",
+    "DecodeError",
+    "EncodeError",
+    "EventStoreError",
+    "LogCorruptedError",
+    "NotAStoreError",
+    "ReadOnlyStoreError",
+    "RunNotFoundError",
+    "SchemaVersionError",
+    "StoreClosedError",
+    "UnknownClassError",
+    "WriterFailedError",
+]
+
+
+class EventStoreError(Exception):
+    """Base class of every error raised by :mod:`eventstore`."""
+
+
+class NotAStoreError(EventStoreError):
+    """The file is not an SQLite database, or is one that this library did not create."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: not an event store: {reason}; the file was left untouched")
+
+
+class SchemaVersionError(EventStoreError):
+    """The store's schema is newer than this library understands."""
+
+    def __init__(self, path: str, found: int, supported: int) -> None:
+        self.path = path
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"{path}: schema version {found} is newer than the {supported} this version of "
+            "durable-workflows supports; upgrade the library (the file was left untouched)"
+        )
+
+
+class ConcurrencyError(EventStoreError):
+    """A commit was refused because the log moved on: a stale epoch or a failed check."""
+
+    def __init__(self, message: str, *, run_id: str | None = None) -> None:
+        self.run_id = run_id
+        super().__init__(message)
+
+
+class RunNotFoundError(EventStoreError, LookupError):
+    """No run with that id exists in the store."""
+
+    def __init__(self, run_id: str, where: str = "") -> None:
+        self.run_id = run_id
+        suffix = f" in {where}" if where else ""
+        super().__init__(f"no run {run_id!r}{suffix}")
+
+
+class StoreClosedError(EventStoreError, RuntimeError):
+    """The store was closed; open a new one to keep working."""
+
+
+class ReadOnlyStoreError(EventStoreError, PermissionError):
+    """A write was attempted on a store opened with ``readonly=True``."""
+
+
+class WriterFailedError(EventStoreError):
+    """The writer stopped on an error that was not one commit's fault (disk full, I/O)."""
+
+
+class LogCorruptedError(EventStoreError):
+    """A record in the log cannot be read back; the message names its seq."""
+
+    def __init__(self, message: str, *, seq: int | None = None) -> None:
+        self.seq = seq
+        super().__init__(message)
+
+
+class CodecError(EventStoreError):
+    """Base class of the value codec's errors."""
+
+
+class EncodeError(CodecError, TypeError):
+    """A value (or a part of it) has a type the codec cannot encode."""
+
+    def __init__(self, path: str, type_: type, detail: str = "") -> None:
+        self.path = path
+        self.type = type_
+        extra = f": {detail}" if detail else ""
+        super().__init__(f"cannot encode {path}: {type_!r}{extra}")
+
+
+class DecodeError(CodecError, ValueError):
+    """Text that is not a value written by the codec."""
+
+
+class UnknownClassError(CodecError, LookupError):
+    """A class named in the log is neither registered nor an allowed, imported class."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        super().__init__(f"cannot decode class {name!r}: {reason}")

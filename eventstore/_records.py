@@ -1,0 +1,102 @@
+"""The value types of the log: what is appended, what is read back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, NewType
+
+import orjson
+
+__all__ = ["AppendResult", "Commit", "NewRun", "Record", "RunInfo", "Seq", "StoredRecord"]
+
+# A position in the log: global, increasing, never reused. A checkpoint is a Seq.
+Seq = NewType("Seq", int)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record to append: its kind, the step it belongs to (None for run-level) and JSON."""
+
+    kind: str
+    step: str | None = None
+    payload: str = "{}"
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """Creates the run with a commit; the commit is refused if the run already exists."""
+
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    parent_run_id: str | None = None
+    parent_seq: int | None = None
+    status: str | None = None
+
+
+@dataclass(slots=True)
+class Commit:
+    """Records that take effect together: consecutive seqs, one savepoint, all or nothing.
+
+    ``epoch`` fences the commit: when given, the run's current epoch must equal it.
+    ``check`` runs in the writer right before the commit is written, in seq order with
+    every other commit; raising :class:`~eventstore.ConcurrencyError` refuses the commit
+    alone. ``on_written`` runs in the writer after the commit was written (before the
+    transaction is durable); it sees the commit's last seq. ``status`` updates the run's
+    status column; ``inbox_taken`` marks inbox entries as taken into the log by this commit.
+    ``snapshot`` (JSON text) replaces the run's cached derived state as of this commit.
+    """
+
+    run_id: str
+    records: Sequence[Record]
+    epoch: int | None = None
+    create: NewRun | None = None
+    status: str | None = None
+    check: Callable[[], None] | None = None
+    on_written: Callable[[Seq], None] | None = None
+    inbox_taken: Sequence[int] = ()
+    snapshot: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where an appended commit landed: its first and last seq (equal for one record)."""
+
+    first_seq: Seq
+    last_seq: Seq
+
+
+class StoredRecord(NamedTuple):
+    """A record read back from the log; ``commit_seq`` is the last seq of its commit.
+
+    A named tuple: immutable, and five times cheaper to build than a frozen dataclass,
+    which matters when reading a million records.
+    """
+
+    seq: Seq
+    run_id: str
+    kind: str
+    step: str | None
+    payload: str
+    commit_seq: Seq
+    ts: int  # microseconds since the Unix epoch, UTC
+
+    def data(self) -> Any:
+        """The payload parsed as JSON (plain values; typed decoding is the codec's job)."""
+        return orjson.loads(self.payload)
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """A run as the ``runs`` table describes it."""
+
+    run_id: str
+    status: str | None
+    epoch: int
+    created: int  # microseconds since the Unix epoch, UTC
+    updated: int
+    first_seq: Seq | None
+    last_seq: Seq | None
+    parent_run_id: str | None
+    parent_seq: Seq | None
+    meta: Mapping[str, Any]
+    rid: int = 0  # the run's integer key in this store (stable, never reused)

@@ -1,0 +1,544 @@
+"""Everything that knows it talks to SQLite: files, pragmas, schema, the write and read SQL.
+
+The append path uses :mod:`sqlite3` directly; sqlite-utils creates and migrates the schema.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+import sqlite_utils
+
+from ._errors import (
+    ConcurrencyError,
+    NotAStoreError,
+    RunNotFoundError,
+    SchemaVersionError,
+    WriterFailedError,
+)
+from ._records import AppendResult, Commit, RunInfo, Seq, StoredRecord
+
+SCHEMA_VERSION: Final = 1
+APP_ID: Final = "durable-workflows/eventstore"
+SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+BUSY_TIMEOUT_MS: Final = 10_000
+PAGE_SIZE: Final = 2_000
+
+# SQLite result codes (the primary code is the low byte of an extended code) that mean the
+# database as a whole is unwell rather than one commit being wrong.
+_FATAL_CODES: Final = frozenset({10, 11, 13, 14, 26, 8})  # IOERR CORRUPT FULL CANTOPEN NOTADB RO
+
+
+def now_us() -> int:
+    """Microseconds since the Unix epoch, UTC: how the log stores time."""
+    return time.time_ns() // 1000
+
+
+def is_fatal(exc: BaseException) -> bool:
+    """Whether an sqlite3 error is the database's fault (disk full, I/O) and not a commit's."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return isinstance(exc, sqlite3.OperationalError) and "disk" in str(exc)
+    return (code & 0xFF) in _FATAL_CODES
+
+
+def _check_file(path: Path) -> bool:
+    """Refuses a file that is not SQLite without touching it; returns whether it exists."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return False
+    except IsADirectoryError:
+        raise NotAStoreError(str(path), "it is a directory") from None
+    if head and head != SQLITE_MAGIC:
+        raise NotAStoreError(str(path), "the file is not an SQLite database")
+    if 0 < len(head) < len(SQLITE_MAGIC):
+        raise NotAStoreError(str(path), "the file is truncated (shorter than an SQLite header)")
+    return True
+
+
+def _inspect(conn: sqlite3.Connection, where: str) -> int | None:
+    """The store's schema version, None for an empty database; refuses foreign ones."""
+    try:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.DatabaseError as exc:
+        raise NotAStoreError(where, f"SQLite cannot read it ({exc})") from exc
+    if not tables:
+        return None
+    if "meta" not in tables:
+        raise NotAStoreError(where, "an SQLite database without the event store's tables")
+    try:
+        rows = dict(conn.execute("SELECT key, value FROM meta"))
+    except sqlite3.DatabaseError as exc:
+        raise NotAStoreError(where, f"its meta table is unreadable ({exc})") from exc
+    if rows.get("app") != APP_ID:
+        raise NotAStoreError(where, "an SQLite database made by another application")
+    version = int(rows.get("schema_version", "0"))
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(where, version, SCHEMA_VERSION)
+    return version
+
+
+def connect(
+    target: str,
+    *,
+    uri: bool,
+    readonly: bool,
+    durability: str,
+    memory: bool,
+    busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+) -> sqlite3.Connection:
+    """Opens one connection with our pragmas; autocommit mode, transactions are explicit."""
+    conn = sqlite3.connect(
+        target,
+        uri=uri,
+        isolation_level=None,
+        check_same_thread=False,
+        timeout=busy_timeout_ms / 1e3,
+    )
+    conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+    if readonly:
+        conn.execute("PRAGMA query_only = 1")
+    elif memory:
+        conn.execute("PRAGMA synchronous = OFF")
+    else:
+        conn.execute(f"PRAGMA synchronous = {'FULL' if durability == 'full' else 'NORMAL'}")
+    return conn
+
+
+def open_database(
+    path: str | None, *, readonly: bool, durability: str, memory_name: str
+) -> tuple[str, bool]:
+    """Validates (and for a writable store, creates or migrates) the database.
+
+    Returns the connection target and whether it is a URI. Foreign files are refused before
+    anything is written, so they stay byte-for-byte as they were.
+    """
+    if path is None:
+        target, uri = f"file:/{memory_name}?vfs=memdb", True
+        conn = connect(target, uri=uri, readonly=False, durability=durability, memory=True)
+        _migrate(conn, None)
+        return target, uri
+    file = Path(path)
+    exists = _check_file(file)
+    if not exists and readonly:
+        raise NotAStoreError(path, "no such file (a read-only store is never created)")
+    if exists:
+        probe = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            version = _inspect(probe, path)
+        finally:
+            probe.close()
+    else:
+        version = None
+        # The log holds user data: readable by its owner only.
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+    if readonly:
+        if version is None:
+            raise NotAStoreError(path, "an empty SQLite database, not yet an event store")
+        return f"{file.resolve().as_uri()}?mode=ro", True
+    conn = connect(str(file), uri=False, readonly=False, durability=durability, memory=False)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        _migrate(conn, version)
+    finally:
+        conn.close()
+    return str(file), False
+
+
+def _migrate(conn: sqlite3.Connection, version: int | None) -> None:
+    """Creates the schema or brings an older one up to :data:`SCHEMA_VERSION`."""
+    if version == SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        current = _inspect(conn, "store")  # another process may have created it meanwhile
+        if current is None:
+            _create_v1(sqlite_utils.Database(conn))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _create_v1(db: sqlite_utils.Database) -> None:
+    db["meta"].create({"key": str, "value": str}, pk="key")
+    db["meta"].insert_all(
+        [{"key": "app", "value": APP_ID}, {"key": "schema_version", "value": str(SCHEMA_VERSION)}]
+    )
+    db["runs"].create(
+        {
+            "rid": int,
+            "run_id": str,
+            "epoch": int,
+            "status": str,
+            "created": int,
+            "parent_run_id": str,
+            "parent_seq": int,
+            "meta": str,
+        },
+        pk="rid",
+        not_null={"run_id", "epoch", "created"},
+        defaults={"epoch": 0, "meta": "{}"},
+    )
+    db["runs"].create_index(["run_id"], unique=True)
+    # The physical log keys runs by a small integer: an index on random text ids costs
+    # ten times more per append (MEASUREMENTS.md).
+    db["log"].create(
+        {
+            "seq": int,
+            "rid": int,
+            "kind": str,
+            "step": str,
+            "payload": str,
+            "commit_seq": int,
+            "ts": int,
+        },
+        pk="seq",
+        not_null={"rid", "kind", "payload", "commit_seq", "ts"},
+        foreign_keys=[("rid", "runs", "rid")],
+    )
+    db["log"].create_index(["rid", "seq"])
+    db["inbox"].create(
+        {
+            "id": int,
+            "run_id": str,
+            "key": str,
+            "payload": str,
+            "created": int,
+            "taken_seq": int,
+        },
+        pk="id",
+        not_null={"run_id", "payload", "created"},
+    )
+    db["inbox"].create_index(["run_id", "key"], unique=True)
+    db["inbox"].create_index(["run_id", "taken_seq"])
+    db["snapshots"].create({"rid": int, "seq": int, "data": str}, pk="rid")
+    db.create_view(
+        "records",
+        "SELECT log.seq, runs.run_id, log.kind, log.step, log.payload, log.commit_seq, log.ts"
+        " FROM log JOIN runs ON runs.rid = log.rid",
+    )
+
+
+# --------------------------------------------------------------------------- the write side
+
+
+Op = Callable[["Writer"], Any]
+
+# Seqs are never reused: when old records are deleted, meta keeps the high-water mark.
+_LAST_SEQ_SQL: Final = (
+    "SELECT max(coalesce((SELECT max(seq) FROM log), 0),"
+    " coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'seq_floor'), 0))"
+)
+
+
+class Busy(Exception):
+    """The write lock is held elsewhere (another process or connection)."""
+
+
+class Writer:
+    """Writes batches of operations in one transaction, a savepoint per operation.
+
+    One thread at a time uses it. Each operation's error is its own: it rolls back to its
+    savepoint and the batch goes on. An error that is the database's fault aborts the
+    whole transaction and is raised as :class:`WriterFailedError`.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.last_seq = 0
+        # Caches of what only a write can change. They stay valid while no other
+        # connection commits, which PRAGMA data_version tells at the start of each batch.
+        self._data_version = -1
+        self._rids: dict[str, int] = {}
+        self._epochs: dict[int, int] = {}
+
+    def _forget(self) -> None:
+        self._data_version = -1
+        self._rids.clear()
+        self._epochs.clear()
+
+    def run_batch(self, ops: Sequence[Op]) -> list[tuple[bool, Any]]:
+        """Runs ``ops`` in one transaction; returns (ok, result or exception) per op.
+
+        :raises Busy: the write lock could not be taken within the busy timeout.
+        :raises WriterFailedError: the database failed; nothing of the batch was written.
+        """
+        conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF == 5:  # SQLITE_BUSY
+                raise Busy(str(exc)) from exc
+            msg = f"cannot start a write transaction: {exc}"
+            raise WriterFailedError(msg) from exc
+        except sqlite3.Error as exc:
+            msg = f"cannot start a write transaction: {exc}"
+            raise WriterFailedError(msg) from exc
+        # A savepoint isolates operations from each other; alone, the transaction does.
+        isolate = len(ops) > 1
+        try:
+            (version,) = conn.execute("PRAGMA data_version").fetchone()
+            if version != self._data_version:
+                self._forget()
+                self.last_seq = conn.execute(_LAST_SEQ_SQL).fetchone()[0]
+                self._data_version = version
+            outcomes: list[tuple[bool, Any]] = []
+            for op in ops:
+                before = self.last_seq
+                if isolate:
+                    conn.execute("SAVEPOINT op")
+                try:
+                    result = op(self)
+                except Exception as exc:
+                    if isinstance(exc, sqlite3.Error) and is_fatal(exc):
+                        raise
+                    if isolate:
+                        conn.execute("ROLLBACK TO op")
+                        conn.execute("RELEASE op")
+                    else:
+                        conn.execute("ROLLBACK")
+                    # What the failed op created or claimed no longer exists.
+                    self._rids.clear()
+                    self._epochs.clear()
+                    self.last_seq = before
+                    outcomes.append((False, exc))
+                    continue
+                if isolate:
+                    conn.execute("RELEASE op")
+                outcomes.append((True, result))
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            self._forget()
+            msg = f"the write transaction failed: {exc}"
+            raise WriterFailedError(msg) from exc
+        return outcomes
+
+    def _rid(self, run_id: str) -> int:
+        rid = self._rids.get(run_id)
+        if rid is None:
+            found = self.conn.execute(
+                "SELECT rid, epoch FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if found is None:
+                raise RunNotFoundError(run_id, "the store (commits to a new run need create=)")
+            rid = self._rids[run_id] = int(found[0])
+            self._epochs[rid] = int(found[1])
+        return rid
+
+    def _epoch(self, rid: int) -> int:
+        epoch = self._epochs.get(rid)
+        if epoch is None:
+            (epoch,) = self.conn.execute("SELECT epoch FROM runs WHERE rid = ?", (rid,)).fetchone()
+            self._epochs[rid] = epoch = int(epoch)
+        return epoch
+
+    def create_run(self, commit: Commit) -> int:
+        assert commit.create is not None
+        spec = commit.create
+        try:
+            cur = self.conn.execute(
+                "INSERT INTO runs (run_id, epoch, status, created, parent_run_id, parent_seq,"
+                " meta) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    commit.run_id,
+                    commit.epoch or 0,
+                    spec.status,
+                    now_us(),
+                    spec.parent_run_id,
+                    spec.parent_seq,
+                    orjson.dumps(dict(spec.meta)).decode(),
+                ),
+            )
+        except sqlite3.IntegrityError:
+            msg = f"run {commit.run_id!r} already exists"
+            raise ConcurrencyError(msg, run_id=commit.run_id) from None
+        rid = self._rids[commit.run_id] = int(cur.lastrowid or 0)
+        self._epochs[rid] = commit.epoch or 0
+        return rid
+
+    def append(self, commit: Commit) -> AppendResult:
+        """Writes one commit: checks its fence, assigns its seqs, inserts its records."""
+        rid = self.create_run(commit) if commit.create is not None else self._rid(commit.run_id)
+        if commit.epoch is not None and commit.epoch != self._epoch(rid):
+            msg = (
+                f"run {commit.run_id!r}: append under epoch {commit.epoch} refused, the run's"
+                f" epoch is {self._epoch(rid)}; another executor took the run over"
+            )
+            raise ConcurrencyError(msg, run_id=commit.run_id)
+        if commit.check is not None:
+            commit.check()
+        n = len(commit.records)
+        first = self.last_seq + 1
+        last = self.last_seq + n
+        if n:
+            ts = now_us()
+            self.conn.executemany(
+                "INSERT INTO log (seq, rid, kind, step, payload, commit_seq, ts)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (first + i, rid, r.kind, r.step, r.payload, last, ts)
+                    for i, r in enumerate(commit.records)
+                ],
+            )
+            self.last_seq = last
+        if commit.status is not None and commit.create is None:
+            self.conn.execute("UPDATE runs SET status = ? WHERE rid = ?", (commit.status, rid))
+        if commit.inbox_taken:
+            self.conn.executemany(
+                "UPDATE inbox SET taken_seq = ? WHERE id = ? AND taken_seq IS NULL",
+                [(last, i) for i in commit.inbox_taken],
+            )
+        if commit.snapshot is not None:
+            self.conn.execute(
+                "INSERT OR REPLACE INTO snapshots (rid, seq, data) VALUES (?, ?, ?)",
+                (rid, last, commit.snapshot),
+            )
+        if commit.on_written is not None:
+            commit.on_written(Seq(last))
+        return AppendResult(Seq(first), Seq(last))
+
+    def claim(self, run_id: str) -> int:
+        """Takes the run over: bumps its epoch so that appends under older epochs fail."""
+        rid = self._rid(run_id)
+        epoch = self._epoch(rid) + 1
+        self.conn.execute("UPDATE runs SET epoch = ? WHERE rid = ?", (epoch, rid))
+        self._epochs[rid] = epoch
+        return epoch
+
+    def post(self, run_id: str, payload: str, key: str | None) -> tuple[int, bool]:
+        """Adds an inbox entry; with a key already posted, returns the first entry's id."""
+        if key is not None:
+            found = self.conn.execute(
+                "SELECT id FROM inbox WHERE run_id = ? AND key = ?", (run_id, key)
+            ).fetchone()
+            if found is not None:
+                return int(found[0]), False
+        cur = self.conn.execute(
+            "INSERT INTO inbox (run_id, key, payload, created) VALUES (?, ?, ?, ?)",
+            (run_id, key, payload, now_us()),
+        )
+        return int(cur.lastrowid or 0), True
+
+
+# --------------------------------------------------------------------------- the read side
+
+_RECORD_COLS: Final = "log.seq, ?, log.kind, log.step, log.payload, log.commit_seq, log.ts"
+# A run's extent is read from the log's (rid, seq) index rather than kept up to date in
+# the runs row: that would cost an UPDATE per commit on the append path.
+_RUN_COLS: Final = (
+    "run_id, status, epoch, created,"
+    " coalesce((SELECT ts FROM log WHERE log.rid = runs.rid ORDER BY seq DESC LIMIT 1), created),"
+    " (SELECT min(seq) FROM log WHERE log.rid = runs.rid),"
+    " (SELECT max(seq) FROM log WHERE log.rid = runs.rid),"
+    " parent_run_id, parent_seq, meta, rid"
+)
+
+
+def _run_info(row: Sequence[Any]) -> RunInfo:
+    return RunInfo(
+        run_id=row[0],
+        status=row[1],
+        epoch=row[2],
+        created=row[3],
+        updated=row[4],
+        first_seq=row[5],
+        last_seq=row[6],
+        parent_run_id=row[7],
+        parent_seq=row[8],
+        meta=orjson.loads(row[9] or "{}"),
+        rid=row[10],
+    )
+
+
+def read_run(conn: sqlite3.Connection, run_id: str) -> RunInfo | None:
+    row = conn.execute(f"SELECT {_RUN_COLS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    return None if row is None else _run_info(row)
+
+
+def read_runs(conn: sqlite3.Connection) -> list[RunInfo]:
+    return [_run_info(r) for r in conn.execute(f"SELECT {_RUN_COLS} FROM runs ORDER BY rid")]
+
+
+def head(conn: sqlite3.Connection) -> Seq:
+    row = conn.execute("SELECT max(seq) FROM log").fetchone()
+    return Seq(row[0] or 0)
+
+
+def iter_records(
+    connect_reader: Callable[[], sqlite3.Connection],
+    run_id: str | None,
+    *,
+    after: int,
+    upto: int | None,
+    kinds: Sequence[str] | None,
+    page: int,
+) -> Iterator[StoredRecord]:
+    """Pages through the log by key; each page is its own short read transaction."""
+    conn = connect_reader()
+    rid: int | None = None
+    if run_id is not None:
+        found = conn.execute("SELECT rid FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if found is None:
+            raise RunNotFoundError(run_id, "the store")
+        rid = found[0]
+    where = ["log.seq > ?"]
+    if rid is not None:
+        where.append("log.rid = ?")
+    if upto is not None:
+        where.append("log.seq <= ?")
+    if kinds:
+        where.append(f"log.kind IN ({', '.join('?' * len(kinds))})")
+    if run_id is None:
+        sql = (
+            "SELECT log.seq, runs.run_id, log.kind, log.step, log.payload, log.commit_seq, log.ts"
+            " FROM log JOIN runs ON runs.rid = log.rid"
+        )
+    else:
+        sql = f"SELECT {_RECORD_COLS} FROM log"
+    sql += f" WHERE {' AND '.join(where)} ORDER BY log.seq LIMIT ?"
+    cursor = after
+    while True:
+        params: list[Any] = [] if run_id is None else [run_id]
+        params.append(cursor)
+        if rid is not None:
+            params.append(rid)
+        if upto is not None:
+            params.append(upto)
+        if kinds:
+            params.extend(kinds)
+        params.append(page)
+        rows = connect_reader().execute(sql, params).fetchall()
+        yield from map(StoredRecord._make, rows)
+        if len(rows) < page:
+            return
+        cursor = rows[-1][0]
+
+
+def read_inbox(conn: sqlite3.Connection, run_id: str) -> list[tuple[int, str, str | None]]:
+    """The run's inbox entries not yet taken into the log: (id, payload, key), in order."""
+    return conn.execute(
+        "SELECT id, payload, key FROM inbox WHERE run_id = ? AND taken_seq IS NULL ORDER BY id",
+        (run_id,),
+    ).fetchall()
+
+
+def read_snapshot(conn: sqlite3.Connection, run_id: str) -> tuple[Seq, str] | None:
+    row = conn.execute(
+        "SELECT snapshots.seq, snapshots.data FROM snapshots JOIN runs USING (rid)"
+        " WHERE runs.run_id = ?",
+        (run_id,),
+    ).fetchone()
+    return None if row is None else (Seq(row[0]), row[1])
