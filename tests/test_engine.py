@@ -1,0 +1,444 @@
+"""The engine as a LlamaIndex Workflows user meets it: steps, routing, context, retries."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from eventstore import EncodeError, EventStore
+from workflow import (
+    ConstantDelayRetryPolicy,
+    Context,
+    Event,
+    StartEvent,
+    StopEvent,
+    Workflow,
+    WorkflowRuntimeError,
+    WorkflowTimeoutError,
+    WorkflowValidationError,
+    step,
+)
+
+
+class Middle(Event):
+    text: str
+
+
+class Other(Event):
+    n: int
+
+
+class Linear(Workflow):
+    @step
+    async def start(self, ev: StartEvent) -> Middle:
+        return Middle(text=f"hello {ev.topic}")
+
+    @step
+    async def finish(self, ev: Middle) -> StopEvent:
+        return StopEvent(result=ev.text + "!")
+
+
+async def test_linear_run_returns_the_result(tmp_path: Path) -> None:
+    """A two-step run returns StopEvent.result; run kwargs become start event fields."""
+    wf = Linear(store=tmp_path / "runs.db")
+    handler = wf.run(topic="x")
+    assert isinstance(handler.run_id, str)
+    assert await handler == "hello x!"
+    assert handler.is_done()
+
+
+async def test_in_memory_store_by_default() -> None:
+    """Without a store, runs are journaled to a private in-memory store."""
+    wf = Linear()
+    handler = wf.run(topic="m")
+    assert await handler == "hello m!"
+    kinds = [c.kind for c in wf.checkpoints(handler.run_id)]
+    assert kinds[0] == "run_started"
+    assert "step_finished" in kinds
+
+
+async def test_journal_has_the_heart_kinds(tmp_path: Path) -> None:
+    """Every enqueue, dequeue, step start and finish is in the log."""
+    wf = Linear(store=tmp_path / "runs.db")
+    h = wf.run(topic="x")
+    await h
+    kinds = [r.kind for r in wf.store.records(h.run_id)]
+    for kind in (
+        "run_started",
+        "enqueued",
+        "dequeued",
+        "step_started",
+        "step_finished",
+        "run_finished",
+    ):
+        assert kind in kinds
+    assert kinds.count("step_finished") == 2
+
+
+class Done(StopEvent):
+    value: int
+
+
+class SubclassStop(Workflow):
+    @step
+    async def only(self, ev: StartEvent) -> Done:
+        return Done(value=7)
+
+
+async def test_stop_event_subclass_is_returned_whole() -> None:
+    """Awaiting a run that ends with a StopEvent subclass returns the event itself."""
+    res = await SubclassStop().run()
+    assert isinstance(res, Done)
+    assert res.value == 7
+
+
+class Branchy(Workflow):
+    @step
+    async def start(self, ev: StartEvent) -> Middle | Other:
+        return Middle(text="m") if ev.pick == "m" else Other(n=1)
+
+    @step
+    async def on_middle(self, ev: Middle) -> StopEvent:
+        return StopEvent(result="middle")
+
+    @step
+    async def on_other(self, ev: Other) -> StopEvent:
+        return StopEvent(result="other")
+
+
+async def test_union_routing() -> None:
+    """A step returning a union routes each event to the step that takes its class."""
+    wf = Branchy()
+    assert await wf.run(pick="m") == "middle"
+    assert await wf.run(pick="o") == "other"
+
+
+class Item(Event):
+    i: int
+
+
+class Summary(Event):
+    pass
+
+
+class FanOut(Workflow):
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Item | None:
+        for i in range(ev.n):
+            ctx.send_event(Item(i=i))
+        return None
+
+    @step(num_workers=4)
+    async def work(self, ctx: Context, ev: Item) -> Other:
+        await asyncio.sleep(0.001)
+        return Other(n=ev.i * 10)
+
+    @step
+    async def gather(self, ctx: Context, ev: Other) -> StopEvent | None:
+        got = ctx.collect_events(ev, [Other] * 5)
+        if got is None:
+            return None
+        return StopEvent(result=sorted(e.n for e in got))
+
+
+async def test_fan_out_and_collect() -> None:
+    """send_event fans out; collect_events returns once every expected event is in."""
+    assert await FanOut().run(n=5) == [0, 10, 20, 30, 40]
+
+
+class Counter(Workflow):
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Item | None:
+        await ctx.store.set("total", 0)
+        for i in range(ev.n):
+            ctx.send_event(Item(i=i))
+        return None
+
+    @step(num_workers=4)
+    async def add(self, ctx: Context, ev: Item) -> Other:
+        total = await ctx.store.get("total")
+        await asyncio.sleep(0)  # let other workers read the same total
+        await ctx.store.set("total", total + ev.i)
+        return Other(n=ev.i)
+
+    @step
+    async def done(self, ctx: Context, ev: Other) -> StopEvent | None:
+        seen = await ctx.store.get("seen", default=0) + 1
+        await ctx.store.set("seen", seen)
+        if seen < 100:
+            return None
+        return StopEvent(result=await ctx.store.get("total"))
+
+
+async def test_no_lost_updates_with_concurrent_workers(tmp_path: Path) -> None:
+    """Four workers doing get/set of one key end with the exact sum; conflicts re-run."""
+    wf = Counter(store=tmp_path / "c.db", timeout=60)
+    h = wf.run(n=100)
+    assert await h == sum(range(100))
+    kinds = [r.kind for r in wf.store.records(h.run_id)]
+    assert "step_conflicted" in kinds
+
+
+class Barrier(Workflow):
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Item | None:
+        for i in range(4):
+            ctx.send_event(Item(i=i))
+        return None
+
+    @step(num_workers=4)
+    async def work(self, ctx: Context, ev: Item) -> Other:
+        await ctx.store.set(f"k{ev.i}", ev.i)
+        self.inside += 1
+        if self.inside == 4:
+            self.all_in.set()
+        await asyncio.wait_for(self.all_in.wait(), 5)  # every worker must be inside at once
+        return Other(n=ev.i)
+
+    @step
+    async def done(self, ctx: Context, ev: Other) -> StopEvent | None:
+        got = ctx.collect_events(ev, [Other] * 4)
+        if got is None:
+            return None
+        return StopEvent(result=[await ctx.store.get(f"k{i}") for i in range(4)])
+
+
+async def test_writers_of_different_keys_run_in_parallel() -> None:
+    """Four attempts writing different keys are inside the step at the same time."""
+    wf = Barrier(timeout=10)
+    wf.inside = 0  # type: ignore[attr-defined]
+    wf.all_in = asyncio.Event()  # type: ignore[attr-defined]
+    assert await wf.run() == [0, 1, 2, 3]
+
+
+class Flaky(Workflow):
+    @step(retry_policy=ConstantDelayRetryPolicy(maximum_attempts=3, delay=0.01))
+    async def start(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        n = self.calls = getattr(self, "calls", 0) + 1
+        await ctx.store.set("calls_seen", n)
+        if n < 3:
+            msg = f"boom {n}"
+            raise ValueError(msg)
+        return StopEvent(result=n)
+
+
+async def test_retry_policy_retries_then_succeeds() -> None:
+    """A failing step is retried by its policy; failed attempts leave no state behind."""
+    wf = Flaky()
+    h = wf.run()
+    assert await h == 3
+    kinds = [r.kind for r in wf.store.records(h.run_id)]
+    assert kinds.count("step_failed") == 2
+    state = wf.state_at(h.run_id)
+    assert state.context == {"calls_seen": 3}
+
+
+class Broken(Workflow):
+    @step
+    async def start(self, ev: StartEvent) -> StopEvent:
+        msg = "no luck"
+        raise RuntimeError(msg)
+
+
+async def test_step_error_propagates() -> None:
+    """Without a retry policy the step's exception propagates from await handler."""
+    wf = Broken()
+    h = wf.run()
+    with pytest.raises(RuntimeError, match="no luck"):
+        await h
+    assert wf.state_at(h.run_id).status == "failed"
+
+
+class Slow(Workflow):
+    @step
+    async def start(self, ev: StartEvent) -> StopEvent:
+        await asyncio.sleep(5)
+        return StopEvent()
+
+
+async def test_timeout_raises() -> None:
+    """A run longer than its timeout raises WorkflowTimeoutError and records it."""
+    wf = Slow(timeout=0.2)
+    h = wf.run()
+    with pytest.raises(WorkflowTimeoutError):
+        await h
+    assert wf.state_at(h.run_id).status == "timed_out"
+
+
+async def test_verbose_prints_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    """verbose=True prints each step and what it produced, like LlamaIndex."""
+    await Linear(verbose=True).run(topic="v")
+    out = capsys.readouterr().out
+    assert "Running step start" in out
+    assert "Step start produced event Middle" in out
+
+
+class Streamer(Workflow):
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        for i in range(3):
+            ctx.write_event_to_stream(Other(n=i))
+        return StopEvent(result="done")
+
+
+async def test_stream_events_live_then_stop() -> None:
+    """stream_events yields streamed events, then the stop event."""
+    wf = Streamer()
+    h = wf.run()
+    got = [ev async for ev in h.stream_events()]
+    assert [type(e).__name__ for e in got] == ["Other", "Other", "Other", "StopEvent"]
+    assert await h == "done"
+    assert len(wf.state_at(h.run_id).stream) == 3
+
+
+async def test_concurrent_runs_share_a_store(tmp_path: Path) -> None:
+    """Several runs of one workflow run at once against one store."""
+    wf = Linear(store=tmp_path / "many.db")
+    results = await asyncio.gather(*(wf.run(topic=str(i)) for i in range(20)))
+    assert results == [f"hello {i}!" for i in range(20)]
+    assert len(wf.runs()) == 20
+
+
+def test_validation_no_start_step() -> None:
+    """A workflow without a step taking StartEvent is refused when built."""
+
+    class NoStart(Workflow):
+        @step
+        async def a(self, ev: Middle) -> StopEvent:
+            return StopEvent()
+
+    with pytest.raises(WorkflowValidationError, match="no step takes StartEvent"):
+        NoStart()
+
+
+def test_validation_no_stop() -> None:
+    """A workflow without a step returning StopEvent is refused."""
+
+    class NoStop(Workflow):
+        @step
+        async def a(self, ev: StartEvent) -> None:
+            return None
+
+    with pytest.raises(WorkflowValidationError, match="StopEvent"):
+        NoStop()
+
+
+def test_validation_produced_not_consumed() -> None:
+    """An event produced but never consumed names the step and the event."""
+
+    class Leak(Workflow):
+        @step
+        async def a(self, ev: StartEvent) -> Middle | StopEvent:
+            return StopEvent()
+
+    with pytest.raises(WorkflowValidationError, match="'a' produces Middle"):
+        Leak()
+
+
+def test_validation_consumed_not_produced() -> None:
+    """An event consumed but never produced names the step and the event."""
+
+    class Orphan(Workflow):
+        @step
+        async def a(self, ev: StartEvent) -> StopEvent:
+            return StopEvent()
+
+        @step
+        async def b(self, ev: Other) -> StopEvent:
+            return StopEvent()
+
+    with pytest.raises(WorkflowValidationError, match="'b' consumes Other"):
+        Orphan()
+
+
+def test_run_outside_async_code_is_refused() -> None:
+    """run() names the problem when called without an event loop."""
+    with pytest.raises(WorkflowRuntimeError, match="inside async code"):
+        Linear().run()
+
+
+class Unencodable(Workflow):
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        await ctx.store.set("bad", {"a": [1, 2, object()]})
+        return StopEvent()
+
+
+async def test_set_refuses_unencodable_value_naming_the_key() -> None:
+    """A value the codec cannot encode is refused at set(), naming key and path."""
+    h = Unencodable().run()
+    with pytest.raises(EncodeError, match=r"bad\['a'\]\[2\]"):
+        await h
+
+
+class Profile(BaseModel):
+    name: str = ""
+    tags: list[str] = []
+    visits: int = 0
+
+
+class Typed(Workflow):
+    @step
+    async def start(self, ctx: Context[Profile], ev: StartEvent) -> StopEvent:
+        async with ctx.store.edit_state() as state:
+            state.name = ev.name
+            state.tags.append("new")
+            state.visits += 1
+        return StopEvent(result=await ctx.store.get("tags"))
+
+
+async def test_typed_state_with_edit_state(tmp_path: Path) -> None:
+    """Context[Model] types the state; edit_state writes back what changed."""
+    wf = Typed(store=tmp_path / "t.db")
+    h = wf.run(name="ada")
+    assert await h == ["new"]
+    assert wf.state_at(h.run_id).context == {"name": "ada", "tags": ["new"], "visits": 1}
+
+
+class Appender(Workflow):
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Item:
+        await ctx.store.set("items", [])
+        return Item(i=0)
+
+    @step
+    async def loop(self, ctx: Context, ev: Item) -> Item | StopEvent:
+        items = await ctx.store.get("items")
+        items.append("x" * 100)
+        await ctx.store.set("items", items)
+        if ev.i + 1 >= self.n:
+            return StopEvent(result=len(items))
+        return Item(i=ev.i + 1)
+
+
+async def test_appends_cost_the_change_in_bytes(tmp_path: Path) -> None:
+    """Appending to a growing list writes patches about the size of the item."""
+    wf = Appender(store=tmp_path / "a.db")
+    wf.n = 300  # type: ignore[attr-defined]
+    h = wf.run()
+    assert await h == 300
+    sizes = [len(r.payload) for r in wf.store.records(h.run_id, kinds=["state_set"])]
+    patches = sorted(sizes)[: len(sizes) // 2]
+    assert max(patches) < 300
+    assert sum(sizes) < 300 * 100 * 4  # linear, not quadratic
+    assert wf.state_at(h.run_id).context["items"] == ["x" * 100] * 300
+
+
+async def test_context_to_dict_points_to_resume() -> None:
+    """LlamaIndex's ctx.to_dict() explains what to use instead."""
+    h = Linear().run(topic="z")
+    await h
+    with pytest.raises(WorkflowRuntimeError, match="resume"):
+        Context.from_dict(None)
+
+
+async def test_shared_event_store_object(tmp_path: Path) -> None:
+    """An EventStore passed in is used as is, and shared between workflows."""
+    with EventStore(tmp_path / "s.db") as es:
+        a, b = Linear(store=es), Branchy(store=es)
+        assert await a.run(topic="1") == "hello 1!"
+        assert await b.run(pick="m") == "middle"
+        assert len(a.runs()) == 2

@@ -1,0 +1,16 @@
+"""The packages' __all__ lists exactly their public names."""
+
+from __future__ import annotations
+
+import pytest
+
+import eventstore
+
+
+@pytest.mark.parametrize("module", [eventstore], ids=lambda m: m.__name__)
+def test_all_is_sorted_and_complete(module: object) -> None:
+    """__all__ is sorted and names every public attribute the package exports."""
+    names = module.__all__
+    assert names == sorted(names)
+    public = {n for n in dir(module) if not n.startswith("_")}
+    assert set(names) == public

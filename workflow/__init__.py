@@ -1,0 +1,62 @@
+"""workflow: LlamaIndex-style event-driven workflows, durable by event sourcing."""
+
+from ._context import Context, ContextStore
+from ._errors import (
+    CheckpointNotFoundError,
+    RecoveryLimitError,
+    RunFinishedError,
+    RunNotFoundError,
+    RunOwnedError,
+    RunSuspendedError,
+    StateConflictError,
+    WorkflowCancelledError,
+    WorkflowChangedError,
+    WorkflowError,
+    WorkflowRuntimeError,
+    WorkflowTimeoutError,
+    WorkflowValidationError,
+)
+from ._events import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
+from ._handler import WorkflowHandler
+from ._state import Checkpoint, InProgress, RunState, Waiter
+from ._step import (
+    ConstantDelayRetryPolicy,
+    ExponentialBackoffRetryPolicy,
+    RetryPolicy,
+    step,
+)
+from ._workflow import RunSummary, Workflow
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointNotFoundError",
+    "ConstantDelayRetryPolicy",
+    "Context",
+    "ContextStore",
+    "Event",
+    "ExponentialBackoffRetryPolicy",
+    "HumanResponseEvent",
+    "InProgress",
+    "InputRequiredEvent",
+    "RecoveryLimitError",
+    "RetryPolicy",
+    "RunFinishedError",
+    "RunNotFoundError",
+    "RunOwnedError",
+    "RunState",
+    "RunSummary",
+    "RunSuspendedError",
+    "StartEvent",
+    "StateConflictError",
+    "StopEvent",
+    "Waiter",
+    "Workflow",
+    "WorkflowCancelledError",
+    "WorkflowChangedError",
+    "WorkflowError",
+    "WorkflowHandler",
+    "WorkflowRuntimeError",
+    "WorkflowTimeoutError",
+    "WorkflowValidationError",
+    "step",
+]

@@ -1,0 +1,400 @@
+"""Context: what a step sees of its run. Writes are buffered per attempt and committed whole.
+
+One ``Context`` serves a run; which attempt a call belongs to is found from the running
+task (a context variable set by the executor), so concurrent attempts never share their
+buffers. Outside any attempt (``handler.ctx``), reads see committed state and writes are
+recorded as operator updates.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from eventstore import EncodeError, class_name
+
+from ._diff import Tracker, materialize
+from ._errors import WorkflowRuntimeError, WorkflowTimeoutError
+from ._events import Event
+
+if TYPE_CHECKING:
+    from ._runner import Executor
+
+__all__ = ["Attempt", "Context", "ContextStore", "WaitSuspend"]
+
+S = TypeVar("S")
+_MISSING: Any = object()
+COLLECT_PREFIX = "\x00collect:"
+
+current_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
+    "workflow_attempt", default=None
+)
+
+
+class WaitSuspend(BaseException):
+    """Ends an attempt that waits for an event (a BaseException: user code must not catch it)."""
+
+    def __init__(self, waiter: dict[str, Any]) -> None:
+        self.waiter = waiter
+        super().__init__(waiter["waiter_id"])
+
+
+@dataclass(slots=True)
+class Write:
+    """One key's pending change in an attempt: a tracked view, a new value, or a delete."""
+
+    tracker: Tracker | None = None
+    value: Any = _MISSING
+    deleted: bool = False
+
+
+@dataclass(slots=True)
+class Attempt:
+    """An attempt's buffers: what it read (with versions), wrote, sent, streamed, collected."""
+
+    step: str
+    event_id: int
+    attempt: int
+    event: Event
+    reads: dict[str, int] = field(default_factory=dict)
+    trackers: dict[str, Tracker] = field(default_factory=dict)
+    writes: dict[str, Write] = field(default_factory=dict)
+    sent: list[tuple[Event, str | None]] = field(default_factory=list)
+    streamed: list[Event] = field(default_factory=list)
+    collects: list[tuple[str, tuple[int, Event] | None, list[str] | None]] = field(
+        default_factory=list
+    )
+    buffers: dict[str, dict[str, list[tuple[int, Event]]]] = field(default_factory=dict)
+    wait_calls: int = 0
+    answers_used: list[str] = field(default_factory=list)
+    holds_lock: bool = False
+
+
+def _split(path: str) -> tuple[str, list[str]]:
+    root, *rest = path.split(".")
+    return root, rest
+
+
+def _step_into(obj: Any, part: str) -> Any:
+    if isinstance(obj, Event | dict) or (hasattr(obj, "__getitem__") and not hasattr(obj, part)):
+        try:
+            return obj[part]
+        except (KeyError, TypeError, IndexError):
+            pass
+    if isinstance(obj, list | tuple) or type(obj).__name__ == "TrackedList":
+        return obj[int(part)]
+    return getattr(obj, part)
+
+
+class ContextStore(Generic[S]):
+    """The run's context data: ``get``/``set`` with dotted paths, ``edit_state``.
+
+    ``get`` returns a copy-on-write view: mutating it changes nothing until ``set``, and
+    nothing at all if the attempt fails. A key read by an attempt that another attempt
+    changed before it could commit makes it run again (a conflict), so a
+    read-modify-write is never lost and never applied twice. A conflicted attempt runs
+    again from the start, external calls included.
+    """
+
+    def __init__(self, executor: Executor, state_type: type[S] | None) -> None:
+        self._x = executor
+        self._state_type = state_type
+
+    # -------------------------------------------------------------- reading
+
+    def _root(self, att: Attempt | None, key: str) -> Any:
+        x = self._x
+        if att is None:
+            return x.committed.get(key, _MISSING)
+        w = att.writes.get(key)
+        if w is not None:
+            if w.deleted:
+                return _MISSING
+            if w.tracker is not None:
+                return w.tracker.view
+            return w.value
+        tracker = att.trackers.get(key)
+        if tracker is not None:
+            return tracker.view
+        if key not in att.reads:
+            att.reads[key] = x.versions.get(key, 0)
+            x.pin(key)
+        value = x.committed.get(key, _MISSING)
+        if value is _MISSING:
+            return _MISSING
+        tracker = att.trackers[key] = Tracker(value)
+        return tracker.view
+
+    async def get(self, path: str, default: Any = _MISSING) -> Any:
+        """The value at ``path`` (``"key"`` or dotted ``"key.field.0"``), or ``default``.
+
+        :raises KeyError: the path does not exist and no default was given.
+        """
+        root_key, rest = _split(path)
+        value = self._root(current_attempt.get(), root_key)
+        try:
+            if value is _MISSING:
+                raise KeyError(root_key)
+            for part in rest:
+                value = _step_into(value, part)
+        except (KeyError, AttributeError, IndexError, ValueError):
+            if default is _MISSING:
+                msg = f"context has no value at {path!r}"
+                raise KeyError(msg) from None
+            return default
+        return value
+
+    # -------------------------------------------------------------- writing
+
+    async def set(self, path: str, value: Any) -> None:
+        """Sets the value at ``path``; committed with the attempt (outside one: at once).
+
+        :raises EncodeError: the value holds something the codec cannot store; the
+            message names the key and the path inside the value.
+        """
+        att = current_attempt.get()
+        root_key, rest = _split(path)
+        if att is None:
+            await self._x.operator_update({path: value})
+            return
+        if rest:
+            root = self._root(att, root_key)
+            if root is _MISSING:
+                msg = f"cannot set {path!r}: context has no value at {root_key!r}"
+                raise KeyError(msg)
+            parent = root
+            for part in rest[:-1]:
+                parent = _step_into(parent, part)
+            last = rest[-1]
+            self._check_encodable(path, value)
+            if isinstance(parent, Event) or not hasattr(parent, "__setitem__"):
+                setattr(parent, last, value)
+            elif type(parent).__name__ == "TrackedList" or isinstance(parent, list):
+                parent[int(last)] = value
+            else:
+                parent[last] = value
+            tracker = att.trackers.get(root_key)
+            if tracker is not None and tracker.is_view(root):
+                att.writes[root_key] = Write(tracker=tracker)
+            else:
+                att.writes[root_key] = Write(value=root)
+            return
+        tracker = att.trackers.get(root_key)
+        if tracker is not None and tracker.is_view(value):
+            att.writes[root_key] = Write(tracker=tracker)
+            return
+        self._check_encodable(path, value)
+        att.writes[root_key] = Write(value=value)
+
+    def _check_encodable(self, key: str, value: Any) -> None:
+        try:
+            self._x.codec.dump(materialize(value))
+        except EncodeError as exc:
+            where = exc.path.replace("value", key, 1) if exc.path.startswith("value") else key
+            msg = f"ctx.store.set({key!r}, ...): cannot encode {where}: {exc.type!r}"
+            raise EncodeError(where, exc.type, msg) from exc
+
+    async def delete(self, path: str) -> None:
+        """Removes a top-level key (committed with the attempt)."""
+        att = current_attempt.get()
+        if att is None:
+            await self._x.operator_update({}, deletes=[path])
+            return
+        self._root(att, path)  # a delete depends on what it deletes
+        att.writes[path] = Write(deleted=True)
+
+    # -------------------------------------------------------------- typed state
+
+    async def get_state(self) -> Any:
+        """The whole state: the typed state model, or a dict of every key."""
+        x = self._x
+        att = current_attempt.get()
+        if self._state_type is not None:
+            fields = getattr(self._state_type, "model_fields", {})
+            values = {}
+            for name in fields:
+                v = self._root(att, name)
+                if v is not _MISSING:
+                    values[name] = materialize(v) if att is None else v
+            model_construct = getattr(self._state_type, "model_construct", None)
+            if model_construct is None:
+                return self._state_type(**values)
+            return model_construct(**values)
+        keys = list(x.committed)
+        if att is not None:
+            keys += [k for k in att.writes if k not in x.committed]
+        out = {}
+        for k in keys:
+            v = self._root(att, k)
+            if v is not _MISSING:
+                out[k] = v
+        return out
+
+    async def set_state(self, state: Any) -> None:
+        """Replaces the whole state (each field or key is diffed against what it was)."""
+        if self._state_type is not None:
+            data = {name: getattr(state, name) for name in type(state).model_fields}
+        else:
+            data = dict(state)
+        att = current_attempt.get()
+        if att is None:
+            await self._x.operator_update(data)
+            return
+        for k, v in data.items():
+            await self.set(k, v)
+
+    @asynccontextmanager
+    async def edit_state(self) -> AsyncIterator[Any]:
+        """Holds the run's state lock until the attempt commits: this edit never conflicts.
+
+        Yields the state (the typed model, or a dict of every key); what it looks like at
+        the end of the block is written back.
+        """
+        att = current_attempt.get()
+        if att is None:
+            state = await self.get_state()
+            yield state
+            await self.set_state(state)
+            return
+        if not att.holds_lock:
+            await self._x.state_lock.acquire()
+            att.holds_lock = True
+            # What the attempt read before it held the lock may already be stale.
+        state = await self.get_state()
+        yield state
+        if self._state_type is not None:
+            for name in type(state).model_fields:
+                if name in state.__dict__:
+                    await self.set(name, state.__dict__[name])
+            return
+        for k, v in state.items():
+            await self.set(k, v)
+        removed = [k for k in self._x.committed if k not in state and k not in att.writes]
+        for k in removed:
+            await self.delete(k)
+
+
+class Context(Generic[S]):
+    """What a step receives: context data, and the ways to send, collect, stream and wait.
+
+    ``Context[MyState]`` types the state with a pydantic model.
+    """
+
+    def __init__(self, executor: Executor, state_type: type[S] | None = None) -> None:
+        self._x = executor
+        self.store: ContextStore[S] = ContextStore(executor, state_type)
+
+    @property
+    def run_id(self) -> str:
+        """The id of the run this context belongs to."""
+        return self._x.run_id
+
+    # The older LlamaIndex spelling of ctx.store.get / ctx.store.set.
+    async def get(self, key: str, default: Any = _MISSING) -> Any:
+        """Same as ``ctx.store.get``."""
+        return await self.store.get(key, default)
+
+    async def set(self, key: str, value: Any) -> None:
+        """Same as ``ctx.store.set``."""
+        await self.store.set(key, value)
+
+    def _attempt(self, what: str) -> Attempt:
+        att = current_attempt.get()
+        if att is None:
+            msg = f"ctx.{what}() works inside a step; from outside use handler.send_event()"
+            raise WorkflowRuntimeError(msg)
+        return att
+
+    def send_event(self, event: Event, step: str | None = None) -> None:
+        """Emits an event (to ``step`` only, if given) when the attempt commits."""
+        if not isinstance(event, Event):
+            msg = f"send_event takes an Event, not {type(event).__name__}"
+            raise WorkflowRuntimeError(msg)
+        att = current_attempt.get()
+        if att is None:
+            self._x.send_external_nowait(event)
+            return
+        if step is not None and step not in self._x.graph.steps:
+            msg = f"send_event: no step named {step!r}"
+            raise WorkflowRuntimeError(msg)
+        att.sent.append((event, step))
+
+    def write_event_to_stream(self, event: Event) -> None:
+        """Streams an event to the run's consumers now; it is logged with the attempt."""
+        att = current_attempt.get()
+        self._x.stream_now(event, att)
+        if att is not None:
+            att.streamed.append(event)
+
+    def collect_events(self, event: Event, expected: list[type[Event]]) -> list[Event] | None:
+        """Buffers ``event``; once one of each ``expected`` class is in, returns them in order."""
+        att = self._attempt("collect_events")
+        buf_key = f"{att.step}:" + ",".join(class_name(t) for t in expected)
+        buf = self._x.read_buffer(att, buf_key)
+        ev_id = att.event_id if event is att.event else self._x.new_event_id()
+        buf.setdefault(class_name(type(event)), []).append((ev_id, event))
+        att.collects.append((buf_key, (ev_id, event), None))
+        names = [class_name(t) for t in expected]
+        if any(len(buf.get(n, ())) < names.count(n) for n in set(names)):
+            return None
+        taken = [buf[n].pop(0)[1] for n in names]
+        att.collects.append((buf_key, None, names))
+        return taken
+
+    async def wait_for_event(
+        self,
+        event_type: type[Event],
+        waiter_event: Event | None = None,
+        waiter_id: str | None = None,
+        requirements: dict[str, Any] | None = None,
+        timeout: float | None = 2000.0,  # noqa: ASYNC109 - LlamaIndex's signature
+    ) -> Any:
+        """Waits for an event of ``event_type`` matching ``requirements``, durably.
+
+        The attempt ends here and its buffered writes are dropped; when a matching event
+        arrives (now, or after a restart and a resume) the step runs again from the start
+        with the same input, and this call returns the event. Code before the wait runs
+        again. ``waiter_event`` is streamed to consumers (a question for a human).
+
+        :raises WorkflowTimeoutError: no matching event came within ``timeout`` seconds.
+        """
+        att = self._attempt("wait_for_event")
+        att.wait_calls += 1
+        wid = waiter_id or f"{att.step}:{att.event_id}:{att.wait_calls}"
+        if wid in self._x.answers:
+            answer = self._x.answers[wid]
+            att.answers_used.append(wid)
+            if answer is None:
+                msg = f"wait_for_event({event_type.__name__}) timed out after {timeout} s"
+                raise WorkflowTimeoutError(msg)
+            return answer[1]
+        raise WaitSuspend(
+            {
+                "waiter_id": wid,
+                "awaited": event_type,
+                "requirements": dict(requirements or {}),
+                "timeout": timeout,
+                "waiter_event": waiter_event,
+            }
+        )
+
+    def to_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Not needed here: the log already holds the run; resume or fork it instead."""
+        msg = (
+            "Context.to_dict() is not needed with durable-workflows: every run is already"
+            " in the store. Continue a run with wf.resume(run_id), or start from any point"
+            " with wf.run_from(checkpoint); list points with wf.checkpoints(run_id)."
+        )
+        raise WorkflowRuntimeError(msg)
+
+    @classmethod
+    def from_dict(cls, *args: Any, **kwargs: Any) -> Context[Any]:
+        """Not needed here: use ``wf.resume(run_id)`` or ``wf.run_from(checkpoint)``."""
+        msg = (
+            "Context.from_dict() is not needed with durable-workflows: continue a run with"
+            " wf.resume(run_id), or fork one from a checkpoint with wf.run_from(checkpoint)."
+        )
+        raise WorkflowRuntimeError(msg)

@@ -1,0 +1,142 @@
+"""The errors of the workflow engine.
+
+WorkflowError
+  + WorkflowValidationError   (also ValueError) the step graph or a step signature is wrong
+  + WorkflowTimeoutError      (also TimeoutError) the run used up its timeout
+  + WorkflowCancelledError    (also asyncio.CancelledError's sibling: awaited a cancelled run)
+  + WorkflowRuntimeError      (also RuntimeError) the engine was used wrongly
+  + RunNotFoundError          (also LookupError) no such run in the store
+  + CheckpointNotFoundError   (also LookupError) no state at that seq for that run
+  + RunOwnedError             another live executor owns the run
+  + RunSuspendedError         the caller left a waiting run; resume it later
+  + RunFinishedError          a finished run cannot take updates; fork it instead
+  + StateConflictError        a context write lost a race (raised only inside attempts)
+  + RecoveryLimitError        an input killed the process too many times
+  + WorkflowChangedError      stored work no longer fits the workflow's steps
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CheckpointNotFoundError",
+    "RecoveryLimitError",
+    "RunFinishedError",
+    "RunNotFoundError",
+    "RunOwnedError",
+    "RunSuspendedError",
+    "StateConflictError",
+    "WorkflowCancelledError",
+    "WorkflowChangedError",
+    "WorkflowError",
+    "WorkflowRuntimeError",
+    "WorkflowTimeoutError",
+    "WorkflowValidationError",
+]
+
+
+class WorkflowError(Exception):
+    """Base class of every error raised by :mod:`workflow`."""
+
+
+class WorkflowValidationError(WorkflowError, ValueError):
+    """The workflow's steps do not form a valid graph, or a step's signature is wrong."""
+
+
+class WorkflowTimeoutError(WorkflowError, TimeoutError):
+    """The run was executed for longer than its timeout (summed across resumes)."""
+
+
+class WorkflowCancelledError(WorkflowError):
+    """The run was cancelled (``handler.cancel_run()``)."""
+
+
+class WorkflowRuntimeError(WorkflowError, RuntimeError):
+    """The engine was used in a way it does not support; the message says what to do."""
+
+
+class RunNotFoundError(WorkflowError, LookupError):
+    """No run with that id in the store."""
+
+    def __init__(self, run_id: str, where: str = "the store") -> None:
+        self.run_id = run_id
+        super().__init__(f"no run {run_id!r} in {where}")
+
+
+class CheckpointNotFoundError(WorkflowError, LookupError):
+    """The run has no state at that seq (before its first commit)."""
+
+    def __init__(self, run_id: str, seq: int, first: int | None) -> None:
+        self.run_id = run_id
+        self.seq = seq
+        self.first = first
+        super().__init__(
+            f"run {run_id!r} has no state at seq {seq}: its first commit ends at seq {first}"
+        )
+
+
+class RunOwnedError(WorkflowError):
+    """Another live executor (this process or another) is running the run."""
+
+    def __init__(self, run_id: str, detail: str = "") -> None:
+        self.run_id = run_id
+        more = f" ({detail})" if detail else ""
+        super().__init__(
+            f"run {run_id!r} is owned by another live executor{more}; wait for it to finish"
+            " or stop that process, then resume"
+        )
+
+
+class RunSuspendedError(WorkflowError):
+    """Awaited a handler whose run was suspended while waiting; resume the run later."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r} was suspended while waiting for an event; send the event with"
+            " wf.send() and resume it with wf.resume()"
+        )
+
+
+class RunFinishedError(WorkflowError):
+    """A finished run cannot take updates: fork it with ``run_from`` instead."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r} has finished; to continue from it with changes, fork it:"
+            f" wf.run_from(({run_id!r}, seq), updates=...)"
+        )
+
+
+class StateConflictError(WorkflowError):
+    """An attempt's reads went stale before it could commit; it runs again."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+        super().__init__(f"context keys changed by a concurrent attempt: {keys}")
+
+
+class RecoveryLimitError(WorkflowError):
+    """An input was re-delivered more than ``max_recovery_attempts`` times without ending."""
+
+    def __init__(self, run_id: str, step: str, attempts: int, limit: int) -> None:
+        self.run_id = run_id
+        self.step = step
+        self.attempts = attempts
+        super().__init__(
+            f"run {run_id!r}: step {step!r} was started {attempts} times without finishing"
+            f" (max_recovery_attempts={limit}); its input probably kills the process"
+        )
+
+
+class WorkflowChangedError(WorkflowError):
+    """Queued or in-progress work would be stranded by the workflow's current steps."""
+
+    def __init__(self, run_id: str, problems: list[str]) -> None:
+        self.run_id = run_id
+        self.problems = problems
+        listing = "; ".join(problems)
+        super().__init__(
+            f"run {run_id!r} cannot continue with this workflow: {listing}; pass"
+            " allow_stranded=True to proceed and leave that work undone"
+        )

@@ -1,0 +1,372 @@
+"""The fold: records -> the state of a run. Pure: no I/O, no clock, no randomness.
+
+``fold(state, records)`` applies records in order to a :class:`Folded` state, which keeps
+events and context values in their JSON form and decodes nothing; :func:`materialize` turns
+it into a typed :class:`RunState` at the end, so that only what survives is decoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from eventstore import Codec, LogCorruptedError, StoredRecord
+
+from . import _journal as J
+from ._diff import apply_json
+from ._events import StopEvent
+from ._state import TERMINAL, InProgress, RunState, Waiter
+
+__all__ = ["Folded", "KeyLog", "fold", "materialize"]
+
+
+@dataclass(slots=True)
+class Ev:
+    """An event as the log holds it: its id and codec dump."""
+
+    id: int
+    dump: Any
+
+    @property
+    def type(self) -> str:
+        d = self.dump
+        return str(d.get("c", "")) if isinstance(d, dict) else ""
+
+
+@dataclass(slots=True)
+class Prog:
+    ev: Ev
+    attempt: int = 0
+    failures: int = 0
+    conflicts: int = 0
+
+    @property
+    def crashes(self) -> int:
+        """Attempts started that ended in neither a failure nor a conflict: the process died."""
+        return self.attempt - self.failures - self.conflicts
+
+
+@dataclass(slots=True)
+class WaitRec:
+    waiter_id: str
+    step: str
+    ev: Ev
+    awaited: str
+    requirements: Any
+    deadline: float | None
+    waiter_event: Any
+
+
+@dataclass(slots=True)
+class KeyLog:
+    """A context key's JSON value and how many patch bytes followed its last full write."""
+
+    dump: Any
+    full_bytes: int
+    patch_bytes: int = 0
+
+
+@dataclass(slots=True)
+class Folded:
+    """A run's state in JSON form, as the fold builds it."""
+
+    run_id: str
+    seq: int = 0
+    first_seq: int | None = None
+    status: str = "running"
+    workflow: str = ""
+    fingerprint: str = ""
+    parent: tuple[str, int] | None = None
+    result: Any = None  # the StopEvent's dump
+    error: dict[str, Any] | None = None
+    queues: dict[str, dict[int, Ev]] = field(default_factory=dict)
+    in_progress: dict[str, dict[int, Prog]] = field(default_factory=dict)
+    context: dict[str, KeyLog] = field(default_factory=dict)
+    buffers: dict[str, dict[str, list[Ev]]] = field(default_factory=dict)
+    waiters: dict[str, WaitRec] = field(default_factory=dict)
+    answers: dict[str, Ev | None] = field(default_factory=dict)
+    unclaimed: dict[int, Ev] = field(default_factory=dict)
+    stream: list[Ev] = field(default_factory=list)
+    next_id: int = 1
+    exec_us: int = 0
+    _prev_ts: int | None = None
+    _paused: bool = False
+
+    def only_waiters(self) -> bool:
+        """Nothing queued or running, and someone waits: the run's clock is stopped."""
+        return (
+            bool(self.waiters)
+            and not any(self.queues.values())
+            and not any(self.in_progress.values())
+        )
+
+
+def _payload(r: StoredRecord) -> Any:
+    try:
+        return orjson.loads(r.payload)
+    except orjson.JSONDecodeError as exc:
+        msg = f"record seq {r.seq} ({r.kind}) of run {r.run_id!r} has a malformed payload: {exc}"
+        raise LogCorruptedError(msg, seq=r.seq) from exc
+
+
+def _run_started(s: Folded, r: StoredRecord, p: Any) -> None:
+    # A fork starts from its parent's state, but not from its parent's ending.
+    s.status = "running"
+    s.result = None
+    s.error = None
+    s.workflow = p.get("workflow", "")
+    s.fingerprint = p.get("fingerprint", "")
+    parent = p.get("parent")
+    if parent:
+        s.parent = (parent["run_id"], parent["seq"])
+    start = p.get("start")
+    if start:
+        s.next_id = max(s.next_id, start["id"] + 1)
+
+
+def _enqueued(s: Folded, r: StoredRecord, p: Any) -> None:
+    ev = Ev(p["id"], p["event"])
+    s.next_id = max(s.next_id, ev.id + 1)
+    if r.step is None:
+        s.unclaimed[ev.id] = ev
+    else:
+        s.queues.setdefault(r.step, {})[ev.id] = ev
+
+
+def _step_of(r: StoredRecord) -> str:
+    if r.step is None:
+        msg = f"record seq {r.seq} ({r.kind}) of run {r.run_id!r} names no step"
+        raise LogCorruptedError(msg, seq=r.seq)
+    return r.step
+
+
+def _dequeued(s: Folded, r: StoredRecord, p: Any) -> None:
+    step = _step_of(r)
+    ev = s.queues.get(step, {}).pop(p["id"], None)
+    if ev is None:
+        msg = f"record seq {r.seq}: step {step!r} took event {p['id']}, which was not queued"
+        raise LogCorruptedError(msg, seq=r.seq)
+    s.in_progress.setdefault(step, {})[ev.id] = Prog(ev)
+
+
+def _prog(s: Folded, r: StoredRecord, p: Any) -> Prog:
+    step = _step_of(r)
+    prog = s.in_progress.get(step, {}).get(p["id"])
+    if prog is None:
+        msg = f"record seq {r.seq} ({r.kind}): event {p['id']} is not in progress at {step!r}"
+        raise LogCorruptedError(msg, seq=r.seq)
+    return prog
+
+
+def _step_started(s: Folded, r: StoredRecord, p: Any) -> None:
+    _prog(s, r, p).attempt = p["attempt"]
+
+
+def _step_finished(s: Folded, r: StoredRecord, p: Any) -> None:
+    _prog(s, r, p)
+    del s.in_progress[_step_of(r)][p["id"]]
+    for wid in p.get("answers", ()):
+        s.answers.pop(wid, None)
+
+
+def _step_failed(s: Folded, r: StoredRecord, p: Any) -> None:
+    _prog(s, r, p).failures += 1
+
+
+def _step_conflicted(s: Folded, r: StoredRecord, p: Any) -> None:
+    _prog(s, r, p).conflicts += 1
+
+
+def _state_set(s: Folded, r: StoredRecord, p: Any) -> None:
+    key = p["key"]
+    if "value" in p:
+        s.context[key] = KeyLog(p["value"], len(r.payload))
+        return
+    entry = s.context.get(key)
+    if entry is None:
+        msg = f"record seq {r.seq}: a patch of context key {key!r}, which has no value"
+        raise LogCorruptedError(msg, seq=r.seq)
+    entry.dump = apply_json(entry.dump, p["patch"])
+    entry.patch_bytes += len(r.payload)
+
+
+def _state_deleted(s: Folded, r: StoredRecord, p: Any) -> None:
+    s.context.pop(p["key"], None)
+
+
+def _collected(s: Folded, r: StoredRecord, p: Any) -> None:
+    buf = s.buffers.setdefault(p["buf"], {})
+    put = p.get("put")
+    if put is not None:
+        ev = Ev(put["id"], put["event"])
+        buf.setdefault(ev.type, []).append(ev)
+    for t in p.get("take") or ():
+        events = buf.get(t)
+        if events:
+            events.pop(0)
+            if not events:
+                del buf[t]
+    if not buf:
+        del s.buffers[p["buf"]]
+
+
+def _waiting(s: Folded, r: StoredRecord, p: Any) -> None:
+    step = _step_of(r)
+    prog = _prog(s, r, p)
+    del s.in_progress[step][p["id"]]
+    s.waiters[p["waiter"]] = WaitRec(
+        p["waiter"], step, prog.ev, p["awaited"], p["requirements"], p["deadline"], p["event"]
+    )
+
+
+def _wait_resolved(s: Folded, r: StoredRecord, p: Any) -> None:
+    s.waiters.pop(p["waiter"], None)
+    answer_id = p.get("id")
+    if answer_id is None:
+        s.answers[p["waiter"]] = None
+        return
+    s.unclaimed.pop(answer_id, None)
+    s.answers[p["waiter"]] = Ev(answer_id, p["event"])
+
+
+def _streamed(s: Folded, r: StoredRecord, p: Any) -> None:
+    s.stream.append(Ev(p["id"], p["event"]))
+
+
+def _run_finished(s: Folded, r: StoredRecord, p: Any) -> None:
+    s.status = "finished"
+    s.result = p["result"]
+    s.in_progress.clear()
+
+
+def _run_failed(s: Folded, r: StoredRecord, p: Any) -> None:
+    s.status = "failed"
+    s.error = {"step": r.step, "error": p.get("error"), "message": p.get("message")}
+
+
+def _status(status: str) -> Callable[[Folded, StoredRecord, Any], None]:
+    def apply(s: Folded, r: StoredRecord, p: Any) -> None:
+        s.status = status
+        if status == "running":
+            s.error = None
+
+    return apply
+
+
+_APPLY: dict[str, Callable[[Folded, StoredRecord, Any], None]] = {
+    J.RUN_STARTED: _run_started,
+    J.ENQUEUED: _enqueued,
+    J.DEQUEUED: _dequeued,
+    J.STEP_STARTED: _step_started,
+    J.STEP_FINISHED: _step_finished,
+    J.STEP_FAILED: _step_failed,
+    J.STEP_CONFLICTED: _step_conflicted,
+    J.STATE_SET: _state_set,
+    J.STATE_DELETED: _state_deleted,
+    J.COLLECTED: _collected,
+    J.WAITING: _waiting,
+    J.WAIT_RESOLVED: _wait_resolved,
+    J.STREAMED: _streamed,
+    J.RUN_FINISHED: _run_finished,
+    J.RUN_FAILED: _run_failed,
+    J.RUN_CANCELLED: _status("cancelled"),
+    J.RUN_TIMED_OUT: _status("timed_out"),
+    J.RUN_RESUMED: _status("running"),
+    J.RUN_SUSPENDED: _status("waiting"),
+}
+
+
+def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
+    """Applies records, in seq order, to ``state`` and returns it.
+
+    :raises LogCorruptedError: a record is malformed, of an unknown kind, or contradicts
+        the records before it; the message names its seq. The fold never skips a record.
+    """
+    apply = _APPLY
+    for r in records:
+        fn = apply.get(r.kind)
+        if fn is None:
+            msg = f"record seq {r.seq} of run {r.run_id!r} has an unknown kind {r.kind!r}"
+            raise LogCorruptedError(msg, seq=r.seq)
+        try:
+            fn(state, r, _payload(r))
+        except LogCorruptedError:
+            raise
+        except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
+            msg = f"record seq {r.seq} ({r.kind}) of run {r.run_id!r} is malformed: {exc!r}"
+            raise LogCorruptedError(msg, seq=r.seq) from exc
+        if state.first_seq is None:
+            state.first_seq = r.seq
+        _clock(state, r)
+        if r.seq == r.commit_seq:
+            state.seq = r.seq
+            state._paused = state.only_waiters()
+    return state
+
+
+def _clock(s: Folded, r: StoredRecord) -> None:
+    # Execution time: from a session's first record to its last, without the time the run
+    # spent with nothing to do but wait, nor the time between sessions.
+    if r.kind in (J.RUN_STARTED, J.RUN_RESUMED):
+        s._prev_ts = r.ts
+        return
+    if s._prev_ts is not None and not s._paused:
+        s.exec_us += max(0, r.ts - s._prev_ts)
+    s._prev_ts = r.ts
+
+
+def result_of(stop: Any) -> Any:
+    """What awaiting a run returns: ``StopEvent.result``, or the event for a subclass."""
+    if type(stop) is StopEvent:
+        return stop.result
+    return stop
+
+
+def materialize(s: Folded, codec: Codec, status: str | None = None) -> RunState:
+    """Decodes a folded state into a typed :class:`RunState`."""
+    load = codec.load
+    result = None
+    if s.result is not None:
+        result = result_of(load(s.result))
+    return RunState(
+        run_id=s.run_id,
+        seq=s.seq,
+        status=status or s.status,  # type: ignore[arg-type]
+        result=result,
+        error=s.error,
+        queues={k: [load(e.dump) for e in q.values()] for k, q in s.queues.items() if q},
+        in_progress={
+            k: [InProgress(load(p.ev.dump), p.attempt, p.failures, p.ev.id) for p in v.values()]
+            for k, v in s.in_progress.items()
+            if v
+        },
+        context={k: load(v.dump) for k, v in s.context.items()},
+        collected={
+            b: {t: [load(e.dump) for e in es] for t, es in d.items()} for b, d in s.buffers.items()
+        },
+        waiters=[
+            Waiter(
+                w.waiter_id,
+                w.step,
+                load(w.ev.dump),
+                w.awaited,
+                load(w.requirements) or {},
+                w.deadline,
+                None if w.waiter_event is None else load(w.waiter_event),
+                w.ev.id,
+            )
+            for w in s.waiters.values()
+        ],
+        stream=[load(e.dump) for e in s.stream],
+        workflow=s.workflow,
+        fingerprint=s.fingerprint,
+        parent=s.parent,
+    )
+
+
+def is_terminal(status: str) -> bool:
+    """Whether a status ends the run (finished, failed, cancelled, timed out)."""
+    return status in TERMINAL

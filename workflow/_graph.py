@@ -1,0 +1,96 @@
+"""The step graph: which step takes which event, validation, and its fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+
+from eventstore import class_name
+
+from ._errors import WorkflowValidationError
+from ._events import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
+from ._step import StepSpec
+
+__all__ = ["Graph"]
+
+
+class Graph:
+    """Routes events to steps and says whether the steps form a runnable workflow."""
+
+    def __init__(self, steps: Mapping[str, StepSpec]) -> None:
+        self.steps = dict(steps)
+        self._routes: dict[type, tuple[str, ...]] = {}
+
+    def route(self, event_type: type) -> tuple[str, ...]:
+        """The steps that take events of this class (its own or a base class's annotation)."""
+        found = self._routes.get(event_type)
+        if found is None:
+            found = tuple(
+                name
+                for name, spec in self.steps.items()
+                if any(issubclass(event_type, t) for t in spec.accepted)
+            )
+            self._routes[event_type] = found
+        return found
+
+    def event_types(self) -> set[type[Event]]:
+        """Every event class a step takes or emits."""
+        out: set[type[Event]] = set()
+        for spec in self.steps.values():
+            out.update(spec.accepted)
+            out.update(spec.returns)
+        return out
+
+    def validate(self, workflow: str) -> None:
+        """Raises :class:`WorkflowValidationError` naming the first problem found."""
+        if not self.steps:
+            msg = f"{workflow} has no steps (decorate async methods with @step)"
+            raise WorkflowValidationError(msg)
+        takers = [
+            n for n, s in self.steps.items() if any(issubclass(StartEvent, t) for t in s.accepted)
+        ]
+        if not takers:
+            msg = f"{workflow}: no step takes StartEvent, so a run could never begin"
+            raise WorkflowValidationError(msg)
+        if not any(issubclass(t, StopEvent) for s in self.steps.values() for t in s.returns):
+            msg = f"{workflow}: no step returns a StopEvent, so a run could never finish"
+            raise WorkflowValidationError(msg)
+        for name, spec in self.steps.items():
+            for t in spec.returns:
+                if issubclass(t, StopEvent | InputRequiredEvent):
+                    continue  # these leave the graph: the result, or a question to a human
+                if not self.route(t):
+                    msg = f"{workflow}: step {name!r} produces {t.__name__}, which no step consumes"
+                    raise WorkflowValidationError(msg)
+        produced = {t for s in self.steps.values() for t in s.returns}
+        for name, spec in self.steps.items():
+            for t in spec.accepted:
+                if issubclass(StartEvent, t) or issubclass(t, HumanResponseEvent | StopEvent):
+                    continue  # StartEvent comes from run(); a human's response from send()
+                if not any(issubclass(p, t) for p in produced):
+                    msg = f"{workflow}: step {name!r} consumes {t.__name__}, which no step produces"
+                    raise WorkflowValidationError(msg)
+
+    def fingerprint(self) -> str:
+        """A short hash of the steps and the event classes between them."""
+        lines = sorted(
+            f"{n}:{','.join(sorted(map(class_name, s.accepted)))}"
+            f"->{','.join(sorted(map(class_name, s.returns)))}"
+            for n, s in self.steps.items()
+        )
+        return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+    def describe(self) -> dict[str, dict[str, list[str]]]:
+        """The graph as plain data: each step's accepted and returned event classes."""
+        return {
+            n: {
+                "accepts": sorted(map(class_name, s.accepted)),
+                "returns": sorted(map(class_name, s.returns)),
+            }
+            for n, s in self.steps.items()
+        }
+
+
+def names(types_: Iterable[type]) -> list[str]:
+    """Qualified names of classes, as the log writes them."""
+    return [class_name(t) for t in types_]

@@ -1,0 +1,829 @@
+"""The executor of one run: queues, workers, attempts, retries, waits, timeouts.
+
+Every change goes to the log first; only once its commit is durable does it take effect in
+memory (the committed context, the queues): durable before visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from eventstore import Commit, ConcurrencyError, NewRun, Record, class_name
+
+from . import _journal as J
+from ._context import COLLECT_PREFIX, Attempt, Context, WaitSuspend, current_attempt
+from ._diff import apply, diff, materialize, ops_to_json, patch_size
+from ._errors import (
+    RecoveryLimitError,
+    WorkflowCancelledError,
+    WorkflowRuntimeError,
+    WorkflowTimeoutError,
+)
+from ._events import Event, InputRequiredEvent, StopEvent
+from ._fold import Folded, result_of
+
+if TYPE_CHECKING:
+    from ._step import StepSpec
+    from ._workflow import Workflow
+
+__all__ = ["Delivery", "Executor"]
+
+# After this many conflicts in a row an attempt runs holding the run's state lock.
+CONFLICTS_BEFORE_LOCK: Final = 3
+INBOX_POLL_S: Final = 0.1
+# A key's value is written whole again once the patches since its last full write weigh
+# as much as that write: the fold then replays at most the value's size in patches, and
+# the bytes stay linear in the changes (a fixed every-K rule would grow quadratically).
+MIN_FULL_BYTES: Final = 256
+
+
+class _Conflict(ConcurrencyError):
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+        super().__init__(f"stale reads of {keys}")
+
+
+@dataclass(slots=True)
+class Delivery:
+    """An event handed to a step's worker: new, or re-delivered by a resume."""
+
+    event_id: int
+    event: Event
+    attempts: int = 0
+    failures: int = 0
+    redelivered: bool = False
+
+
+@dataclass(slots=True)
+class _WaitInfo:
+    waiter_id: str
+    step: str
+    event_id: int
+    event: Event
+    awaited: type[Event] | None
+    awaited_name: str
+    requirements: dict[str, Any]
+    deadline: float | None
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass(slots=True)
+class _KeyChange:
+    key: str
+    deleted: bool = False
+    full: Any = None  # the new Python value, when written whole
+    ops: list[Any] | None = None  # Python-form ops, when patched
+    size: int = 0  # bytes of its record's payload
+
+
+class Executor:
+    """Runs one run in this process until it finishes, fails, is cancelled or suspended."""
+
+    def __init__(
+        self,
+        wf: Workflow,
+        run_id: str,
+        rid: int,
+        epoch: int,
+        folded: Folded | None,
+        *,
+        stream_from: int = 0,
+    ) -> None:
+        self.wf = wf
+        self.graph = wf._graph
+        self.codec = wf._codec
+        self.store = wf._store
+        self.run_id = run_id
+        self.rid = rid
+        self.epoch = epoch
+        self.ctx: Context[Any] = Context(self, wf._state_type)
+        self.committed: dict[str, Any] = {}
+        self.versions: dict[str, int] = {}
+        self._wversions: dict[str, int] = {}
+        self._keylog: dict[str, list[int]] = {}
+        self._pins: dict[str, int] = {}
+        self.state_lock = asyncio.Lock()
+        self.queues: dict[str, asyncio.Queue[Delivery]] = {
+            name: asyncio.Queue() for name in self.graph.steps
+        }
+        self.buffers: dict[str, dict[str, list[tuple[int, Event]]]] = {}
+        self.waiters: dict[str, _WaitInfo] = {}
+        self.answers: dict[str, tuple[int, Event] | None] = {}
+        self.unclaimed: dict[int, Event] = {}
+        self.next_id = 1
+        self.done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.status = "running"
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._busy = 0  # deliveries queued or running
+        self._poke = asyncio.Event()
+        self._taken_inbox: set[int] = set()
+        self._subscribers: list[asyncio.Queue[Event | None]] = []
+        self._history: list[Event] = []
+        self._exec_before = 0.0
+        self._clock_start: float | None = None
+        self._stream_from = stream_from
+        if folded is not None:
+            self._load(folded)
+
+    # ------------------------------------------------------------------ state from the log
+
+    def _load(self, f: Folded) -> None:
+        load = self.codec.load
+        for key, entry in f.context.items():
+            self.committed[key] = load(entry.dump)
+            self._keylog[key] = [entry.full_bytes, entry.patch_bytes]
+        for buf, by_type in f.buffers.items():
+            self.buffers[buf] = {t: [(e.id, load(e.dump)) for e in es] for t, es in by_type.items()}
+        for wid, w in f.waiters.items():
+            self.waiters[wid] = _WaitInfo(
+                wid,
+                w.step,
+                w.ev.id,
+                load(w.ev.dump),
+                None,
+                w.awaited,
+                load(w.requirements) or {},
+                w.deadline,
+            )
+        for wid, ans in f.answers.items():
+            self.answers[wid] = None if ans is None else (ans.id, load(ans.dump))
+        self.unclaimed = {i: load(e.dump) for i, e in f.unclaimed.items()}
+        self.next_id = f.next_id
+        self._exec_before = f.exec_us / 1e6
+
+    # ------------------------------------------------------------------ helpers for Context
+
+    def new_event_id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def pin(self, key: str) -> None:
+        self._pins[key] = self._pins.get(key, 0) + 1
+
+    def _unpin(self, att: Attempt) -> None:
+        for key in att.reads:
+            n = self._pins.get(key, 0) - 1
+            if n > 0:
+                self._pins[key] = n
+            else:
+                self._pins.pop(key, None)
+
+    def read_buffer(self, att: Attempt, buf_key: str) -> dict[str, list[tuple[int, Event]]]:
+        local = att.buffers.get(buf_key)
+        if local is None:
+            vkey = COLLECT_PREFIX + buf_key
+            if vkey not in att.reads:
+                att.reads[vkey] = self.versions.get(vkey, 0)
+            committed = self.buffers.get(buf_key, {})
+            local = att.buffers[buf_key] = {t: list(es) for t, es in committed.items()}
+        return local
+
+    def stream_now(self, event: Event, att: Attempt | None) -> None:
+        if att is not None:
+            event._origin = (att.step, att.event_id, att.attempt)  # type: ignore[attr-defined]
+        self._history.append(event)
+        for q in self._subscribers:
+            q.put_nowait(event)
+
+    def subscribe(self) -> asyncio.Queue[Event | None]:
+        q: asyncio.Queue[Event | None] = asyncio.Queue()
+        for ev in self._history:
+            q.put_nowait(ev)
+        if self.done.done():
+            q.put_nowait(None)
+        else:
+            self._subscribers.append(q)
+        return q
+
+    # ------------------------------------------------------------------ committing
+
+    def _commit(
+        self,
+        records: list[Record],
+        *,
+        status: str | None = None,
+        check: Callable[[], None] | None = None,
+        on_written: Callable[[Any], None] | None = None,
+        inbox_taken: list[int] | None = None,
+        create: NewRun | None = None,
+    ) -> Commit:
+        return Commit(
+            self.run_id,
+            records,
+            epoch=self.epoch,
+            status=status,
+            check=check,
+            on_written=on_written,
+            inbox_taken=inbox_taken or (),
+            create=create,
+        )
+
+    def _lazy(self, records: list[Record]) -> None:
+        fut = self.store.submit(self._commit(records), lazy=True)
+        fut.add_done_callback(self._lazy_done)
+
+    def _lazy_done(self, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None and not self.done.done():
+            self._end_with(exc)
+
+    async def append(self, records: list[Record], **kw: Any) -> int:
+        res = await self.store.append(self._commit(records, **kw))
+        return int(res.last_seq)
+
+    # ------------------------------------------------------------------ context changes
+
+    def _key_changes(self, att: Attempt) -> list[_KeyChange]:
+        out: list[_KeyChange] = []
+        for key, w in att.writes.items():
+            if w.deleted:
+                if key in self.committed:
+                    out.append(_KeyChange(key, deleted=True))
+                continue
+            if w.tracker is not None:
+                ops = w.tracker.ops()
+            else:
+                old = self.committed.get(key, _ABSENT)
+                ops = (
+                    [("replace", (), materialize(w.value))]
+                    if old is _ABSENT
+                    else diff(old, w.value, self.codec)
+                )
+            if not ops:
+                continue
+            if len(ops) == 1 and ops[0][0] == "replace" and ops[0][1] == ():
+                out.append(_KeyChange(key, full=ops[0][2]))
+            else:
+                out.append(_KeyChange(key, ops=ops))
+        return out
+
+    def _state_records(self, step: str | None, changes: list[_KeyChange]) -> list[Record]:
+        """The records of context changes; each change learns its record's size."""
+        records = []
+        dump = self.codec.dump
+        for ch in changes:
+            if ch.deleted:
+                records.append(J.state_deleted(step, ch.key))
+                continue
+            if ch.ops is not None:
+                ops_json = ops_to_json(ch.ops, self.codec)
+                log = self._keylog.get(ch.key)
+                if log is not None and log[1] + patch_size(ops_json) < max(log[0], MIN_FULL_BYTES):
+                    rec = J.state_set_patch(step, ch.key, ops_json)
+                    ch.size = len(rec.payload)
+                    records.append(rec)
+                    continue
+                # Time to write the value whole again: the new value, fully materialized.
+                base = copy.deepcopy(self.committed[ch.key])
+                ch.full, ch.ops = materialize(apply(base, ch.ops)), None
+            rec = J.state_set_value(step, ch.key, dump(ch.full))
+            ch.size = len(rec.payload)
+            records.append(rec)
+        return records
+
+    def _apply_changes(self, changes: list[_KeyChange], seq: int) -> None:
+        for ch in changes:
+            key = ch.key
+            self.versions[key] = seq
+            if ch.deleted:
+                self.committed.pop(key, None)
+                self._keylog.pop(key, None)
+                continue
+            size = ch.size
+            if ch.ops is not None:
+                current = self.committed[key]
+                if self._pins.get(key):
+                    # Another live attempt reads this value: never change it under it.
+                    current = copy.deepcopy(current)
+                self.committed[key] = apply(current, ch.ops)
+                log = self._keylog.setdefault(key, [size, 0])
+                log[1] += size
+            else:
+                self.committed[key] = materialize(ch.full)
+                self._keylog[key] = [size, 0]
+
+    # ------------------------------------------------------------------ the run
+
+    def start_tasks(self) -> None:
+        """Starts the workers of every step, the inbox poller and the timeout watchdog."""
+        for name, spec in self.graph.steps.items():
+            for worker in range(spec.num_workers):
+                self._spawn(self._worker(name, spec, worker))
+        self._spawn(self._inbox_loop())
+        if self.wf._timeout is not None:
+            self._spawn(self._watchdog(self.wf._timeout))
+        self._clock_start = time.monotonic()
+        self._update_clock()
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None and not self.done.done():
+            self._end_with(exc)
+
+    def deliver(self, step: str, d: Delivery) -> None:
+        self._busy += 1
+        self.queues[step].put_nowait(d)
+
+    async def _worker(self, step: str, spec: StepSpec, worker: int) -> None:
+        queue = self.queues[step]
+        while True:
+            d = await queue.get()
+            try:
+                await self._handle(step, spec, d, worker)
+            finally:
+                self._busy -= 1
+                self._update_clock()
+
+    async def _handle(self, step: str, spec: StepSpec, d: Delivery, worker: int) -> None:
+        if not d.redelivered:
+            self._lazy([J.dequeued(step, d.event_id, worker)])
+        attempt = d.attempts
+        failures = d.failures
+        conflicts = 0
+        first_started = time.monotonic()
+        durable_start = d.redelivered
+        while True:
+            attempt += 1
+            started = [J.step_started(step, d.event_id, attempt)]
+            if durable_start:
+                # A re-delivered input may be what killed the process: count it first.
+                await self.append(started)
+                durable_start = False
+            else:
+                self._lazy(started)
+            att = Attempt(step, d.event_id, attempt, d.event)
+            if conflicts >= CONFLICTS_BEFORE_LOCK:
+                await self.state_lock.acquire()
+                att.holds_lock = True
+            try:
+                outcome = await self._invoke(spec, att)
+                if outcome[0] == "ok":
+                    if await self._commit_success(att, outcome[1]):
+                        return
+                    conflicts += 1
+                    continue
+                if outcome[0] == "wait":
+                    await self._commit_wait(att, outcome[1])
+                    return
+                exc, tb = outcome[1], outcome[2]
+                stale = self._stale(att)
+                if stale:
+                    # It failed on reads that another attempt had already changed: that
+                    # is a conflict, not the step's failure.
+                    await self._commit_conflict(att, stale)
+                    conflicts += 1
+                    continue
+                failures += 1
+                policy = spec.retry_policy
+                delay = (
+                    policy.next(time.monotonic() - first_started, failures, exc)
+                    if policy is not None
+                    else None
+                )
+                await self.append(
+                    [
+                        J.step_failed(step, d.event_id, attempt, exc, tb, delay is not None, delay),
+                        *self._streamed(att),
+                    ]
+                )
+                if delay is None:
+                    await self._fail_run(step, exc)
+                    return
+                if self.wf._verbose:
+                    print(f"Step {step} failed ({exc!r}), retrying in {delay} s")  # noqa: T201
+                await asyncio.sleep(delay)
+            finally:
+                if att.holds_lock:
+                    self.state_lock.release()
+                self._unpin(att)
+
+    async def _invoke(self, spec: StepSpec, att: Attempt) -> tuple[Any, ...]:
+        kwargs: dict[str, Any] = {spec.event_param: att.event}
+        if spec.ctx_param is not None:
+            kwargs[spec.ctx_param] = self.ctx
+        if self.wf._verbose:
+            print(f"Running step {spec.name}")  # noqa: T201
+        token = current_attempt.set(att)
+        try:
+            result = await spec.func(self.wf, **kwargs)
+        except WaitSuspend as ws:
+            return ("wait", ws.waiter)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return ("error", exc, traceback.format_exc())
+        finally:
+            current_attempt.reset(token)
+        if result is not None and not isinstance(result, Event):
+            exc = WorkflowRuntimeError(
+                f"step {spec.name!r} returned {type(result).__name__}, not an Event or None"
+            )
+            return ("error", exc, "")
+        if self.wf._verbose:
+            name = "None" if result is None else type(result).__name__
+            print(f"Step {spec.name} produced event {name}")  # noqa: T201
+        return ("ok", result)
+
+    def _stale(self, att: Attempt) -> list[str]:
+        w = self._wversions
+        return [k for k, v in att.reads.items() if w.get(k, 0) != v]
+
+    def _streamed(self, att: Attempt) -> list[Record]:
+        dump = self.codec.dump
+        return [J.streamed(att.step, att.event_id, att.attempt, dump(e)) for e in att.streamed]
+
+    async def _commit_conflict(self, att: Attempt, keys: list[str]) -> None:
+        shown = [k.replace(COLLECT_PREFIX, "collect:") for k in keys]
+        await self.append(
+            [J.step_conflicted(att.step, att.event_id, att.attempt, shown), *self._streamed(att)]
+        )
+
+    async def _commit_success(self, att: Attempt, result: Event | None) -> bool:
+        """Commits a returned attempt; False when its reads went stale (it must re-run)."""
+        dump = self.codec.dump
+        emitted: list[tuple[Event, str | None]] = list(att.sent)
+        if result is not None:
+            emitted.append((result, None))
+        changes = self._key_changes(att)
+        records: list[Record] = []
+        ids: list[int] = []
+        deliveries: list[tuple[str, Delivery]] = []
+        stop: tuple[int, StopEvent] | None = None
+        body: list[Record] = self._state_records(att.step, changes)
+        for buf, put, take in att.collects:
+            body.append(
+                J.collected(
+                    att.step,
+                    buf,
+                    None if put is None else {"id": put[0], "event": dump(put[1])},
+                    take,
+                )
+            )
+        for ev, target in emitted:
+            ev_id = self.new_event_id()
+            ids.append(ev_id)
+            if isinstance(ev, StopEvent):
+                if stop is None:
+                    stop = (ev_id, ev)
+                continue
+            if (
+                isinstance(ev, InputRequiredEvent)
+                and target is None
+                and not self.graph.route(type(ev))
+            ):
+                att.streamed.append(ev)
+                self.stream_now(ev, att)
+                continue
+            targets = (target,) if target is not None else self.graph.route(type(ev))
+            d = dump(ev)
+            if not targets:
+                body.append(J.enqueued(None, ev_id, d, [att.event_id, att.attempt]))
+                continue
+            for t in targets:
+                body.append(J.enqueued(t, ev_id, d, [att.event_id, att.attempt]))
+                deliveries.append((t, Delivery(ev_id, ev)))
+        records.append(
+            J.step_finished(
+                att.step,
+                att.event_id,
+                att.attempt,
+                ids,
+                max(att.reads.values(), default=0),
+                att.answers_used,
+            )
+        )
+        records.extend(body)
+        records.extend(self._streamed(att))
+        if stop is not None:
+            records.append(J.run_finished(dump(stop[1]), stop[0]))
+        written = [c.key for c in changes]
+        if att.collects:
+            written.extend(COLLECT_PREFIX + b for b in {c[0] for c in att.collects})
+
+        def check() -> None:
+            stale = self._stale(att)
+            if stale:
+                raise _Conflict(stale)
+
+        def on_written(seq: Any) -> None:
+            for k in written:
+                self._wversions[k] = int(seq)
+
+        # A commit that changes state waits for an exclusive (edit_state) attempt to end.
+        hold = bool(written) and not att.holds_lock and self.state_lock.locked()
+        if hold:
+            await self.state_lock.acquire()
+        try:
+            seq = await self.append(
+                records,
+                check=check if att.reads else None,
+                on_written=on_written if written else None,
+                status="finished" if stop is not None else None,
+            )
+        except _Conflict as exc:
+            await self._commit_conflict(att, exc.keys)
+            return False
+        finally:
+            if hold:
+                self.state_lock.release()
+        # Durable: now it takes effect.
+        self._apply_changes(changes, seq)
+        for buf_key, local in att.buffers.items():
+            self.buffers[buf_key] = {t: es for t, es in local.items() if es}
+            self.versions[COLLECT_PREFIX + buf_key] = seq
+        for wid in att.answers_used:
+            self.answers.pop(wid, None)
+        for ev_id, (ev, target) in zip(ids, emitted, strict=True):
+            if (
+                target is None
+                and not isinstance(ev, StopEvent | InputRequiredEvent)
+                and not self.graph.route(type(ev))
+            ):
+                self.unclaimed[ev_id] = ev
+        for step, d in deliveries:
+            self.deliver(step, d)
+        if stop is not None:
+            self._finish(stop[1])
+        return True
+
+    # ------------------------------------------------------------------ waits
+
+    async def _commit_wait(self, att: Attempt, info: dict[str, Any]) -> None:
+        dump = self.codec.dump
+        awaited: type[Event] = info["awaited"]
+        wev: Event | None = info["waiter_event"]
+        deadline = None if info["timeout"] is None else time.time() + float(info["timeout"])
+        if wev is not None:
+            self.stream_now(wev, att)
+            att.streamed.insert(0, wev)
+        await self.append(
+            [
+                J.waiting(
+                    att.step,
+                    att.event_id,
+                    att.attempt,
+                    info["waiter_id"],
+                    class_name(awaited),
+                    dump(info["requirements"]),
+                    deadline,
+                    None if wev is None else dump(wev),
+                ),
+                *self._streamed(att),
+            ]
+        )
+        w = _WaitInfo(
+            info["waiter_id"],
+            att.step,
+            att.event_id,
+            att.event,
+            awaited,
+            class_name(awaited),
+            info["requirements"],
+            deadline,
+        )
+        self.waiters[w.waiter_id] = w
+        self._arm(w)
+        for ev_id, ev in list(self.unclaimed.items()):
+            if self._matches(w, ev):
+                del self.unclaimed[ev_id]
+                await self._resolve(w, ev_id, ev)
+                break
+
+    def _arm(self, w: _WaitInfo) -> None:
+        if w.deadline is None:
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, w.deadline - time.time())
+        w.timer = loop.call_later(delay, lambda: self._spawn(self._expire(w)))
+
+    async def _expire(self, w: _WaitInfo) -> None:
+        if self.waiters.get(w.waiter_id) is w:
+            await self._resolve(w, None, None)
+
+    def _matches(self, w: _WaitInfo, ev: Event) -> bool:
+        if w.awaited is not None:
+            if not isinstance(ev, w.awaited):
+                return False
+        elif class_name(type(ev)) != w.awaited_name:
+            return False
+        return all(getattr(ev, k, _ABSENT) == v for k, v in w.requirements.items())
+
+    async def _resolve(
+        self, w: _WaitInfo, ev_id: int | None, ev: Event | None, inbox_id: int | None = None
+    ) -> None:
+        dump = self.codec.dump
+        del self.waiters[w.waiter_id]
+        if w.timer is not None:
+            w.timer.cancel()
+        await self.append(
+            [
+                J.wait_resolved(w.step, w.waiter_id, ev_id, None if ev is None else dump(ev)),
+                J.enqueued(w.step, w.event_id, dump(w.event), J.SRC_WAITER),
+            ],
+            inbox_taken=[inbox_id] if inbox_id is not None else None,
+        )
+        self.answers[w.waiter_id] = None if ev is None or ev_id is None else (ev_id, ev)
+        self.deliver(w.step, Delivery(w.event_id, w.event))
+
+    # ------------------------------------------------------------------ external events
+
+    def poke(self) -> None:
+        self._poke.set()
+
+    def send_external_nowait(self, event: Event) -> None:
+        """Takes an event from outside any step (``ctx.send_event`` on ``handler.ctx``)."""
+        self._spawn(self.take_external(event, None))
+
+    async def take_external(
+        self, ev: Event, inbox_id: int | None, src: str = J.SRC_EXTERNAL
+    ) -> None:
+        if self.done.done():
+            return
+        ev_id = self.new_event_id()
+        for w in list(self.waiters.values()):
+            if self._matches(w, ev):
+                await self._resolve(w, ev_id, ev, inbox_id)
+                return
+        dump = self.codec.dump(ev)
+        targets = self.graph.route(type(ev))
+        records = [J.enqueued(t, ev_id, dump, src) for t in targets] or [
+            J.enqueued(None, ev_id, dump, src)
+        ]
+        await self.append(records, inbox_taken=[inbox_id] if inbox_id is not None else None)
+        if not targets:
+            self.unclaimed[ev_id] = ev
+        for t in targets:
+            self.deliver(t, Delivery(ev_id, ev))
+
+    async def take_inbox(self) -> None:
+        for entry in self.store.inbox(self.run_id):
+            if entry.id in self._taken_inbox or self.done.done():
+                continue
+            self._taken_inbox.add(entry.id)
+            ev = self.codec.decode(entry.payload)
+            await self.take_external(ev, entry.id)
+
+    async def _inbox_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poke.wait(), INBOX_POLL_S)
+            self._poke.clear()
+            await self.take_inbox()
+
+    async def operator_update(
+        self, updates: dict[str, Any], deletes: list[str] | None = None
+    ) -> int:
+        """Records operator writes (``updates`` of ``resume``/``run_from``, ``handler.ctx``)."""
+        changes: list[_KeyChange] = []
+        for path, value in updates.items():
+            if "." in path:
+                msg = f"operator updates take top-level keys, not the path {path!r}"
+                raise WorkflowRuntimeError(msg)
+            self.codec.dump(value)  # refuse what cannot be stored before writing anything
+            old = self.committed.get(path, _ABSENT)
+            ops = [("replace", (), value)] if old is _ABSENT else diff(old, value, self.codec)
+            if not ops:
+                continue
+            if len(ops) == 1 and ops[0][0] == "replace" and ops[0][1] == ():
+                changes.append(_KeyChange(path, full=value))
+            else:
+                changes.append(_KeyChange(path, ops=ops))
+        changes.extend(_KeyChange(k, deleted=True) for k in deletes or () if k in self.committed)
+        if not changes:
+            return 0
+        records = self._state_records(None, changes)
+        written = [c.key for c in changes]
+
+        def on_written(seq: Any) -> None:
+            for k in written:
+                self._wversions[k] = int(seq)
+
+        async with self.state_lock:
+            seq = await self.append(records, on_written=on_written)
+        self._apply_changes(changes, seq)
+        return seq
+
+    # ------------------------------------------------------------------ time
+
+    def only_waiters(self) -> bool:
+        return bool(self.waiters) and self._busy == 0
+
+    def _update_clock(self) -> None:
+        now = time.monotonic()
+        paused = self.only_waiters()
+        if paused and self._clock_start is not None:
+            self._exec_before += now - self._clock_start
+            self._clock_start = None
+        elif not paused and self._clock_start is None:
+            self._clock_start = now
+
+    def exec_time(self) -> float:
+        running = 0.0 if self._clock_start is None else time.monotonic() - self._clock_start
+        return self._exec_before + running
+
+    async def _watchdog(self, timeout: float) -> None:  # noqa: ASYNC109 - the run's budget
+        while True:
+            self._update_clock()
+            remaining = timeout - self.exec_time()
+            if remaining <= 0:
+                await self._end_run(
+                    J.RUN_TIMED_OUT,
+                    WorkflowTimeoutError(
+                        f"run {self.run_id!r} timed out after {timeout} s of execution"
+                    ),
+                    elapsed=self.exec_time(),
+                )
+                return
+            await asyncio.sleep(min(remaining, 0.5) if self._clock_start is not None else 0.05)
+
+    # ------------------------------------------------------------------ ending
+
+    async def _fail_run(self, step: str, exc: BaseException) -> None:
+        await self.append([J.run_failed(step, exc)], status="failed")
+        self._end_with(exc)
+
+    async def _end_run(self, kind: str, exc: BaseException, **payload: Any) -> None:
+        if self.done.done():
+            return
+        status = {
+            J.RUN_CANCELLED: "cancelled",
+            J.RUN_TIMED_OUT: "timed_out",
+            J.RUN_SUSPENDED: "waiting",
+        }[kind]
+        await self.append([J.run_status(kind, **payload)], status=status)
+        self._end_with(exc)
+
+    async def cancel(self) -> None:
+        await self._end_run(
+            J.RUN_CANCELLED, WorkflowCancelledError(f"run {self.run_id!r} was cancelled")
+        )
+
+    async def suspend(self, exc: BaseException) -> None:
+        await self._end_run(J.RUN_SUSPENDED, exc)
+
+    def _finish(self, stop: StopEvent) -> None:
+        self.status = "finished"
+        self._history.append(stop)
+        for q in self._subscribers:
+            q.put_nowait(stop)
+        self._close(result=result_of(stop))
+
+    def _end_with(self, exc: BaseException) -> None:
+        if isinstance(exc, ConcurrencyError) and not isinstance(exc, _Conflict):
+            exc = WorkflowRuntimeError(
+                f"run {self.run_id!r}: this executor lost the run to another one ({exc})"
+            )
+        self.status = "failed"
+        self._close(exc=exc)
+
+    def _close(self, *, result: Any = None, exc: BaseException | None = None) -> None:
+        if self.done.done():
+            return
+        current = asyncio.current_task()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
+        for w in self.waiters.values():
+            if w.timer is not None:
+                w.timer.cancel()
+        for q in self._subscribers:
+            q.put_nowait(None)
+        self._subscribers.clear()
+        self.wf._release(self)
+        if exc is not None:
+            self.done.set_exception(exc)
+        else:
+            self.done.set_result(result)
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+_ABSENT: Final[Any] = _Absent()
+
+
+def check_recovery(step: str, run_id: str, attempts: int, failures: int, limit: int) -> None:
+    """Refuses to deliver an input again that was started ``limit`` times without ending."""
+    crashes = attempts - failures
+    if crashes >= limit:
+        raise RecoveryLimitError(run_id, step, crashes, limit)

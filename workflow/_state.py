@@ -1,0 +1,127 @@
+"""What a run looks like at a seq (``RunState``) and where one can go back to (``Checkpoint``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from ._events import Event
+
+__all__ = ["Checkpoint", "InProgress", "RunState", "RunStatus", "Waiter"]
+
+RunStatus = Literal[
+    "running", "interrupted", "waiting", "finished", "failed", "cancelled", "timed_out"
+]
+TERMINAL: frozenset[str] = frozenset({"finished", "failed", "cancelled", "timed_out"})
+
+
+class Checkpoint(BaseModel):
+    """A commit of a run one can look at or fork from: the run and the commit's last seq.
+
+    Every field is JSON-native, so ``Checkpoint.model_validate(json.loads(json.dumps(
+    cp.model_dump())))`` gives back an equal checkpoint that ``run_from`` accepts.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    seq: int
+    kind: str
+    step: str | None = None
+    event_types: list[str] = []
+
+
+@dataclass(frozen=True, slots=True)
+class InProgress:
+    """An event a step took and has not finished: re-run on resume, never dropped."""
+
+    event: Event
+    attempt: int  # attempts started so far
+    failures: int = 0
+    event_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Waiter:
+    """A step suspended in ``wait_for_event`` until a matching event arrives."""
+
+    waiter_id: str
+    step: str
+    event: Event  # the step's input, delivered again when the wait is answered
+    awaited: str  # qualified name of the awaited event class
+    requirements: dict[str, Any]
+    deadline: float | None  # Unix time, or None
+    waiter_event: Event | None
+    event_id: int = 0
+
+
+@dataclass(slots=True)
+class RunState:
+    """The state of a run at a seq: the fold of its log up to that seq.
+
+    ``queues[step]`` are the events enqueued and not yet taken, in order;
+    ``in_progress[step]`` the events taken and not finished; ``context`` the latest value
+    of each key; ``collected`` the collect buffers (step -> event class -> events);
+    ``waiters`` the suspended waits; ``stream`` what steps wrote to the stream.
+    """
+
+    run_id: str
+    seq: int
+    status: RunStatus
+    result: Any = None
+    error: dict[str, Any] | None = None
+    queues: dict[str, list[Event]] = field(default_factory=dict)
+    in_progress: dict[str, list[InProgress]] = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)
+    collected: dict[str, dict[str, list[Event]]] = field(default_factory=dict)
+    waiters: list[Waiter] = field(default_factory=list)
+    stream: list[Event] = field(default_factory=list)
+    workflow: str = ""
+    fingerprint: str = ""
+    parent: tuple[str, int] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The state as JSON-native data (events and values through the codec's dump)."""
+        from eventstore import default_codec as codec
+
+        def ev(e: Event) -> Any:
+            return codec.dump(e)
+
+        return {
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "status": self.status,
+            "result": codec.dump(self.result),
+            "error": self.error,
+            "queues": {s: [ev(e) for e in q] for s, q in self.queues.items()},
+            "in_progress": {
+                s: [
+                    {"event": ev(p.event), "attempt": p.attempt, "failures": p.failures}
+                    for p in lst
+                ]
+                for s, lst in self.in_progress.items()
+            },
+            "context": {k: codec.dump(v) for k, v in self.context.items()},
+            "collected": {
+                b: {t: [ev(e) for e in es] for t, es in d.items()}
+                for b, d in self.collected.items()
+            },
+            "waiters": [
+                {
+                    "waiter_id": w.waiter_id,
+                    "step": w.step,
+                    "event": ev(w.event),
+                    "awaited": w.awaited,
+                    "requirements": codec.dump(w.requirements),
+                    "deadline": w.deadline,
+                    "waiter_event": None if w.waiter_event is None else ev(w.waiter_event),
+                }
+                for w in self.waiters
+            ],
+            "stream": [ev(e) for e in self.stream],
+            "workflow": self.workflow,
+            "fingerprint": self.fingerprint,
+            "parent": list(self.parent) if self.parent else None,
+        }

@@ -1,0 +1,220 @@
+"""``@step`` and what a step's signature says: the events it takes and emits, its workers."""
+
+from __future__ import annotations
+
+import inspect
+import random
+import types
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, overload, runtime_checkable
+
+from ._errors import WorkflowValidationError
+from ._events import Event
+
+__all__ = [
+    "ConstantDelayRetryPolicy",
+    "ExponentialBackoffRetryPolicy",
+    "RetryPolicy",
+    "StepSpec",
+    "step",
+]
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+STEP_ATTR = "__workflow_step__"
+
+
+@runtime_checkable
+class RetryPolicy(Protocol):
+    """Decides whether a failed attempt is retried: seconds to wait, or None to give up.
+
+    ``attempts`` is the number of attempts made so far (1 after the first failure);
+    ``elapsed_time`` the seconds since the first attempt began.
+    """
+
+    def next(self, elapsed_time: float, attempts: int, error: Exception) -> float | None: ...
+
+
+class ConstantDelayRetryPolicy:
+    """Retries after a fixed delay until ``maximum_attempts`` attempts were made."""
+
+    def __init__(self, maximum_attempts: int = 3, delay: float = 5) -> None:
+        self.maximum_attempts = maximum_attempts
+        self.delay = delay
+
+    def next(self, elapsed_time: float, attempts: int, error: Exception) -> float | None:
+        """The delay before the next attempt, or None when attempts are used up."""
+        return self.delay if attempts < self.maximum_attempts else None
+
+    def __repr__(self) -> str:
+        return (
+            f"ConstantDelayRetryPolicy(maximum_attempts={self.maximum_attempts},"
+            f" delay={self.delay})"
+        )
+
+
+class ExponentialBackoffRetryPolicy:
+    """Retries with delays growing by ``multiplier`` (capped at ``max_delay``), with jitter."""
+
+    def __init__(
+        self,
+        maximum_attempts: int = 5,
+        initial_delay: float = 1.0,
+        multiplier: float = 2.0,
+        max_delay: float = 30.0,
+        jitter: bool = False,
+    ) -> None:
+        self.maximum_attempts = maximum_attempts
+        self.initial_delay = initial_delay
+        self.multiplier = multiplier
+        self.max_delay = max_delay
+        self.jitter = jitter
+
+    def next(self, elapsed_time: float, attempts: int, error: Exception) -> float | None:
+        """The delay before the next attempt, or None when attempts are used up."""
+        if attempts >= self.maximum_attempts:
+            return None
+        delay = min(self.initial_delay * self.multiplier ** max(attempts - 1, 0), self.max_delay)
+        # Jitter spreads retries of many runs apart; it only affects timing, never results.
+        return delay * random.uniform(0.5, 1.0) if self.jitter else delay
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpec:
+    """What the decorator and the signature say about one step."""
+
+    name: str
+    func: Callable[..., Awaitable[Any]]
+    accepted: tuple[type[Event], ...]
+    returns: tuple[type[Event], ...]
+    event_param: str
+    ctx_param: str | None
+    num_workers: int
+    retry_policy: RetryPolicy | None
+
+
+@dataclass(frozen=True, slots=True)
+class _StepOptions:
+    num_workers: int
+    retry_policy: RetryPolicy | None
+
+
+@overload
+def step(func: F, /) -> F: ...
+
+
+@overload
+def step(*, num_workers: int = 4, retry_policy: RetryPolicy | None = None) -> Callable[[F], F]: ...
+
+
+def step(
+    func: F | None = None,
+    /,
+    *,
+    num_workers: int = 4,
+    retry_policy: RetryPolicy | None = None,
+) -> F | Callable[[F], F]:
+    """Marks an async method of a :class:`Workflow` as a step.
+
+    The step receives the events its event parameter's annotation names (a class or a
+    union) and emits what its return annotation names (``None`` allowed). A parameter
+    annotated :class:`Context` receives the context. ``num_workers`` attempts of the step
+    may run at once (4, as in LlamaIndex); ``retry_policy`` retries failed attempts.
+    """
+    if num_workers < 1:
+        msg = f"num_workers must be at least 1, not {num_workers}"
+        raise WorkflowValidationError(msg)
+    if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
+        msg = (
+            f"retry_policy must have a next(elapsed_time, attempts, error) method: {retry_policy!r}"
+        )
+        raise WorkflowValidationError(msg)
+
+    def decorate(f: F) -> F:
+        if not inspect.iscoroutinefunction(f):
+            msg = f"step {f.__qualname__} must be an async function (async def)"
+            raise WorkflowValidationError(msg)
+        setattr(f, STEP_ATTR, _StepOptions(num_workers, retry_policy))
+        return f
+
+    return decorate(func) if func is not None else decorate
+
+
+def _event_types(annotation: Any, where: str) -> tuple[type[Event], ...]:
+    if annotation is None or annotation is type(None):
+        return ()
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        out: list[type[Event]] = []
+        for arg in typing.get_args(annotation):
+            out.extend(_event_types(arg, where))
+        return tuple(out)
+    if origin is typing.Annotated:
+        return _event_types(typing.get_args(annotation)[0], where)
+    if isinstance(annotation, type) and issubclass(annotation, Event):
+        return (annotation,)
+    msg = f"{where}: {annotation!r} is not an Event class"
+    raise WorkflowValidationError(msg)
+
+
+def _is_context(annotation: Any) -> bool:
+    from ._context import Context  # the context module imports this one
+
+    target = typing.get_origin(annotation) or annotation
+    return isinstance(target, type) and issubclass(target, Context)
+
+
+def inspect_step(name: str, func: Callable[..., Awaitable[Any]]) -> StepSpec:
+    """Reads a step's signature: its event and context parameters and what it emits."""
+    options: _StepOptions = getattr(func, STEP_ATTR)
+    where = f"step {name!r}"
+    try:
+        hints = typing.get_type_hints(func, include_extras=True)
+    except Exception as exc:
+        msg = f"{where}: cannot resolve its annotations ({exc})"
+        raise WorkflowValidationError(msg) from exc
+    params = [p for p in inspect.signature(func).parameters.values() if p.name != "self"]
+    event_param: str | None = None
+    ctx_param: str | None = None
+    accepted: tuple[type[Event], ...] = ()
+    for p in params:
+        ann = hints.get(p.name)
+        if ann is None:
+            msg = f"{where}: parameter {p.name!r} needs a type annotation"
+            raise WorkflowValidationError(msg)
+        if _is_context(ann):
+            ctx_param = p.name
+            continue
+        if event_param is not None:
+            msg = f"{where}: takes more than one event parameter ({event_param!r}, {p.name!r})"
+            raise WorkflowValidationError(msg)
+        event_param = p.name
+        accepted = _event_types(ann, f"{where}, parameter {p.name!r}")
+    if event_param is None or not accepted:
+        msg = f"{where} has no event parameter (annotate one with an Event class)"
+        raise WorkflowValidationError(msg)
+    if "return" not in hints:
+        msg = f"{where}: annotate what it returns (an Event class, a union, or None)"
+        raise WorkflowValidationError(msg)
+    returns = _event_types(hints["return"], f"{where}, return annotation")
+    return StepSpec(
+        name=name,
+        func=func,
+        accepted=accepted,
+        returns=returns,
+        event_param=event_param,
+        ctx_param=ctx_param,
+        num_workers=options.num_workers,
+        retry_policy=options.retry_policy,
+    )
+
+
+def collect_steps(cls: type) -> dict[str, StepSpec]:
+    """Every step of a workflow class (and its bases), by name."""
+    found: dict[str, StepSpec] = {}
+    for klass in reversed(cls.__mro__):
+        for name, attr in vars(klass).items():
+            if callable(attr) and hasattr(attr, STEP_ATTR):
+                found[name] = inspect_step(name, attr)
+    return found

@@ -1,0 +1,545 @@
+"""Workflow: run, resume, fork, send, and read any run's state at any seq."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import typing
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from eventstore import Codec, Commit, EventStore, NewRun, RunInfo, StoredRecord, class_name
+
+from . import _journal as J
+from ._errors import (
+    CheckpointNotFoundError,
+    RecoveryLimitError,
+    RunFinishedError,
+    RunNotFoundError,
+    WorkflowChangedError,
+    WorkflowRuntimeError,
+)
+from ._events import Event, StartEvent
+from ._fold import Folded, fold, materialize
+from ._graph import Graph
+from ._handler import WorkflowHandler
+from ._ownership import Owners
+from ._runner import Delivery, Executor
+from ._state import TERMINAL, Checkpoint, RunState
+from ._step import collect_steps
+
+__all__ = ["RunSummary", "Workflow"]
+
+_stores_lock = threading.Lock()
+_stores: dict[str, EventStore] = {}
+_live: dict[tuple[int, str], Executor] = {}
+
+
+def _open_store(store: str | os.PathLike[str] | EventStore | None) -> EventStore:
+    if isinstance(store, EventStore):
+        return store
+    if store is None or os.fspath(store) == ":memory:":
+        return EventStore()
+    # One store object per file and process: its writer batches every run's commits.
+    key = str(Path(store).resolve())
+    with _stores_lock:
+        found = _stores.get(key)
+        if found is None or found._closed:
+            found = _stores[key] = EventStore(store)
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """A run as ``wf.runs()`` lists it."""
+
+    run_id: str
+    status: str
+    workflow: str
+    created: int  # microseconds since the Unix epoch, UTC
+    first_seq: int | None
+    last_seq: int | None
+    parent_run_id: str | None
+    parent_seq: int | None
+
+
+class Workflow:
+    """A set of steps that pass events; every run is journaled to an event store.
+
+    :param store: a path to an SQLite file, an :class:`EventStore`, or None for a private
+        in-memory store (every run is still journaled and can be inspected).
+    :param timeout: seconds of execution a run may take, summed across resumes (None: no
+        limit). Time with nothing to do but wait for an event does not count.
+    :param verbose: print each step as it runs and what it produced.
+    :param types: more classes the codec may rebuild from the log (dataclasses, attrs
+        classes, pydantic models, enums) besides those the steps' annotations name.
+    :param max_recovery_attempts: how often an input may be started again by a resume
+        without ever ending before the run fails (an input that kills the process).
+    """
+
+    _state_type: ClassVar[type | None] = None
+
+    def __init__(
+        self,
+        store: str | os.PathLike[str] | EventStore | None = None,
+        timeout: float | None = 45.0,
+        verbose: bool = False,
+        *,
+        types: Iterable[type] = (),
+        max_recovery_attempts: int = 10,
+        disable_validation: bool = False,
+    ) -> None:
+        self._graph = Graph(collect_steps(type(self)))
+        if not disable_validation:
+            self._graph.validate(type(self).__name__)
+        self._store = _open_store(store)
+        self._timeout = timeout
+        self._verbose = verbose
+        self._max_recovery = max_recovery_attempts
+        self._codec = Codec()
+        self._codec.register(*self._graph.event_types(), *types)
+        self._state_type = self._find_state_type()
+        if self._state_type is not None:
+            self._codec.register(self._state_type)
+        self._owners = Owners(self._store.path, memory_key=str(id(self._store)))
+        self._name = class_name(type(self))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} store={self._store!r}>"
+
+    def _find_state_type(self) -> type | None:
+        for spec in self._graph.steps.values():
+            if spec.ctx_param is None:
+                continue
+            hint = typing.get_type_hints(spec.func).get(spec.ctx_param)
+            args = typing.get_args(hint)
+            if typing.get_origin(hint) is not None and args and isinstance(args[0], type):
+                return args[0]
+        return None
+
+    @property
+    def store(self) -> EventStore:
+        """The event store this workflow journals to."""
+        return self._store
+
+    # ------------------------------------------------------------------ starting runs
+
+    def _start_event_type(self) -> type[StartEvent]:
+        for spec in self._graph.steps.values():
+            for t in spec.accepted:
+                if issubclass(t, StartEvent):
+                    return t
+        return StartEvent
+
+    def run(
+        self,
+        *,
+        start_event: StartEvent | None = None,
+        run_id: str | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandler:
+        """Starts a run and returns its handler at once; call it inside async code.
+
+        The keyword arguments become the fields of the start event. A ``run_id`` that
+        already exists starts nothing: it is resumed (or its stored result returned).
+        """
+        _require_loop("run")
+        if start_event is None:
+            start_event = self._start_event_type()(**kwargs)
+        elif kwargs:
+            msg = "pass either start_event= or keyword fields for the start event, not both"
+            raise WorkflowRuntimeError(msg)
+        run_id = run_id or uuid.uuid4().hex
+        if self._store.get_run(run_id) is not None:
+            return self.resume(run_id)
+        executor = Executor(self, run_id, 0, 1, None)
+        executor.next_id = 2
+        handler = WorkflowHandler(self, run_id, executor.done, executor)
+        executor._spawn(self._begin(executor, start_event))
+        return handler
+
+    async def _begin(self, x: Executor, start_event: StartEvent) -> None:
+        dump = self._codec.dump(start_event)
+        targets = self._graph.route(type(start_event))
+        records = [
+            J.run_started(self._name, self._graph.fingerprint(), 1, start_event, None, self._codec),
+            *(J.enqueued(t, 1, dump, J.SRC_START) for t in targets),
+        ]
+        await self._store.append(
+            Commit(
+                x.run_id,
+                records,
+                epoch=1,
+                create=NewRun(meta={"workflow": self._name}, status="running"),
+            )
+        )
+        info = self._store.run(x.run_id)
+        x.rid = info.rid
+        self._own(x)
+        for t in targets:
+            x.deliver(t, Delivery(1, start_event))
+        x.start_tasks()
+
+    def _own(self, x: Executor) -> None:
+        self._owners.acquire(x.run_id, x.rid)
+        _live[(id(self._store), x.run_id)] = x
+
+    def _release(self, x: Executor) -> None:
+        if _live.get((id(self._store), x.run_id)) is x:
+            del _live[(id(self._store), x.run_id)]
+            self._owners.release(x.rid)
+
+    # ------------------------------------------------------------------ resume and fork
+
+    def resume(
+        self,
+        run_id: str,
+        updates: dict[str, Any] | None = None,
+        *,
+        cancelled: bool = False,
+        allow_stranded: bool = False,
+    ) -> WorkflowHandler:
+        """Continues a run from the end of its log, here or in any other process.
+
+        In-progress events are delivered again first (attempt counts kept), then the
+        queues. ``updates`` are recorded as operator writes before work continues.
+        Resuming a finished run returns its stored result; a failed run re-runs its
+        failed step with a fresh retry budget; a run this process already runs returns
+        its live handler; a cancelled run is resumed only with ``cancelled=True``.
+
+        :raises RunNotFoundError: no such run.
+        :raises RunOwnedError: another live executor runs it.
+        :raises RunFinishedError: ``updates`` for a finished run (fork it instead).
+        :raises WorkflowChangedError: its queued or in-progress work fits no step now.
+        """
+        _require_loop("resume")
+        live = _live.get((id(self._store), run_id))
+        if live is not None:
+            if updates:
+                live._spawn(live.operator_update(updates))
+            return WorkflowHandler(self, run_id, live.done, live)
+        info = self._run_info(run_id)
+        folded = self._fold(run_id, None)
+        loop = asyncio.get_running_loop()
+        if folded.status == "finished":
+            if updates:
+                raise RunFinishedError(run_id)
+            fut = loop.create_future()
+            fut.set_result(materialize(folded, self._codec).result)
+            return WorkflowHandler(self, run_id, fut, None, self._recorded_stream(folded))
+        if folded.status == "cancelled" and not cancelled:
+            msg = f"run {run_id!r} was cancelled; resume(run_id, cancelled=True) continues it"
+            raise WorkflowRuntimeError(msg)
+        self._check_stranded(run_id, folded, allow_stranded)
+        self._owners.acquire(run_id, info.rid)
+        try:
+            x = Executor(self, run_id, info.rid, 0, folded)
+        except BaseException:
+            self._owners.release(info.rid)
+            raise
+        _live[(id(self._store), run_id)] = x
+        handler = WorkflowHandler(self, run_id, x.done, x, self._recorded_stream(folded))
+        x._spawn(self._continue(x, folded, updates, resumed=True))
+        return handler
+
+    def run_from(
+        self,
+        checkpoint: Checkpoint | tuple[str, int] | dict[str, Any],
+        updates: dict[str, Any] | None = None,
+    ) -> WorkflowHandler:
+        """Starts a new run from another run's state at a checkpoint (a fork).
+
+        The fork records its parent and the seq and copies nothing; the parent is never
+        changed. Steps in progress at the checkpoint run again.
+        """
+        _require_loop("run_from")
+        if isinstance(checkpoint, dict):
+            checkpoint = Checkpoint.model_validate(checkpoint)
+        if isinstance(checkpoint, Checkpoint):
+            parent_id, seq = checkpoint.run_id, checkpoint.seq
+        else:
+            parent_id, seq = checkpoint
+        folded = self._fold(parent_id, seq)
+        self._check_stranded(parent_id, folded, False)
+        run_id = uuid.uuid4().hex
+        at = folded.seq
+        folded.run_id = run_id
+        x = Executor(self, run_id, 0, 1, folded)
+        handler = WorkflowHandler(self, run_id, x.done, x)
+        x._spawn(self._fork(x, folded, (parent_id, at), updates))
+        return handler
+
+    async def _fork(
+        self, x: Executor, folded: Folded, parent: tuple[str, int], updates: dict[str, Any] | None
+    ) -> None:
+        await self._store.append(
+            Commit(
+                x.run_id,
+                [
+                    J.run_started(
+                        self._name, self._graph.fingerprint(), 0, None, parent, self._codec
+                    )
+                ],
+                epoch=1,
+                create=NewRun(
+                    meta={"workflow": self._name},
+                    parent_run_id=parent[0],
+                    parent_seq=parent[1],
+                    status="running",
+                ),
+            )
+        )
+        x.rid = self._store.run(x.run_id).rid
+        self._own(x)
+        await self._continue(x, folded, updates, resumed=False)
+
+    async def _continue(
+        self, x: Executor, folded: Folded, updates: dict[str, Any] | None, *, resumed: bool
+    ) -> None:
+        if resumed:
+            x.epoch = await self._store.claim(x.run_id)
+            await x.append(
+                [J.run_status(J.RUN_RESUMED, epoch=x.epoch, previous=folded.status)],
+                status="running",
+            )
+        if updates:
+            await x.operator_update(updates)
+        failed = folded.status == "failed"
+        for step, progs in folded.in_progress.items():
+            for p in progs.values():
+                if p.crashes >= self._max_recovery:
+                    exc = RecoveryLimitError(x.run_id, step, p.crashes, self._max_recovery)
+                    await x.append([J.run_failed(step, exc)], status="failed")
+                    x._end_with(exc)
+                    return
+                x.deliver(
+                    step,
+                    Delivery(
+                        p.ev.id,
+                        self._codec.load(p.ev.dump),
+                        attempts=p.attempt,
+                        failures=0 if failed else p.failures,
+                        redelivered=True,
+                    ),
+                )
+        for step, queue in folded.queues.items():
+            for ev in queue.values():
+                x.deliver(step, Delivery(ev.id, self._codec.load(ev.dump)))
+        for w in x.waiters.values():
+            x._arm(w)
+        await x.take_inbox()
+        x.start_tasks()
+
+    def _check_stranded(self, run_id: str, folded: Folded, allow: bool) -> None:
+        problems: list[str] = []
+        steps = self._graph.steps
+        pending = [(s, e) for s, q in folded.queues.items() for e in q.values()]
+        pending += [(s, p.ev) for s, ps in folded.in_progress.items() for p in ps.values()]
+        pending += [(w.step, w.ev) for w in folded.waiters.values()]
+        for step, ev in pending:
+            if step not in steps:
+                problems.append(
+                    f"event {ev.id} ({ev.type}) is for step {step!r}, which no longer exists"
+                )
+                continue
+            try:
+                event = self._codec.load(ev.dump)
+            except Exception as exc:
+                problems.append(f"event {ev.id} for step {step!r} cannot be decoded: {exc}")
+                continue
+            if not any(isinstance(event, t) for t in steps[step].accepted):
+                problems.append(
+                    f"event {ev.id} ({type(event).__name__}) is no longer accepted by step {step!r}"
+                )
+        if problems and not allow:
+            raise WorkflowChangedError(run_id, problems)
+
+    async def _post(self, run_id: str, event: Event, key: str | None) -> int:
+        return await self._store.post(run_id, self._codec.encode(event), key=key)
+
+    # ------------------------------------------------------------------ reading
+
+    def _run_info(self, run_id: str) -> RunInfo:
+        info = self._store.get_run(run_id)
+        if info is None:
+            raise RunNotFoundError(run_id, self._where())
+        return info
+
+    def _where(self) -> str:
+        return self._store.path or "the in-memory store"
+
+    def _records(self, run_id: str, seq: int | None) -> Iterator[StoredRecord]:
+        """The run's records up to ``seq``, always whole commits (checkpoint rule)."""
+        last: StoredRecord | None = None
+        for r in self._store.records(run_id, upto=seq):
+            last = r
+            yield r
+        if last is not None and last.commit_seq > last.seq:
+            yield from self._store.records(run_id, after=last.seq, upto=last.commit_seq)
+
+    def _fold(self, run_id: str, seq: int | None) -> Folded:
+        info = self._run_info(run_id)
+        if info.parent_run_id is not None and info.parent_seq is not None:
+            state = self._fold(info.parent_run_id, info.parent_seq)
+            state.run_id = run_id
+            state.first_seq = None
+        else:
+            state = Folded(run_id)
+        if seq is not None and (info.first_seq is None or seq < info.first_seq):
+            raise CheckpointNotFoundError(run_id, seq, info.first_seq)
+        return fold(state, self._records(run_id, seq))
+
+    def _status(self, folded: Folded, rid: int) -> str:
+        status = folded.status
+        if status not in ("running", "waiting"):
+            return status
+        if folded.only_waiters():
+            return "waiting"
+        if status == "waiting":
+            return "waiting"
+        return "running" if self._owners.is_owned(rid) else "interrupted"
+
+    def state_at(self, run_id: str, seq: int | None = None) -> RunState:
+        """The run's state at ``seq`` (the latest if None): the fold of its log.
+
+        Every commit that begins at or before ``seq`` counts whole.
+
+        :raises RunNotFoundError: no such run.
+        :raises CheckpointNotFoundError: ``seq`` is before the run's first record.
+        """
+        info = self._run_info(run_id)
+        folded = self._fold(run_id, seq)
+        return materialize(folded, self._codec, self._status(folded, info.rid))
+
+    def checkpoints(
+        self, run_id: str, step: str | None = None, event: type | str | None = None
+    ) -> list[Checkpoint]:
+        """One checkpoint per commit of the run, oldest first, optionally filtered.
+
+        :param step: only commits of this step.
+        :param event: only commits that enqueue (or finish with) this event class; a class
+            or a name (qualified ``module:Class`` or plain ``Class``).
+        """
+        self._run_info(run_id)
+        want = None if event is None else (class_name(event) if isinstance(event, type) else event)
+        out: list[Checkpoint] = []
+        for commit in _commits(self._store.records(run_id)):
+            head = commit[0]
+            types: list[str] = []
+            for r in commit:
+                if r.kind in (J.ENQUEUED, J.RUN_FINISHED) or (
+                    r.kind == J.RUN_STARTED and '"start":{' in r.payload
+                ):
+                    t = _event_type(r)
+                    if t and t not in types:
+                        types.append(t)
+            if step is not None and head.step != step:
+                continue
+            if want is not None and not any(t == want or t.split(":")[-1] == want for t in types):
+                continue
+            out.append(
+                Checkpoint(
+                    run_id=run_id,
+                    seq=commit[-1].seq,
+                    kind=head.kind,
+                    step=head.step,
+                    event_types=types,
+                )
+            )
+        return out
+
+    def runs(self) -> list[RunSummary]:
+        """Every run in the store with its status (``interrupted``: unfinished, no owner)."""
+        out = []
+        for info in self._store.runs():
+            status = info.status or "running"
+            if status == "running" and not self._owners.is_owned(info.rid):
+                status = "interrupted"
+            out.append(
+                RunSummary(
+                    info.run_id,
+                    status,
+                    str(info.meta.get("workflow", "")),
+                    info.created,
+                    info.first_seq,
+                    info.last_seq,
+                    info.parent_run_id,
+                    info.parent_seq,
+                )
+            )
+        return out
+
+    def pending_runs(self) -> list[str]:
+        """Runs of this workflow not finished and owned by no live executor."""
+        return [
+            r.run_id
+            for r in self.runs()
+            if r.workflow == self._name
+            and r.status in ("interrupted", "waiting")
+            and (id(self._store), r.run_id) not in _live
+        ]
+
+    def recover(self) -> list[WorkflowHandler]:
+        """Resumes every pending run (what a service does at startup); returns handlers."""
+        handlers = []
+        for run_id in self.pending_runs():
+            try:
+                handlers.append(self.resume(run_id))
+            except Exception:
+                continue
+        return handlers
+
+    def send(self, run_id: str, event: Event, idempotency_key: str | None = None) -> int:
+        """Records an external event for a run, whether or not a process runs it now.
+
+        The run's executor takes it in promptly; a resume takes pending ones first. With
+        an ``idempotency_key`` the event is recorded once however often it is sent.
+        """
+        info = self._run_info(run_id)
+        if (info.status or "running") in TERMINAL:
+            msg = f"run {run_id!r} has {info.status}; nothing would take the event in"
+            raise WorkflowRuntimeError(msg)
+        entry = self._store.post_sync(run_id, self._codec.encode(event), key=idempotency_key)
+        live = _live.get((id(self._store), run_id))
+        if live is not None:
+            loop = live.done.get_loop()
+            loop.call_soon_threadsafe(live.poke)
+        return entry
+
+    def _recorded_stream(self, folded: Folded) -> list[Event]:
+        return [self._codec.load(e.dump) for e in folded.stream]
+
+
+def _require_loop(what: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        msg = f"wf.{what}() must be called inside async code (from a coroutine)"
+        raise WorkflowRuntimeError(msg) from None
+
+
+def _commits(records: Iterable[StoredRecord]) -> Iterator[list[StoredRecord]]:
+    batch: list[StoredRecord] = []
+    for r in records:
+        batch.append(r)
+        if r.seq == r.commit_seq:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _event_type(r: StoredRecord) -> str | None:
+    p = r.data()
+    d = (
+        p.get("event")
+        if r.kind == J.ENQUEUED
+        else p.get("result")
+        if r.kind == J.RUN_FINISHED
+        else (p.get("start") or {}).get("event")
+    )
+    return d.get("c") if isinstance(d, dict) else None
