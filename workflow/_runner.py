@@ -544,7 +544,10 @@ class Executor:
         finally:
             if hold:
                 self.state_lock.release()
-        # Durable: now it takes effect.
+        # Durable: now it takes effect. The attempt's own reads end here, so only other
+        # live readers of a key make applying its patch copy the value.
+        self._unpin(att)
+        att.reads.clear()
         self._apply_changes(changes, seq)
         for buf_key, local in att.buffers.items():
             self.buffers[buf_key] = {t: es for t, es in local.items() if es}
