@@ -541,11 +541,30 @@ class Codec:
             self._classes[name] = cls
             self._builders.pop(name, None)
 
+    def _main_twin(self, module_name: str, qualname: str) -> type | None:
+        """A registered class that is the same class under ``__main__`` and its module name.
+
+        A script run as ``python app.py`` writes ``__main__:Event``; the same code imported
+        as ``app`` reads it back (and the other way round). Only a unique registered class
+        of that qualified name qualifies.
+        """
+        found = [
+            cls
+            for cls in self._classes.values()
+            if cls.__qualname__ == qualname
+            and "__main__" in (module_name, cls.__module__)
+            and cls.__module__ != module_name
+        ]
+        return found[0] if len(found) == 1 else None
+
     def _resolve(self, name: str) -> type:
         cls = self._classes.get(name)
         if cls is not None:
             return cls
         module_name, _, qualname = name.partition(":")
+        twin = self._main_twin(module_name, qualname)
+        if twin is not None:
+            return twin
         module = sys.modules.get(module_name)
         if module is None or not qualname:
             msg = f"module {module_name!r} is not imported and the class is not registered"

@@ -44,6 +44,14 @@ INBOX_POLL_S: Final = 0.1
 MIN_FULL_BYTES: Final = 256
 
 
+_ENDING: Final = frozenset({"finished", "failed", "cancelled", "timed_out", "waiting"})
+
+
+class _Sealed(ConcurrencyError):
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} has ended; nothing more is recorded", run_id=run_id)
+
+
 class _Conflict(ConcurrencyError):
     def __init__(self, keys: list[str]) -> None:
         self.keys = keys
@@ -58,7 +66,8 @@ class Delivery:
     event: Event
     attempts: int = 0
     failures: int = 0
-    redelivered: bool = False
+    redelivered: bool = False  # taken before (in progress): no new dequeue record
+    durable: bool = False  # its start is committed before it runs (delivered by a resume)
 
 
 @dataclass(slots=True)
@@ -120,6 +129,7 @@ class Executor:
         self.next_id = 1
         self.done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.status = "running"
+        self._sealed = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._busy = 0  # deliveries queued or running
         self._poke = asyncio.Event()
@@ -214,13 +224,29 @@ class Executor:
         inbox_taken: list[int] | None = None,
         create: NewRun | None = None,
     ) -> Commit:
+        # Once a commit that ends the run is written, nothing of this executor may follow
+        # it: the guard runs in the writer, in seq order, so no commit in flight can.
+        def guard() -> None:
+            if self._sealed:
+                raise _Sealed(self.run_id)
+            if check is not None:
+                check()
+
+        sealing = status in _ENDING
+        written = on_written
+
+        def seal(seq: Any) -> None:
+            self._sealed = True
+            if written is not None:
+                written(seq)
+
         return Commit(
             self.run_id,
             records,
             epoch=self.epoch,
             status=status,
-            check=check,
-            on_written=on_written,
+            check=guard,
+            on_written=seal if sealing else on_written,
             inbox_taken=inbox_taken or (),
             create=create,
         )
@@ -353,18 +379,23 @@ class Executor:
                 self._update_clock()
 
     async def _handle(self, step: str, spec: StepSpec, d: Delivery, worker: int) -> None:
+        durable_start = d.redelivered or d.durable
         if not d.redelivered:
-            self._lazy([J.dequeued(step, d.event_id, worker)])
+            dequeued = [J.dequeued(step, d.event_id, worker)]
+            if durable_start:
+                await self.append(dequeued)
+            else:
+                self._lazy(dequeued)
         attempt = d.attempts
         failures = d.failures
         conflicts = 0
         first_started = time.monotonic()
-        durable_start = d.redelivered
         while True:
             attempt += 1
             started = [J.step_started(step, d.event_id, attempt)]
             if durable_start:
-                # A re-delivered input may be what killed the process: count it first.
+                # An input delivered by a resume may be what killed the process before:
+                # its start is made durable first, so every such death is counted.
                 await self.append(started)
                 durable_start = False
             else:
@@ -760,7 +791,10 @@ class Executor:
     # ------------------------------------------------------------------ ending
 
     async def _fail_run(self, step: str, exc: BaseException) -> None:
-        await self.append([J.run_failed(step, exc)], status="failed")
+        try:
+            await self.append([J.run_failed(step, exc)], status="failed")
+        except _Sealed:
+            return  # something else ended the run first
         self._end_with(exc)
 
     async def _end_run(self, kind: str, exc: BaseException, **payload: Any) -> None:
@@ -771,7 +805,10 @@ class Executor:
             J.RUN_TIMED_OUT: "timed_out",
             J.RUN_SUSPENDED: "waiting",
         }[kind]
-        await self.append([J.run_status(kind, **payload)], status=status)
+        try:
+            await self.append([J.run_status(kind, **payload)], status=status)
+        except _Sealed:
+            return
         self._end_with(exc)
 
     async def cancel(self) -> None:
@@ -790,6 +827,8 @@ class Executor:
         self._close(result=result_of(stop))
 
     def _end_with(self, exc: BaseException) -> None:
+        if isinstance(exc, _Sealed):
+            return  # the run already ended; the commit that lost the race is moot
         if isinstance(exc, ConcurrencyError) and not isinstance(exc, _Conflict):
             exc = WorkflowRuntimeError(
                 f"run {self.run_id!r}: this executor lost the run to another one ({exc})"

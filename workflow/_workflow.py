@@ -309,7 +309,10 @@ class Workflow:
         if updates:
             await x.operator_update(updates)
         failed = folded.status == "failed"
+        steps = self._graph.steps
         for step, progs in folded.in_progress.items():
+            if step not in steps:
+                continue  # stranded, and the caller said to proceed without it
             for p in progs.values():
                 if p.crashes >= self._max_recovery:
                     exc = RecoveryLimitError(x.run_id, step, p.crashes, self._max_recovery)
@@ -327,8 +330,10 @@ class Workflow:
                     ),
                 )
         for step, queue in folded.queues.items():
+            if step not in steps:
+                continue
             for ev in queue.values():
-                x.deliver(step, Delivery(ev.id, self._codec.load(ev.dump)))
+                x.deliver(step, Delivery(ev.id, self._codec.load(ev.dump), durable=resumed))
         for w in x.waiters.values():
             x._arm(w)
         await x.take_inbox()
@@ -478,7 +483,7 @@ class Workflow:
         return [
             r.run_id
             for r in self.runs()
-            if r.workflow == self._name
+            if r.workflow.split(":")[-1] == self._name.split(":")[-1]  # also under __main__
             and r.status in ("interrupted", "waiting")
             and (id(self._store), r.run_id) not in _live
         ]

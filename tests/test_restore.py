@@ -1,0 +1,412 @@
+"""Restore: resume, fork, crash recovery in another process, durable waits, ownership."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.flows import (
+    AlwaysDies,
+    Asker,
+    DiesOnce,
+    EventA,
+    EventB,
+    ReportFlow,
+    Sleeper,
+    read_trace,
+)
+from workflow import (
+    Checkpoint,
+    CheckpointNotFoundError,
+    Context,
+    Event,
+    HumanResponseEvent,
+    RecoveryLimitError,
+    RunFinishedError,
+    RunNotFoundError,
+    RunOwnedError,
+    RunSuspendedError,
+    StartEvent,
+    StopEvent,
+    Workflow,
+    WorkflowChangedError,
+    step,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_flow(flow: str, db: Path, *args: str, timeout: float = 60) -> tuple[int, str]:
+    """Runs ``python -m tests.flows`` in a real subprocess; returns its exit code and output."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.flows", flow, str(db), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def start_flow(flow: str, db: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """Starts ``python -m tests.flows`` and returns the process once it printed its run id."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.flows", flow, str(db), *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("RUN "), line
+    return proc, line.split()[1]
+
+
+def wait_for(predicate: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+async def test_user_report_second_scenario(tmp_path: Path) -> None:
+    """A failed finish is resumed with the missing value: only finish runs again."""
+    db = tmp_path / "report.db"
+    first = ReportFlow(store=db)
+    handler = first.run()
+    with pytest.raises(ValueError, match="var is not set"):
+        await handler
+    assert read_trace(db) == ["start", "process", "finish"]
+
+    fresh = ReportFlow(store=db)
+    assert fresh.state_at(handler.run_id).status == "failed"
+    result = await fresh.resume(handler.run_id, updates={"var": "1"})
+    assert result == "end: second: first"
+    assert read_trace(db) == ["start", "process", "finish", "finish"]
+    assert fresh.state_at(handler.run_id).status == "finished"
+
+
+async def test_user_report_first_scenario_checkpoint_survives_json(tmp_path: Path) -> None:
+    """A checkpoint through JSON shows the middle event, of its exact class, queued."""
+    wf = ReportFlow(store=tmp_path / "cp.db")
+    h = wf.run()
+    with pytest.raises(ValueError, match="var"):
+        await h
+    cp = wf.checkpoints(h.run_id, event=EventA)[0]
+    back = Checkpoint.model_validate(json.loads(json.dumps(cp.model_dump())))
+    assert back == cp
+    state = wf.state_at(back.run_id, back.seq)
+    assert state.queues == {"process": [EventA(content="first")]}
+    assert type(state.queues["process"][0]) is EventA
+    forked = wf.run_from(back, updates={"var": "yes"})
+    assert await forked == "end: second: first"
+
+
+async def test_resume_finished_run_returns_stored_result(tmp_path: Path) -> None:
+    """Resuming a finished run runs nothing and returns its result; updates are refused."""
+    db = tmp_path / "done.db"
+    wf = ReportFlow(store=db)
+    h = wf.run()
+    with pytest.raises(ValueError, match="var"):
+        await h
+    await wf.resume(h.run_id, updates={"var": 1})
+    before = read_trace(db)
+    assert await ReportFlow(store=db).resume(h.run_id) == "end: second: first"
+    assert read_trace(db) == before
+    with pytest.raises(RunFinishedError, match="run_from"):
+        ReportFlow(store=db).resume(h.run_id, updates={"var": 2})
+
+
+async def test_resume_unknown_run(tmp_path: Path) -> None:
+    """Resuming a run that does not exist names it."""
+    with pytest.raises(RunNotFoundError, match="nope"):
+        ReportFlow(store=tmp_path / "x.db").resume("nope")
+
+
+async def test_state_at_before_first_record(tmp_path: Path) -> None:
+    """A seq before the run's first record is a clear error."""
+    wf = ReportFlow(store=tmp_path / "s.db")
+    h1 = wf.run()
+    with pytest.raises(ValueError, match="var"):
+        await h1
+    h2 = wf.run()
+    with pytest.raises(ValueError, match="var"):
+        await h2
+    first = wf.store.run(h2.run_id).first_seq
+    assert first is not None
+    assert wf.state_at(h2.run_id, first).seq == wf.checkpoints(h2.run_id)[0].seq
+    with pytest.raises(CheckpointNotFoundError, match="no state at seq"):
+        wf.state_at(h2.run_id, first - 1)
+
+
+class Trio(Workflow):
+    gate: asyncio.Event
+    inside: int
+
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> EventA | None:
+        for i in range(3):
+            ctx.send_event(EventA(content=str(i)))
+        return None
+
+    @step(num_workers=3)
+    async def work(self, ctx: Context, ev: EventA) -> EventB:
+        self.inside += 1
+        await self.gate.wait()
+        return EventB(content=ev.content)
+
+    @step
+    async def join(self, ctx: Context, ev: EventB) -> StopEvent | None:
+        got = ctx.collect_events(ev, [EventB] * 3)
+        if got is None:
+            return None
+        return StopEvent(result=sorted(e.content for e in got))
+
+
+async def test_fork_reruns_exactly_the_attempts_in_progress(tmp_path: Path) -> None:
+    """Forking where three attempts of a num_workers=3 step run re-runs exactly those."""
+    wf = Trio(store=tmp_path / "trio.db")
+    wf.gate, wf.inside = asyncio.Event(), 0
+    h = wf.run()
+    async with asyncio.timeout(5):
+        while wf.inside < 3:  # noqa: ASYNC110 - polls the step's counter
+            await asyncio.sleep(0.005)
+    await wf.store.flush()
+    mid = wf.state_at(h.run_id)
+    assert sorted(p.event.content for p in mid.in_progress["work"]) == ["0", "1", "2"]
+    wf.gate.set()
+    assert await h == ["0", "1", "2"]
+
+    wf.gate, wf.inside = asyncio.Event(), 0
+    wf.gate.set()
+    fork = wf.run_from((h.run_id, mid.seq))
+    assert await fork == ["0", "1", "2"]
+    fork_kinds = [(r.kind, r.step) for r in wf.store.records(fork.run_id)]
+    assert fork_kinds.count(("step_started", "work")) == 3
+    assert ("step_started", "start") not in fork_kinds
+    assert wf.runs()[-1].parent_run_id == h.run_id
+
+
+async def test_fork_leaves_parent_unchanged_and_forks_of_forks(tmp_path: Path) -> None:
+    """A fork copies nothing and never changes its parent; a fork of a fork works."""
+    db = tmp_path / "ff.db"
+    wf = ReportFlow(store=db)
+    h = wf.run()
+    with pytest.raises(ValueError, match="var"):
+        await h
+    parent_before = list(wf.store.records(h.run_id))
+    cp = wf.checkpoints(h.run_id, step="start")[-1]
+    f1 = wf.run_from(cp, updates={"var": 1})
+    assert await f1 == "end: second: first"
+    cp2 = next(c for c in wf.checkpoints(f1.run_id) if c.kind == "state_set")  # the update
+    f2 = wf.run_from(cp2)
+    assert await f2 == "end: second: first"
+    assert list(wf.store.records(h.run_id)) == parent_before
+    assert wf.state_at(f2.run_id).parent == (f1.run_id, cp2.seq)
+
+
+def test_crash_in_third_step_resumes_in_another_process(tmp_path: Path) -> None:
+    """A process that dies in step three is resumed elsewhere without re-running 1 and 2."""
+    db = tmp_path / "crash.db"
+    code, out = run_flow("dies_once", db, "run")
+    assert code == 9, out
+    run_id = out.split()[1]
+    assert read_trace(db) == ["start", "process", "finish"]
+    code, out = run_flow("dies_once", db, "resume", run_id)
+    assert code == 0, out
+    assert "RESULT abc" in out
+    assert read_trace(db) == ["start", "process", "finish", "finish"]
+    state = DiesOnce(store=db).state_at(run_id)
+    assert state.context == {"heavy": ["step one's result", "step two's result"]}
+
+
+def test_input_that_always_kills_is_counted(tmp_path: Path) -> None:
+    """An input that kills the process each time ends the run after max_recovery_attempts."""
+    db = tmp_path / "loop.db"
+    code, out = run_flow("always_dies", db, "run")
+    assert code == 9
+    run_id = out.split()[1]
+    codes = []
+    for _ in range(12):
+        code, out = run_flow("always_dies", db, "resume", run_id)
+        codes.append(code)
+        if code != 9:
+            break
+    assert codes[-1] == 1
+    assert "RecoveryLimitError" in out
+    # The first run's start was not yet durable when it died; each resume's start is, so
+    # ten resumes die and the eleventh refuses (max_recovery_attempts=10).
+    assert len(codes) == 11
+    assert AlwaysDies(store=db).state_at(run_id).status == "failed"
+    assert AlwaysDies(store=db).state_at(run_id).error["error"] == RecoveryLimitError.__name__
+
+
+def test_live_owner_refuses_other_executors(tmp_path: Path) -> None:
+    """While a live process runs a run, resume elsewhere fails; once it is killed, it works."""
+    db = tmp_path / "own.db"
+    proc, run_id = start_flow("sleeper", db, "run")
+    try:
+        wait_for(lambda: read_trace(db) == ["start"])
+
+        async def try_resume() -> None:
+            Sleeper(store=db).resume(run_id)
+
+        with pytest.raises(RunOwnedError, match=run_id):
+            asyncio.run(try_resume())
+        proc.send_signal(signal.SIGSTOP)  # a stopped owner still owns its run
+        with pytest.raises(RunOwnedError):
+            asyncio.run(try_resume())
+        assert Sleeper(store=db).state_at(run_id).status == "running"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert Sleeper(store=db).state_at(run_id).status == "interrupted"
+        assert Sleeper(store=db).pending_runs() == [run_id]
+
+        async def resume_short() -> str:
+            wf = Sleeper(store=db)
+            handler = wf.resume(run_id)
+            handler._executor.wf  # noqa: B018 - the executor exists at once
+            return str(await handler)
+
+        # The re-delivered attempt sleeps its 60 s again: cancel after it started.
+        async def resume_and_cancel() -> list[str]:
+            wf = Sleeper(store=db)
+            handler = wf.resume(run_id)
+            await asyncio.sleep(0.2)
+            await handler.cancel_run()
+            with pytest.raises(Exception, match="cancelled"):
+                await handler
+            return read_trace(db)
+
+        assert asyncio.run(resume_and_cancel()) == ["start", "start"]
+        del resume_short
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+def test_durable_wait_across_processes(tmp_path: Path) -> None:
+    """A waiting run survives its process; send records the answer; resume finishes it."""
+    db = tmp_path / "ask.db"
+    code, out = run_flow("asker", db, "run")
+    assert code == 0, out
+    assert "SUSPENDED" in out
+    run_id = out.split()[1]
+    wf = Asker(store=db)
+    state = wf.state_at(run_id)
+    assert state.status == "waiting"
+    assert [w.awaited.split(":")[-1] for w in state.waiters] == ["HumanResponseEvent"]
+    assert state.stream[0].prefix == "name?"
+    wf.send(run_id, HumanResponseEvent(response="ada"), idempotency_key="answer-1")
+    wf.send(run_id, HumanResponseEvent(response="ada"), idempotency_key="answer-1")
+
+    async def finish() -> tuple[str, list[Event]]:
+        handler = Asker(store=db).resume(run_id)
+        replayed = [ev async for ev in handler.stream_events(replay=True)]
+        return str(await handler), replayed
+
+    result, replayed = asyncio.run(finish())
+    assert result == "hello ada"
+    assert replayed[0].prefix == "name?"
+    assert read_trace(db) == ["ask", "ask"]
+
+
+async def test_wait_answered_within_one_process() -> None:
+    """A wait answered by handler.send_event continues the run in the same process."""
+    wf = Asker(store=None)
+    h = wf.run()
+    questions = []
+    async for ev in h.stream_events():
+        questions.append(ev)
+        if ev.get("prefix") == "name?":
+            await h.send_event(HumanResponseEvent(response="bob"))
+    assert await h == "hello bob"
+    assert questions[0].prefix == "name?"
+
+
+async def test_suspend_leaves_a_resumable_waiting_run(tmp_path: Path) -> None:
+    """Awaiting a suspended handler says so; the run stays waiting and resumable."""
+    wf = Asker(store=tmp_path / "sus.db")
+    h = wf.run()
+    await h.wait_until_waiting(5)
+    await h.suspend()
+    with pytest.raises(RunSuspendedError):
+        await h
+    assert wf.state_at(h.run_id).status == "waiting"
+    assert wf.pending_runs() == [h.run_id]
+    wf.send(h.run_id, HumanResponseEvent(response="eve"))
+    handlers = wf.recover()
+    assert [await x for x in handlers] == ["hello eve"]
+
+
+class ReportFlowV2(Workflow):
+    """ReportFlow after a refactor that removed the 'finish' step."""
+
+    @step
+    async def start(self, ev: StartEvent) -> EventA:
+        return EventA(content="first")
+
+    @step
+    async def process(self, ev: EventA) -> StopEvent:
+        return StopEvent(result="v2")
+
+
+async def test_changed_workflow_refuses_to_strand_work(tmp_path: Path) -> None:
+    """Resuming work for a step that no longer exists lists it, unless told to proceed."""
+    db = tmp_path / "v.db"
+    h = ReportFlow(store=db).run()
+    with pytest.raises(ValueError, match="var"):
+        await h
+    with pytest.raises(WorkflowChangedError, match="'finish', which no longer exists"):
+        ReportFlowV2(store=db).resume(h.run_id)
+    handler = ReportFlowV2(store=db, timeout=0.5).resume(h.run_id, allow_stranded=True)
+    with pytest.raises(TimeoutError):
+        await handler
+
+
+class Twice(Workflow):
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        await asyncio.sleep(0.45)  # under the 0.5 s budget alone, over it after 0.2 s spent
+        return StopEvent(result="ok")
+
+
+async def test_timeout_counts_across_resumes(tmp_path: Path) -> None:
+    """Execution time is summed across resumes: a resumed run keeps its spent budget."""
+    db = tmp_path / "t.db"
+    wf = Twice(store=db, timeout=0.5)
+    h = wf.run()
+    await asyncio.sleep(0.2)
+    await h.cancel_run()
+    with pytest.raises(Exception, match="cancelled"):
+        await h
+    h2 = Twice(store=db, timeout=0.5).resume(h.run_id, cancelled=True)
+    with pytest.raises(TimeoutError):
+        await h2
+    assert Twice(store=db).state_at(h.run_id).status == "timed_out"
+
+
+async def test_run_id_starts_a_run_once(tmp_path: Path) -> None:
+    """run(run_id=...) of an existing run starts nothing new."""
+    db = tmp_path / "once.db"
+    wf = Twice(store=db)
+    assert await wf.run(run_id="job-1") == "ok"
+    assert await wf.run(run_id="job-1") == "ok"
+    assert [r.run_id for r in wf.runs()] == ["job-1"]
+
+
+_ = (EventB, StopEvent)
