@@ -7,27 +7,25 @@ import os
 import threading
 import typing
 import uuid
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from eventstore import Codec, Commit, EventStore, NewRun, RunInfo, StoredRecord, class_name
+from eventstore import Codec, Commit, EventStore, NewRun, RunInfo, class_name
 
 from . import _journal as J
 from ._errors import (
-    CheckpointNotFoundError,
     RecoveryLimitError,
     RunFinishedError,
-    RunNotFoundError,
     WorkflowChangedError,
     WorkflowRuntimeError,
 )
 from ._events import Event, StartEvent
-from ._fold import Folded, fold, materialize
+from ._fold import Folded, materialize
 from ._graph import Graph
 from ._handler import WorkflowHandler
 from ._ownership import Owners
+from ._read import RunSummary, checkpoints, fold_run, live_status, run_info, run_summaries
 from ._runner import Delivery, Executor
 from ._state import TERMINAL, Checkpoint, RunState
 from ._step import collect_steps
@@ -51,20 +49,6 @@ def _open_store(store: str | os.PathLike[str] | EventStore | None) -> EventStore
         if found is None or found._closed:
             found = _stores[key] = EventStore(store)
         return found
-
-
-@dataclass(frozen=True, slots=True)
-class RunSummary:
-    """A run as ``wf.runs()`` lists it."""
-
-    run_id: str
-    status: str
-    workflow: str
-    created: int  # microseconds since the Unix epoch, UTC
-    first_seq: int | None
-    last_seq: int | None
-    parent_run_id: str | None
-    parent_seq: int | None
 
 
 class Workflow:
@@ -369,44 +353,10 @@ class Workflow:
     # ------------------------------------------------------------------ reading
 
     def _run_info(self, run_id: str) -> RunInfo:
-        info = self._store.get_run(run_id)
-        if info is None:
-            raise RunNotFoundError(run_id, self._where())
-        return info
-
-    def _where(self) -> str:
-        return self._store.path or "the in-memory store"
-
-    def _records(self, run_id: str, seq: int | None) -> Iterator[StoredRecord]:
-        """The run's records up to ``seq``, always whole commits (checkpoint rule)."""
-        last: StoredRecord | None = None
-        for r in self._store.records(run_id, upto=seq):
-            last = r
-            yield r
-        if last is not None and last.commit_seq > last.seq:
-            yield from self._store.records(run_id, after=last.seq, upto=last.commit_seq)
+        return run_info(self._store, run_id)
 
     def _fold(self, run_id: str, seq: int | None) -> Folded:
-        info = self._run_info(run_id)
-        if info.parent_run_id is not None and info.parent_seq is not None:
-            state = self._fold(info.parent_run_id, info.parent_seq)
-            state.run_id = run_id
-            state.first_seq = None
-        else:
-            state = Folded(run_id)
-        if seq is not None and (info.first_seq is None or seq < info.first_seq):
-            raise CheckpointNotFoundError(run_id, seq, info.first_seq)
-        return fold(state, self._records(run_id, seq))
-
-    def _status(self, folded: Folded, rid: int) -> str:
-        status = folded.status
-        if status not in ("running", "waiting"):
-            return status
-        if folded.only_waiters():
-            return "waiting"
-        if status == "waiting":
-            return "waiting"
-        return "running" if self._owners.is_owned(rid) else "interrupted"
+        return fold_run(self._store, run_id, seq)
 
     def state_at(self, run_id: str, seq: int | None = None) -> RunState:
         """The run's state at ``seq`` (the latest if None): the fold of its log.
@@ -418,7 +368,8 @@ class Workflow:
         """
         info = self._run_info(run_id)
         folded = self._fold(run_id, seq)
-        return materialize(folded, self._codec, self._status(folded, info.rid))
+        status = live_status(folded.status, folded.only_waiters(), self._owners.is_owned(info.rid))
+        return materialize(folded, self._codec, status)
 
     def checkpoints(
         self, run_id: str, step: str | None = None, event: type | str | None = None
@@ -429,54 +380,11 @@ class Workflow:
         :param event: only commits that enqueue (or finish with) this event class; a class
             or a name (qualified ``module:Class`` or plain ``Class``).
         """
-        self._run_info(run_id)
-        want = None if event is None else (class_name(event) if isinstance(event, type) else event)
-        out: list[Checkpoint] = []
-        for commit in _commits(self._store.records(run_id)):
-            head = commit[0]
-            types: list[str] = []
-            for r in commit:
-                if r.kind in (J.ENQUEUED, J.RUN_FINISHED) or (
-                    r.kind == J.RUN_STARTED and '"start":{' in r.payload
-                ):
-                    t = _event_type(r)
-                    if t and t not in types:
-                        types.append(t)
-            if step is not None and head.step != step:
-                continue
-            if want is not None and not any(t == want or t.split(":")[-1] == want for t in types):
-                continue
-            out.append(
-                Checkpoint(
-                    run_id=run_id,
-                    seq=commit[-1].seq,
-                    kind=head.kind,
-                    step=head.step,
-                    event_types=types,
-                )
-            )
-        return out
+        return checkpoints(self._store, run_id, step=step, event=event)
 
     def runs(self) -> list[RunSummary]:
         """Every run in the store with its status (``interrupted``: unfinished, no owner)."""
-        out = []
-        for info in self._store.runs():
-            status = info.status or "running"
-            if status == "running" and not self._owners.is_owned(info.rid):
-                status = "interrupted"
-            out.append(
-                RunSummary(
-                    info.run_id,
-                    status,
-                    str(info.meta.get("workflow", "")),
-                    info.created,
-                    info.first_seq,
-                    info.last_seq,
-                    info.parent_run_id,
-                    info.parent_seq,
-                )
-            )
-        return out
+        return run_summaries(self._store, self._owners)
 
     def pending_runs(self) -> list[str]:
         """Runs of this workflow not finished and owned by no live executor."""
@@ -525,26 +433,3 @@ def _require_loop(what: str) -> None:
     except RuntimeError:
         msg = f"wf.{what}() must be called inside async code (from a coroutine)"
         raise WorkflowRuntimeError(msg) from None
-
-
-def _commits(records: Iterable[StoredRecord]) -> Iterator[list[StoredRecord]]:
-    batch: list[StoredRecord] = []
-    for r in records:
-        batch.append(r)
-        if r.seq == r.commit_seq:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def _event_type(r: StoredRecord) -> str | None:
-    p = r.data()
-    d = (
-        p.get("event")
-        if r.kind == J.ENQUEUED
-        else p.get("result")
-        if r.kind == J.RUN_FINISHED
-        else (p.get("start") or {}).get("event")
-    )
-    return d.get("c") if isinstance(d, dict) else None

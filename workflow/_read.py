@@ -1,0 +1,162 @@
+"""The read side: a run's records by the checkpoint rule, its fold, its checkpoints.
+
+Shared by :class:`Workflow` and the command line, which reads stores without user code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from eventstore import EventStore, RunInfo, StoredRecord, class_name
+
+from . import _journal as J
+from ._errors import CheckpointNotFoundError, RunNotFoundError
+from ._fold import Folded, fold
+from ._ownership import Owners
+from ._state import Checkpoint
+
+__all__ = [
+    "RunSummary",
+    "checkpoints",
+    "commits",
+    "fold_run",
+    "live_status",
+    "records_upto",
+    "run_info",
+    "run_summaries",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """A run as ``wf.runs()`` lists it."""
+
+    run_id: str
+    status: str
+    workflow: str
+    created: int  # microseconds since the Unix epoch, UTC
+    first_seq: int | None
+    last_seq: int | None
+    parent_run_id: str | None
+    parent_seq: int | None
+
+
+def run_info(store: EventStore, run_id: str) -> RunInfo:
+    """The run's row. :raises RunNotFoundError: no such run in the store."""
+    info = store.get_run(run_id)
+    if info is None:
+        raise RunNotFoundError(run_id, store.path or "the in-memory store")
+    return info
+
+
+def records_upto(store: EventStore, run_id: str, seq: int | None) -> Iterator[StoredRecord]:
+    """The run's records up to ``seq``, always whole commits (the checkpoint rule)."""
+    last: StoredRecord | None = None
+    for r in store.records(run_id, upto=seq):
+        last = r
+        yield r
+    if last is not None and last.commit_seq > last.seq:
+        yield from store.records(run_id, after=last.seq, upto=last.commit_seq)
+
+
+def fold_run(store: EventStore, run_id: str, seq: int | None = None) -> Folded:
+    """The run's state in JSON form at ``seq``; a fork starts from its parent's state.
+
+    :raises RunNotFoundError: no such run.
+    :raises CheckpointNotFoundError: ``seq`` is before the run's first record.
+    """
+    info = run_info(store, run_id)
+    if seq is not None and (info.first_seq is None or seq < info.first_seq):
+        raise CheckpointNotFoundError(run_id, seq, info.first_seq)
+    if info.parent_run_id is not None and info.parent_seq is not None:
+        state = fold_run(store, info.parent_run_id, info.parent_seq)
+        state.run_id = run_id
+        state.first_seq = None
+    else:
+        state = Folded(run_id)
+    return fold(state, records_upto(store, run_id, seq))
+
+
+def live_status(status: str, only_waiters: bool, owned: bool) -> str:
+    """A folded status as a reader should see it: ``running`` needs a live owner."""
+    if status not in ("running", "waiting"):
+        return status
+    if only_waiters or status == "waiting":
+        return "waiting"
+    return "running" if owned else "interrupted"
+
+
+def commits(records: Iterable[StoredRecord]) -> Iterator[list[StoredRecord]]:
+    """Groups records (in seq order) into their commits."""
+    batch: list[StoredRecord] = []
+    for r in records:
+        batch.append(r)
+        if r.seq == r.commit_seq:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def event_type(r: StoredRecord) -> str | None:
+    """The qualified class name of the event a record carries, if it carries one."""
+    if r.kind not in (J.ENQUEUED, J.RUN_FINISHED, J.RUN_STARTED, J.STREAMED, J.WAITING):
+        return None
+    p = r.data()
+    if r.kind == J.RUN_FINISHED:
+        d = p.get("result")
+    elif r.kind == J.RUN_STARTED:
+        d = (p.get("start") or {}).get("event")
+    else:
+        d = p.get("event")
+    return d.get("c") if isinstance(d, dict) else None
+
+
+def checkpoints(
+    store: EventStore, run_id: str, *, step: str | None = None, event: type | str | None = None
+) -> list[Checkpoint]:
+    """One checkpoint per commit of the run, filtered by step and by event class or name."""
+    run_info(store, run_id)
+    want = None if event is None else (class_name(event) if isinstance(event, type) else event)
+    out: list[Checkpoint] = []
+    for commit in commits(store.records(run_id)):
+        head = commit[0]
+        if step is not None and head.step != step:
+            continue
+        types: list[str] = []
+        for r in commit:
+            if r.kind in (J.ENQUEUED, J.RUN_FINISHED, J.RUN_STARTED):
+                t = event_type(r)
+                if t and t not in types:
+                    types.append(t)
+        if want is not None and not any(t == want or t.split(":")[-1] == want for t in types):
+            continue
+        out.append(
+            Checkpoint(
+                run_id=run_id, seq=commit[-1].seq, kind=head.kind, step=head.step, event_types=types
+            )
+        )
+    return out
+
+
+def run_summaries(store: EventStore, owners: Owners) -> list[RunSummary]:
+    """Every run in the store with its status (``interrupted``: unfinished, no owner)."""
+    out = []
+    for info in store.runs():
+        status = info.status or "running"
+        if status == "running" and not owners.is_owned(info.rid):
+            status = "interrupted"
+        out.append(
+            RunSummary(
+                info.run_id,
+                status,
+                str(info.meta.get("workflow", "")),
+                info.created,
+                info.first_seq,
+                info.last_seq,
+                info.parent_run_id,
+                info.parent_seq,
+            )
+        )
+    return out
