@@ -1,39 +1,116 @@
-"""The main demo: an event store on a file, appended to, read back, shown with sqlite-utils."""
+"""The main demo: a run dies in its third step; another process resumes it from the file.
+
+``python examples/demo.py`` runs the whole story in two real processes:
+
+1. process 1 starts the run; ``fetch`` and ``summarize`` do their heavy work and commit;
+   ``publish`` kills the process (``os._exit``) on its first attempt;
+2. process 2 resumes the run from the SQLite file: only ``publish`` runs again;
+3. the run's history is printed, and the state at a seq in the middle.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-import sqlite_utils
-
-from eventstore import Commit, EventStore, NewRun, Record, default_codec
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
 
 
-async def main(path: Path) -> None:
-    with EventStore(path) as store:
-        await store.append(
-            Commit("demo-run", [Record("run_started", None, '{"topic": "x"}')], create=NewRun())
+class Fetched(Event):
+    pages: list[str]
+
+
+class Summarized(Event):
+    summary: str
+
+
+class Report(Workflow):
+    """Fetch, summarize, publish: the first two steps are the expensive ones."""
+
+    @step
+    async def fetch(self, ctx: Context, ev: StartEvent) -> Fetched:
+        print(f"  [{os.getpid()}] fetch: downloading pages about {ev.topic!r} (slow)")
+        pages = [f"{ev.topic} page {i}" for i in range(3)]
+        await ctx.store.set("pages_fetched", len(pages))
+        return Fetched(pages=pages)
+
+    @step
+    async def summarize(self, ctx: Context, ev: Fetched) -> Summarized:
+        print(f"  [{os.getpid()}] summarize: calling the LLM (expensive)")
+        await ctx.store.set("tokens_spent", 1234)
+        return Summarized(summary=" / ".join(ev.pages))
+
+    @step
+    async def publish(self, ctx: Context, ev: Summarized) -> StopEvent:
+        marker = Path(f"{self.store.path}.crashed")  # a marker file: demo only
+        if not marker.exists():  # noqa: ASYNC240 - a demo marker, not I/O to await
+            marker.touch()  # noqa: ASYNC240
+            print(f"  [{os.getpid()}] publish: the process dies here (os._exit)")
+            os._exit(1)
+        print(f"  [{os.getpid()}] publish: posting the summary")
+        return StopEvent(result=f"published: {ev.summary}")
+
+
+async def start(db: str) -> None:
+    handler = Report(store=db).run(topic="durable workflows")
+    print(f"  run id {handler.run_id}", flush=True)
+    await handler
+
+
+async def resume(db: str, run_id: str) -> None:
+    result = await Report(store=db).resume(run_id)
+    print(f"  result: {result}")
+
+
+def show(db: str, run_id: str) -> None:
+    wf = Report(store=db)
+    print("\nThe run's history (python -m workflow history DB RUN prints the same):")
+    for r in wf.store.records(run_id):
+        payload = r.payload if len(r.payload) < 70 else r.payload[:67] + "..."
+        print(f"  {r.seq:>3} {r.kind:<14} {r.step or '':<10} {payload}")
+    cps = wf.checkpoints(run_id, step="summarize")
+    middle = next(c for c in cps if c.kind == "step_finished")
+    state = wf.state_at(run_id, middle.seq)
+    print(f"\nThe state at seq {middle.seq} (summarize had just finished):")
+    print(f"  status: {state.status}")
+    print(f"  queues: {state.queues}")
+    print(f"  context: {state.context}")
+
+
+def main() -> None:
+    here = Path(__file__).resolve()
+    env = {**os.environ, "PYTHONPATH": str(here.parent.parent)}
+    with tempfile.TemporaryDirectory() as tmp:
+        db = str(Path(tmp) / "runs.db")
+        print(f"Process 1 starts a run on {db}:")
+        first = subprocess.run(
+            [sys.executable, str(here), "start", db], capture_output=True, text=True, env=env
         )
-        payload = default_codec.encode(
-            {"items": (1, 2), "when": __import__("datetime").date.today()}
+        print(first.stdout, end="")
+        print(f"  (process 1 exited with code {first.returncode})")
+        run_id = first.stdout.split("run id ")[1].split()[0]
+        print("\nProcess 2 resumes it from the file; fetch and summarize do not run again:")
+        second = subprocess.run(
+            [sys.executable, str(here), "resume", db, run_id],
+            capture_output=True,
+            text=True,
+            env=env,
         )
-        await asyncio.gather(
-            *(
-                store.append(Commit("demo-run", [Record("enqueued", f"step{i}", payload)]))
-                for i in range(3)
-            )
-        )
-        for r in store.records("demo-run"):
-            print(
-                f"seq={r.seq:<3} commit={r.commit_seq:<3} {r.kind:<12} {r.step!s:<6} {r.payload}"
-            )
-        print("decoded:", default_codec.decode(payload))
-    db = sqlite_utils.Database(path)
-    print("tables:", ", ".join(db.table_names()), "| views:", ", ".join(db.view_names()))
+        print(second.stdout, end="", file=sys.stdout)
+        if second.returncode != 0:
+            print(second.stderr, file=sys.stderr)
+            raise SystemExit(second.returncode)
+        show(db, run_id)
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as tmp:
-        asyncio.run(main(Path(tmp) / "demo.db"))
+    if len(sys.argv) > 1 and sys.argv[1] == "start":
+        asyncio.run(start(sys.argv[2]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "resume":
+        asyncio.run(resume(sys.argv[2], sys.argv[3]))
+    else:
+        main()

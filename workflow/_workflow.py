@@ -368,7 +368,11 @@ class Workflow:
         """
         info = self._run_info(run_id)
         folded = self._fold(run_id, seq)
-        status = live_status(folded.status, folded.only_waiters(), self._owners.is_owned(info.rid))
+        status = folded.status
+        if seq is None or info.last_seq is None or seq >= info.last_seq:
+            # Whether a live executor owns it matters for the latest state only.
+            owned = self._owners.is_owned(info.rid)
+            status = live_status(folded.status, folded.only_waiters(), owned)
         return materialize(folded, self._codec, status)
 
     def checkpoints(
