@@ -43,7 +43,8 @@ class Commit:
     alone. ``on_written`` runs in the writer after the commit was written (before the
     transaction is durable); it sees the commit's last seq. ``status`` updates the run's
     status column; ``inbox_taken`` marks inbox entries as taken into the log by this commit.
-    ``snapshot`` (JSON text) replaces the run's cached derived state as of this commit.
+    ``snapshot`` replaces the run's cached derived state: the seq it reflects and its JSON
+    text. It is a cache, reproducible from the log; a commit may carry only a snapshot.
     """
 
     run_id: str
@@ -54,7 +55,7 @@ class Commit:
     check: Callable[[], None] | None = None
     on_written: Callable[[Seq], None] | None = None
     inbox_taken: Sequence[int] = ()
-    snapshot: str | None = None
+    snapshot: tuple[int, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,7 @@ class AppendResult:
 
     first_seq: Seq
     last_seq: Seq
+    ts: int = 0  # when it was written: microseconds since the Unix epoch, UTC
 
 
 class StoredRecord(NamedTuple):

@@ -383,8 +383,8 @@ class Writer:
         n = len(commit.records)
         first = self.last_seq + 1
         last = self.last_seq + n
+        ts = now_us()
         if n:
-            ts = now_us()
             self.conn.executemany(
                 "INSERT INTO log (seq, rid, kind, step, payload, commit_seq, ts)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -404,11 +404,11 @@ class Writer:
         if commit.snapshot is not None:
             self.conn.execute(
                 "INSERT OR REPLACE INTO snapshots (rid, seq, data) VALUES (?, ?, ?)",
-                (rid, last, commit.snapshot),
+                (rid, commit.snapshot[0], commit.snapshot[1]),
             )
         if commit.on_written is not None:
             commit.on_written(Seq(last))
-        return AppendResult(Seq(first), Seq(last))
+        return AppendResult(Seq(first), Seq(last), ts)
 
     def claim(self, run_id: str) -> int:
         """Takes the run over: bumps its epoch so that appends under older epochs fail."""

@@ -212,8 +212,10 @@ def test_inbox_posts_once_per_key_and_is_taken_by_a_commit(store: EventStore) ->
 def test_snapshot_is_kept_with_its_commit(store: EventStore) -> None:
     """A commit's snapshot is stored with the seq of that commit."""
     start(store)
-    store.append_sync(Commit("r1", [rec(), rec()], snapshot='{"s": 1}'))
+    store.append_sync(Commit("r1", [rec(), rec()]))
+    store.append_sync(Commit("r1", [], snapshot=(3, '{"s": 1}')))
     assert store.snapshot("r1") == (3, '{"s": 1}')
+    assert store.head() == 3
 
 
 def test_sync_api_from_threads(store: EventStore) -> None:

@@ -20,7 +20,7 @@ from ._diff import apply_json
 from ._events import StopEvent
 from ._state import TERMINAL, InProgress, RunState, Waiter
 
-__all__ = ["Folded", "KeyLog", "fold", "materialize"]
+__all__ = ["Folded", "KeyLog", "dump_folded", "fold", "load_folded", "materialize"]
 
 
 @dataclass(slots=True)
@@ -370,3 +370,91 @@ def materialize(s: Folded, codec: Codec, status: str | None = None) -> RunState:
 def is_terminal(status: str) -> bool:
     """Whether a status ends the run (finished, failed, cancelled, timed out)."""
     return status in TERMINAL
+
+
+# ------------------------------------------------------------------ the cached state
+#
+# The executor keeps the fold of its own commits as it goes and now and then stores it as
+# the run's snapshot; readers start from the snapshot and fold only the records after it.
+
+
+def _evs(evs: Iterable[Ev]) -> list[Any]:
+    return [[e.id, e.dump] for e in evs]
+
+
+def dump_folded(s: Folded) -> bytes:
+    """The folded state as JSON, for the snapshot cache."""
+    return orjson.dumps(
+        {
+            "v": 1,
+            "run_id": s.run_id,
+            "seq": s.seq,
+            "first_seq": s.first_seq,
+            "status": s.status,
+            "workflow": s.workflow,
+            "fingerprint": s.fingerprint,
+            "parent": list(s.parent) if s.parent else None,
+            "result": s.result,
+            "error": s.error,
+            "queues": {k: _evs(q.values()) for k, q in s.queues.items()},
+            "in_progress": {
+                k: [[p.ev.id, p.ev.dump, p.attempt, p.failures, p.conflicts] for p in v.values()]
+                for k, v in s.in_progress.items()
+            },
+            "context": {k: [v.dump, v.full_bytes, v.patch_bytes] for k, v in s.context.items()},
+            "buffers": {b: {t: _evs(es) for t, es in d.items()} for b, d in s.buffers.items()},
+            "waiters": [
+                [
+                    w.waiter_id,
+                    w.step,
+                    w.ev.id,
+                    w.ev.dump,
+                    w.awaited,
+                    w.requirements,
+                    w.deadline,
+                    w.waiter_event,
+                ]
+                for w in s.waiters.values()
+            ],
+            "answers": {k: None if a is None else [a.id, a.dump] for k, a in s.answers.items()},
+            "unclaimed": _evs(s.unclaimed.values()),
+            "stream": _evs(s.stream),
+            "next_id": s.next_id,
+            "exec_us": s.exec_us,
+            "prev_ts": s._prev_ts,
+            "paused": s._paused,
+        }
+    )
+
+
+def load_folded(data: str | bytes) -> Folded:
+    """A folded state back from :func:`dump_folded`."""
+    d = orjson.loads(data)
+    s = Folded(d["run_id"])
+    s.seq = d["seq"]
+    s.first_seq = d["first_seq"]
+    s.status = d["status"]
+    s.workflow = d["workflow"]
+    s.fingerprint = d["fingerprint"]
+    s.parent = (d["parent"][0], d["parent"][1]) if d["parent"] else None
+    s.result = d["result"]
+    s.error = d["error"]
+    s.queues = {k: {i: Ev(i, x) for i, x in q} for k, q in d["queues"].items()}
+    s.in_progress = {
+        k: {i: Prog(Ev(i, x), a, f, c) for i, x, a, f, c in v} for k, v in d["in_progress"].items()
+    }
+    s.context = {k: KeyLog(x, fb, pb) for k, (x, fb, pb) in d["context"].items()}
+    s.buffers = {
+        b: {t: [Ev(i, x) for i, x in es] for t, es in by.items()} for b, by in d["buffers"].items()
+    }
+    s.waiters = {
+        w[0]: WaitRec(w[0], w[1], Ev(w[2], w[3]), w[4], w[5], w[6], w[7]) for w in d["waiters"]
+    }
+    s.answers = {k: None if a is None else Ev(a[0], a[1]) for k, a in d["answers"].items()}
+    s.unclaimed = {i: Ev(i, x) for i, x in d["unclaimed"]}
+    s.stream = [Ev(i, x) for i, x in d["stream"]]
+    s.next_id = d["next_id"]
+    s.exec_us = d["exec_us"]
+    s._prev_ts = d["prev_ts"]
+    s._paused = d["paused"]
+    return s

@@ -12,7 +12,7 @@ from eventstore import EventStore, RunInfo, StoredRecord, class_name
 
 from . import _journal as J
 from ._errors import CheckpointNotFoundError, RunNotFoundError
-from ._fold import Folded, fold
+from ._fold import Folded, fold, load_folded
 from ._ownership import Owners
 from ._state import Checkpoint
 
@@ -50,18 +50,26 @@ def run_info(store: EventStore, run_id: str) -> RunInfo:
     return info
 
 
-def records_upto(store: EventStore, run_id: str, seq: int | None) -> Iterator[StoredRecord]:
+def records_upto(
+    store: EventStore, run_id: str, seq: int | None, *, after: int = 0
+) -> Iterator[StoredRecord]:
     """The run's records up to ``seq``, always whole commits (the checkpoint rule)."""
     last: StoredRecord | None = None
-    for r in store.records(run_id, upto=seq):
+    for r in store.records(run_id, after=after, upto=seq):
         last = r
         yield r
     if last is not None and last.commit_seq > last.seq:
         yield from store.records(run_id, after=last.seq, upto=last.commit_seq)
 
 
-def fold_run(store: EventStore, run_id: str, seq: int | None = None) -> Folded:
+def fold_run(
+    store: EventStore, run_id: str, seq: int | None = None, *, cached: bool = True
+) -> Folded:
     """The run's state in JSON form at ``seq``; a fork starts from its parent's state.
+
+    With ``cached`` (the default) it starts from the run's cached state when that is not
+    past ``seq`` and folds only the records after it; ``cached=False`` folds the whole
+    log (the pure fold the cache must always agree with).
 
     :raises RunNotFoundError: no such run.
     :raises CheckpointNotFoundError: ``seq`` is before the run's first record.
@@ -69,8 +77,13 @@ def fold_run(store: EventStore, run_id: str, seq: int | None = None) -> Folded:
     info = run_info(store, run_id)
     if seq is not None and (info.first_seq is None or seq < info.first_seq):
         raise CheckpointNotFoundError(run_id, seq, info.first_seq)
+    if cached:
+        snap = store.snapshot(run_id)
+        if snap is not None and (seq is None or snap[0] <= seq):
+            state = load_folded(snap[1])
+            return fold(state, records_upto(store, run_id, seq, after=snap[0]))
     if info.parent_run_id is not None and info.parent_seq is not None:
-        state = fold_run(store, info.parent_run_id, info.parent_seq)
+        state = fold_run(store, info.parent_run_id, info.parent_seq, cached=cached)
         state.run_id = run_id
         state.first_seq = None
     else:

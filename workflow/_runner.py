@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from eventstore import Commit, ConcurrencyError, NewRun, Record, class_name
+from eventstore import Commit, ConcurrencyError, NewRun, Record, Seq, StoredRecord, class_name
 
 from . import _journal as J
 from ._context import COLLECT_PREFIX, Attempt, Context, WaitSuspend, current_attempt
@@ -27,7 +27,7 @@ from ._errors import (
     WorkflowTimeoutError,
 )
 from ._events import Event, InputRequiredEvent, StopEvent
-from ._fold import Folded, result_of
+from ._fold import Folded, dump_folded, fold, result_of
 
 if TYPE_CHECKING:
     from ._step import StepSpec
@@ -42,6 +42,9 @@ INBOX_POLL_S: Final = 0.1
 # as much as that write: the fold then replays at most the value's size in patches, and
 # the bytes stay linear in the changes (a fixed every-K rule would grow quadratically).
 MIN_FULL_BYTES: Final = 256
+# The folded state is cached once the records since the last cache weigh as much as it
+# (and at least this much): the cache costs amortized O(1) per byte of log.
+SNAPSHOT_MIN_BYTES: Final = 64 * 1024
 
 
 _ENDING: Final = frozenset({"finished", "failed", "cancelled", "timed_out", "waiting"})
@@ -139,8 +142,13 @@ class Executor:
         self._exec_before = 0.0
         self._clock_start: float | None = None
         self._stream_from = stream_from
+        self._folded = folded if folded is not None else Folded(run_id)
+        self._since_snapshot = 0
+        self._snapshot_bytes = 0
         if folded is not None:
-            self._load(folded)
+            # Live values must never share objects with the fold's JSON, which the
+            # executor goes on folding its commits into (the codec does not copy).
+            self._load(copy.deepcopy(folded))
 
     # ------------------------------------------------------------------ state from the log
 
@@ -251,9 +259,41 @@ class Executor:
             create=create,
         )
 
+    def _submit(
+        self, records: list[Record], *, lazy: bool = False, **kw: Any
+    ) -> asyncio.Future[Any]:
+        fut = self.store.submit(self._commit(records, **kw), lazy=lazy)
+        # Registered before anyone awaits the future, so commits are absorbed in seq order
+        # and before the code that waits for them goes on.
+        fut.add_done_callback(lambda f: self._absorb(records, f))
+        return fut
+
+    def _absorb(self, records: list[Record], fut: asyncio.Future[Any]) -> None:
+        """Folds a durable commit into the executor's own copy of the folded state."""
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        res = fut.result()
+        first, last, ts = int(res.first_seq), int(res.last_seq), res.ts
+        stored = [
+            StoredRecord(Seq(first + i), self.run_id, r.kind, r.step, r.payload, Seq(last), ts)
+            for i, r in enumerate(records)
+        ]
+        fold(self._folded, stored)
+        self._since_snapshot += sum(len(r.payload) for r in records)
+        if self._since_snapshot >= max(SNAPSHOT_MIN_BYTES, self._snapshot_bytes):
+            self.write_snapshot()
+
+    def write_snapshot(self, *, lazy: bool = True) -> None:
+        """Caches the folded state in the store (lazily: it rides with the next commit)."""
+        data = dump_folded(self._folded).decode()
+        self._snapshot_bytes = len(data)
+        self._since_snapshot = 0
+        commit = Commit(self.run_id, [], epoch=self.epoch, snapshot=(self._folded.seq, data))
+        fut = self.store.submit(commit, lazy=lazy)
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+
     def _lazy(self, records: list[Record]) -> None:
-        fut = self.store.submit(self._commit(records), lazy=True)
-        fut.add_done_callback(self._lazy_done)
+        self._submit(records, lazy=True).add_done_callback(self._lazy_done)
 
     def _lazy_done(self, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled():
@@ -263,7 +303,7 @@ class Executor:
             self._end_with(exc)
 
     async def append(self, records: list[Record], **kw: Any) -> int:
-        res = await self.store.append(self._commit(records, **kw))
+        res = await self._submit(records, **kw)
         return int(res.last_seq)
 
     # ------------------------------------------------------------------ context changes
@@ -594,9 +634,15 @@ class Executor:
                 self.unclaimed[ev_id] = ev
         for step, d in deliveries:
             self.deliver(step, d)
+        self._observe(seq)
         if stop is not None:
             self._finish(stop[1])
         return True
+
+    def _observe(self, seq: int) -> None:
+        hook = self.wf._commit_hook
+        if hook is not None:
+            hook(self, seq)
 
     # ------------------------------------------------------------------ waits
 
@@ -753,6 +799,7 @@ class Executor:
         async with self.state_lock:
             seq = await self.append(records, on_written=on_written)
         self._apply_changes(changes, seq)
+        self._observe(seq)
         return seq
 
     # ------------------------------------------------------------------ time
@@ -849,6 +896,9 @@ class Executor:
         for q in self._subscribers:
             q.put_nowait(None)
         self._subscribers.clear()
+        if self._since_snapshot and not self.store._closed:
+            # The next reader of the latest state folds nothing.
+            self.write_snapshot(lazy=False)
         self.wf._release(self)
         if exc is not None:
             self.done.set_exception(exc)

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import threading
 import typing
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from eventstore import Codec, Commit, EventStore, NewRun, RunInfo, class_name
+from eventstore import Codec, EventStore, NewRun, RunInfo, class_name
 
 from . import _journal as J
 from ._errors import (
@@ -66,6 +67,9 @@ class Workflow:
     """
 
     _state_type: ClassVar[type | None] = None
+    # A test hook: called with (executor, seq) after each commit that changed state took
+    # effect in memory, to compare the live state with the fold of the log.
+    _commit_hook: Callable[[Executor, int], None] | None = None
 
     def __init__(
         self,
@@ -153,14 +157,7 @@ class Workflow:
             J.run_started(self._name, self._graph.fingerprint(), 1, start_event, None, self._codec),
             *(J.enqueued(t, 1, dump, J.SRC_START) for t in targets),
         ]
-        await self._store.append(
-            Commit(
-                x.run_id,
-                records,
-                epoch=1,
-                create=NewRun(meta={"workflow": self._name}, status="running"),
-            )
-        )
+        await x.append(records, create=NewRun(meta={"workflow": self._name}, status="running"))
         info = self._store.run(x.run_id)
         x.rid = info.rid
         self._own(x)
@@ -227,7 +224,7 @@ class Workflow:
             raise
         _live[(id(self._store), run_id)] = x
         handler = WorkflowHandler(self, run_id, x.done, x, self._recorded_stream(folded))
-        x._spawn(self._continue(x, folded, updates, resumed=True))
+        x._spawn(self._continue(x, copy.deepcopy(folded), updates, resumed=True))
         return handler
 
     def run_from(
@@ -252,6 +249,7 @@ class Workflow:
         run_id = uuid.uuid4().hex
         at = folded.seq
         folded.run_id = run_id
+        folded.first_seq = None  # the fork's own records start it
         x = Executor(self, run_id, 0, 1, folded)
         handler = WorkflowHandler(self, run_id, x.done, x)
         x._spawn(self._fork(x, folded, (parent_id, at), updates))
@@ -260,26 +258,18 @@ class Workflow:
     async def _fork(
         self, x: Executor, folded: Folded, parent: tuple[str, int], updates: dict[str, Any] | None
     ) -> None:
-        await self._store.append(
-            Commit(
-                x.run_id,
-                [
-                    J.run_started(
-                        self._name, self._graph.fingerprint(), 0, None, parent, self._codec
-                    )
-                ],
-                epoch=1,
-                create=NewRun(
-                    meta={"workflow": self._name},
-                    parent_run_id=parent[0],
-                    parent_seq=parent[1],
-                    status="running",
-                ),
-            )
+        await x.append(
+            [J.run_started(self._name, self._graph.fingerprint(), 0, None, parent, self._codec)],
+            create=NewRun(
+                meta={"workflow": self._name},
+                parent_run_id=parent[0],
+                parent_seq=parent[1],
+                status="running",
+            ),
         )
         x.rid = self._store.run(x.run_id).rid
         self._own(x)
-        await self._continue(x, folded, updates, resumed=False)
+        await self._continue(x, copy.deepcopy(folded), updates, resumed=False)
 
     async def _continue(
         self, x: Executor, folded: Folded, updates: dict[str, Any] | None, *, resumed: bool
