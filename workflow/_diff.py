@@ -26,13 +26,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as dt
+import functools
 import operator
-import pathlib
-import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, MutableMapping, MutableSequence
 from decimal import Decimal
 from enum import Enum
+from pathlib import PurePath
 from typing import Any, Final, TypeAlias, overload
+from uuid import UUID
 
 import attrs
 import orjson
@@ -60,11 +62,11 @@ __all__ = [
 TAG: Final = "$t"
 _ATOMS: Final = frozenset({str, int, float, bool, type(None), bytes})
 # Immutable beyond the atoms: returned as they are, never copied (dt.datetime is a dt.date).
-_FROZEN: Final = (complex, range, Decimal, uuid.UUID, dt.date, dt.time, dt.timedelta, Enum,
-                  pathlib.PurePath)  # fmt: skip
+_FROZEN: Final = (complex, range, Decimal, UUID, dt.date, dt.time, dt.timedelta, Enum, PurePath)
 _OBJ_TAGS: Final = frozenset({"model", "dataclass", "attrs"})
 _PYDANTIC_EXTRAS: Final = ("__pydantic_extra__", "__pydantic_private__")
 _VALUE_OPS: Final = frozenset({"set", "replace", "append"})
+_MISSING: Final[Any] = object()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,7 +84,8 @@ Path: TypeAlias = tuple[PathElem, ...]  # from the root value down
 Op: TypeAlias = tuple[Any, ...]  # (kind, path, *args), see the module docstring
 _Node: TypeAlias = "TrackedList | TrackedDict | _Copy"  # what records one mutable part
 
-_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+# Per class, weakly: classes made at run time (in functions, in tests) may go away.
+_FIELD_NAMES: weakref.WeakKeyDictionary[type, tuple[str, ...] | None] = weakref.WeakKeyDictionary()
 
 
 def _fields(obj: Any) -> tuple[str, ...] | None:
@@ -279,6 +282,7 @@ class _Copy:
                 out.append(("set", (*self.path, name), _fresh(value)))
 
 
+@functools.total_ordering  # <= and >= from < and ==, like a list
 class TrackedList(MutableSequence[Any]):
     """A copy-on-write view of a committed list: mutations are recorded, never applied to it.
 
@@ -439,8 +443,7 @@ class TrackedList(MutableSequence[Any]):
         """A shallow copy, as ``list.copy``: a plain list whose mutable items are still views."""
         return list(self)
 
-    def __copy__(self) -> list[Any]:
-        return list(self)
+    __copy__ = copy
 
     def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
         return self._materialize()
@@ -465,12 +468,6 @@ class TrackedList(MutableSequence[Any]):
 
     def __gt__(self, other: Any) -> bool:
         return bool(list(self) > (list(other) if isinstance(other, TrackedList) else other))
-
-    def __le__(self, other: Any) -> bool:
-        return not self > other
-
-    def __ge__(self, other: Any) -> bool:
-        return not self < other
 
     def __add__(self, other: Iterable[Any]) -> list[Any]:
         return [*self, *other]
@@ -583,8 +580,7 @@ class TrackedDict(MutableMapping[Any, Any]):
         """A shallow copy, as ``dict.copy``: a plain dict whose mutable values are still views."""
         return dict(self.items())
 
-    def __copy__(self) -> dict[Any, Any]:
-        return dict(self.items())
+    __copy__ = copy
 
     def __deepcopy__(self, memo: dict[int, Any]) -> dict[Any, Any]:
         return self._materialize()
@@ -617,11 +613,12 @@ class TrackedDict(MutableMapping[Any, Any]):
             node._collect(out)
 
 
-_MISSING: Final[Any] = object()
-
-
 class Tracker:
     """Tracks one attempt's mutations of one committed root value.
+
+    The patch is relative to base as it was when the tracker was made: only appends to a
+    committed list stay invisible to the view; any other change of base in place shows through
+    (such an attempt read a key that changed, so it conflicts and runs again anyway).
 
     :param base: the committed value; never mutated by the tracker or its view.
     :param codec: compares values that are copied rather than viewed (sets, scalars put in
@@ -661,7 +658,7 @@ def diff(old: Any, new: Any, codec: Codec) -> list[Op]:
     new = materialize(new)
     out: list[Op] = []
     _diff(old, new, (), codec, out)
-    if not out or out[0][1] == ():
+    if not out or out[0][:2] == ("replace", ()):
         return out
     whole: list[Op] = [("replace", (), new)]
     if patch_size(ops_to_json(out, codec)) >= patch_size(ops_to_json(whole, codec)):
@@ -693,12 +690,12 @@ def _diff(old: Any, new: Any, path: Path, codec: Codec, out: list[Op]) -> None:
 def _diff_list(old: list[Any], new: list[Any], path: Path, codec: Codec, out: list[Op]) -> None:
     n = min(len(old), len(new))
     sub: list[Op] = []
-    changed = 0
+    replaced = 0  # items rewritten whole, not merely changed inside
     for i in range(n):
         before = len(sub)
         _diff(old[i], new[i], (*path, i), codec, sub)
-        changed += len(sub) > before
-    if changed * 2 > n:  # most items moved (an insert or removal near the front): rewrite
+        replaced += len(sub) == before + 1 and sub[-1][:2] == ("set", (*path, i))
+    if replaced * 2 > n:  # most items moved (an insert or removal near the front): rewrite
         out.append(_put(path, _fresh(new)))
         return
     out += sub

@@ -324,6 +324,9 @@ class Executor:
                     if old is _ABSENT
                     else diff(old, w.value, self.codec)
                 )
+                # The committed value must not share objects with the user's value, which
+                # the step may go on mutating; a tracker's ops are fresh already.
+                ops = copy.deepcopy(ops)
             if not ops:
                 continue
             if len(ops) == 1 and ops[0][0] == "replace" and ops[0][1] == ():
