@@ -290,6 +290,8 @@ async def test_stream_events_live_then_stop() -> None:
     h = wf.run()
     got = [ev async for ev in h.stream_events()]
     assert [type(e).__name__ for e in got] == ["Other", "Other", "Other", "StopEvent"]
+    assert h.origin(got[0]) == ("start", 1, 1)
+    assert "_origin" not in wf.store.query("SELECT group_concat(payload) FROM log")[0][0]
     assert await h == "done"
     assert len(wf.state_at(h.run_id).stream) == 3
 

@@ -91,6 +91,15 @@ class WorkflowHandler:
             if isinstance(ev, StopEvent):
                 return
 
+    def origin(self, event: Event) -> tuple[str, int, int] | None:
+        """Which attempt streamed ``event``: (step, input event id, attempt), if known."""
+        if self._executor is None:
+            return None
+        found = self._executor.origins.get(id(event))
+        if found is None or found[0]() is not event:
+            return None
+        return found[1]
+
     async def send_event(self, event: Event) -> None:
         """Sends an event into the run (recorded in its inbox, taken in by the executor)."""
         await self._wf._post(self.run_id, event, None)

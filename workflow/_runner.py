@@ -11,6 +11,7 @@ import contextlib
 import copy
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -139,6 +140,7 @@ class Executor:
         self._taken_inbox: set[int] = set()
         self._subscribers: list[asyncio.Queue[Event | None]] = []
         self._history: list[Event] = []
+        self.origins: dict[int, tuple[weakref.ref[Event], tuple[str, int, int]]] = {}
         self._exec_before = 0.0
         self._clock_start: float | None = None
         self._stream_from = stream_from
@@ -205,7 +207,10 @@ class Executor:
 
     def stream_now(self, event: Event, att: Attempt | None) -> None:
         if att is not None:
-            event._origin = (att.step, att.event_id, att.attempt)  # type: ignore[attr-defined]
+            # Kept beside the event, not on it: an attribute would be logged as a field.
+            ref = weakref.ref(event, lambda _: self.origins.pop(key, None))
+            key = id(event)
+            self.origins[key] = (ref, (att.step, att.event_id, att.attempt))
         self._history.append(event)
         for q in self._subscribers:
             q.put_nowait(event)
