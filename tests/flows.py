@@ -142,7 +142,7 @@ async def _main(argv: list[str]) -> int:
     else:
         handler = wf.resume(rest[0])
     print(f"RUN {handler.run_id}", flush=True)
-    if flow == "asker":
+    if flow == "asker" and os.environ.get("ASKER_STAYS") != "1":
         await handler.wait_until_waiting(10)
         await handler.suspend()
         print("SUSPENDED", flush=True)

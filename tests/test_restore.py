@@ -325,6 +325,33 @@ def test_durable_wait_across_processes(tmp_path: Path) -> None:
     assert read_trace(db) == ["ask", "ask"]
 
 
+def test_answer_from_another_process_wakes_the_owner(tmp_path: Path) -> None:
+    """An answer sent by another process reaches the live owner's waiting run promptly."""
+    db = tmp_path / "live.db"
+    os.environ["ASKER_STAYS"] = "1"
+    try:
+        proc, run_id = start_flow("asker", db, "run")
+    finally:
+        del os.environ["ASKER_STAYS"]
+    try:
+        wf = Asker(store=db)
+        wait_for(lambda: run_id in {r.run_id for r in wf.runs()})
+        wait_for(lambda: wf.state_at(run_id).status == "waiting")
+        sent = time.monotonic()
+        wf.send(run_id, HumanResponseEvent(response="zoe"))
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        assert proc.wait(timeout=10) == 0
+        assert "RESULT hello zoe" in out
+        assert time.monotonic() - sent < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
 async def test_wait_answered_within_one_process() -> None:
     """A wait answered by handler.send_event continues the run in the same process."""
     wf = Asker(store=None)

@@ -327,8 +327,11 @@ class Workflow:
                 continue
             try:
                 event = self._codec.load(ev.dump)
+                # The codec rebuilds without validation (it trusts what it wrote); a class
+                # that changed since must still accept the stored fields.
+                type(event).model_validate(dict(event))
             except Exception as exc:
-                problems.append(f"event {ev.id} for step {step!r} cannot be decoded: {exc}")
+                problems.append(f"event {ev.id} for step {step!r} no longer decodes: {exc}")
                 continue
             if not any(isinstance(event, t) for t in steps[step].accepted):
                 problems.append(
