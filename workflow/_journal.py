@@ -98,14 +98,19 @@ def run_started(
     start_event: Any,
     parent: tuple[str, int] | None,
     codec: Codec,
+    graph: dict[str, Any] | None = None,
 ) -> Record:
-    """The first record of a run (or of a fork, which names its parent and seq)."""
+    """The first record of a run (or of a fork, which names its parent and seq).
+
+    It carries the step graph, so that ``verify`` can say how today's steps differ.
+    """
     return _rec(
         RUN_STARTED,
         None,
         {
             "workflow": workflow,
             "fingerprint": fingerprint,
+            "graph": graph,
             "start": {"id": start_id, "event": codec.dump(start_event)}
             if start_event is not None
             else None,

@@ -134,6 +134,8 @@ class Executor:
         self.done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.status = "running"
         self._sealed = False
+        self._closing = False
+        self._settler: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._busy = 0  # deliveries queued or running
         self._poke = asyncio.Event()
@@ -219,7 +221,7 @@ class Executor:
         q: asyncio.Queue[Event | None] = asyncio.Queue()
         for ev in self._history:
             q.put_nowait(ev)
-        if self.done.done():
+        if self._closing:
             q.put_nowait(None)
         else:
             self._subscribers.append(q)
@@ -304,7 +306,7 @@ class Executor:
         if fut.cancelled():
             return
         exc = fut.exception()
-        if exc is not None and not self.done.done():
+        if exc is not None and not self._closing:
             self._end_with(exc)
 
     async def append(self, records: list[Record], **kw: Any) -> int:
@@ -409,7 +411,7 @@ class Executor:
         if task.cancelled():
             return
         exc = task.exception()
-        if exc is not None and not self.done.done():
+        if exc is not None and not self._closing:
             self._end_with(exc)
 
     def deliver(self, step: str, d: Delivery) -> None:
@@ -743,7 +745,7 @@ class Executor:
     async def take_external(
         self, ev: Event, inbox_id: int | None, src: str = J.SRC_EXTERNAL
     ) -> None:
-        if self.done.done():
+        if self._closing:
             return
         ev_id = self.new_event_id()
         for w in list(self.waiters.values()):
@@ -763,7 +765,7 @@ class Executor:
 
     async def take_inbox(self) -> None:
         for entry in self.store.inbox(self.run_id):
-            if entry.id in self._taken_inbox or self.done.done():
+            if entry.id in self._taken_inbox or self._closing:
                 continue
             self._taken_inbox.add(entry.id)
             ev = self.codec.decode(entry.payload)
@@ -853,7 +855,7 @@ class Executor:
         self._end_with(exc)
 
     async def _end_run(self, kind: str, exc: BaseException, **payload: Any) -> None:
-        if self.done.done():
+        if self._closing:
             return
         status = {
             J.RUN_CANCELLED: "cancelled",
@@ -892,12 +894,14 @@ class Executor:
         self._close(exc=exc)
 
     def _close(self, *, result: Any = None, exc: BaseException | None = None) -> None:
-        if self.done.done():
+        if self._closing:
             return
-        current = asyncio.current_task()
-        for task in list(self._tasks):
-            if task is not current:
-                task.cancel()
+        self._closing = True
+        # Every task of the run stops (the caller's own at its next await); the handler
+        # resolves once they all have, so nothing of the run outlives awaiting it.
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
         for w in self.waiters.values():
             if w.timer is not None:
                 w.timer.cancel()
@@ -908,10 +912,17 @@ class Executor:
             # The next reader of the latest state folds nothing.
             self.write_snapshot(lazy=False)
         self.wf._release(self)
-        if exc is not None:
-            self.done.set_exception(exc)
-        else:
-            self.done.set_result(result)
+
+        async def settle() -> None:
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self.done.done():
+                return
+            if exc is not None:
+                self.done.set_exception(exc)
+            else:
+                self.done.set_result(result)
+
+        self._settler = asyncio.get_running_loop().create_task(settle())
 
 
 class _Absent:

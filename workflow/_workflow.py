@@ -154,7 +154,15 @@ class Workflow:
         dump = self._codec.dump(start_event)
         targets = self._graph.route(type(start_event))
         records = [
-            J.run_started(self._name, self._graph.fingerprint(), 1, start_event, None, self._codec),
+            J.run_started(
+                self._name,
+                self._graph.fingerprint(),
+                1,
+                start_event,
+                None,
+                self._codec,
+                self._graph.describe(),
+            ),
             *(J.enqueued(t, 1, dump, J.SRC_START) for t in targets),
         ]
         await x.append(records, create=NewRun(meta={"workflow": self._name}, status="running"))
@@ -259,7 +267,17 @@ class Workflow:
         self, x: Executor, folded: Folded, parent: tuple[str, int], updates: dict[str, Any] | None
     ) -> None:
         await x.append(
-            [J.run_started(self._name, self._graph.fingerprint(), 0, None, parent, self._codec)],
+            [
+                J.run_started(
+                    self._name,
+                    self._graph.fingerprint(),
+                    0,
+                    None,
+                    parent,
+                    self._codec,
+                    self._graph.describe(),
+                )
+            ],
             create=NewRun(
                 meta={"workflow": self._name},
                 parent_run_id=parent[0],

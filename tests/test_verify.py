@@ -1,0 +1,100 @@
+"""verify: recorded runs checked against today's code, with and without re-execution."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.flows import EventA, EventB, ReportFlow
+from tests.test_engine import Appender, Counter
+from workflow import Context, StartEvent, StopEvent, Workflow, step
+from workflow._verify import verify
+
+
+async def recorded_report(db: Path) -> str:
+    wf = ReportFlow(store=db)
+    h = wf.run()
+    with pytest.raises(ValueError, match="var"):
+        await h
+    await wf.resume(h.run_id, updates={"var": 1})
+    return h.run_id
+
+
+async def test_unchanged_code_verifies(tmp_path: Path) -> None:
+    """Runs recorded by today's code pass, also when re-executed."""
+    db = tmp_path / "v.db"
+    run_id = await recorded_report(db)
+    wf = Appender(store=tmp_path / "a.db")
+    wf.n = 50  # type: ignore[attr-defined]
+    h = wf.run()
+    await h
+    report = verify(ReportFlow(store=db), [run_id], reexecute=True)
+    assert report.ok, report.problems
+    assert report.attempts_reexecuted >= 3
+    wf2 = Appender(store=tmp_path / "a.db")
+    wf2.n = 50  # type: ignore[attr-defined]
+    report2 = verify(wf2, reexecute=True)
+    assert report2.ok, report2.problems
+    assert report2.attempts_reexecuted == 51
+
+
+class ReportFlowRenamed(Workflow):
+    """The finish step was renamed and now returns a different event."""
+
+    @step
+    async def start(self, ev: StartEvent) -> EventA:
+        return EventA(content="first")
+
+    @step
+    async def process(self, ev: EventA) -> EventB | StopEvent:
+        return StopEvent(result="changed")
+
+    @step
+    async def complete(self, ctx: Context, ev: EventB) -> StopEvent:
+        return StopEvent(result="x")
+
+
+async def test_changed_graph_and_outputs_are_reported(tmp_path: Path) -> None:
+    """A renamed step and changed return types are listed without running anything."""
+    db = tmp_path / "v.db"
+    run_id = await recorded_report(db)
+    report = verify(ReportFlowRenamed(store=db), [run_id])
+    kinds = {(p.kind, p.step) for p in report.problems}
+    assert ("graph", "finish") in kinds
+    assert ("graph", "complete") in kinds
+    assert ("graph", "process") in kinds
+    assert not report.ok
+
+
+class NewProcess(Workflow):
+    @step
+    async def start(self, ev: StartEvent) -> EventA:
+        return EventA(content="first")
+
+    @step
+    async def process(self, ev: EventA) -> EventB:
+        return EventB(content="different: " + ev.content)
+
+    @step
+    async def finish(self, ctx: Context, ev: EventB) -> StopEvent:
+        return StopEvent(result="end: " + ev.content)
+
+
+async def test_reexecution_finds_the_first_divergence(tmp_path: Path) -> None:
+    """A step whose output changed is reported at its seq with expected and got."""
+    db = tmp_path / "v.db"
+    run_id = await recorded_report(db)
+    assert verify(NewProcess(store=db), [run_id]).ok  # statically nothing changed
+    report = verify(NewProcess(store=db), [run_id], reexecute=True)
+    divergent = [p for p in report.problems if p.kind == "divergence"]
+    assert [p.step for p in divergent] == ["process"]
+    assert "EventB" in divergent[0].message
+
+
+async def test_conflicting_run_verifies(tmp_path: Path) -> None:
+    """A run with conflicts and re-runs replays each recorded successful attempt."""
+    wf = Counter(store=tmp_path / "c.db", timeout=60)
+    await wf.run(n=100)
+    report = verify(Counter(store=tmp_path / "c.db"), reexecute=True)
+    assert report.ok, report.problems[:3]

@@ -1,0 +1,339 @@
+"""Verify recorded runs against today's code, as Temporal's Replayer does, without a server.
+
+By default nothing is executed (steps call LLMs and other services): every recorded event
+and context value must decode with today's classes, queued and in-progress work must still
+route to a step that accepts it, recorded outputs must fit the steps' declared return
+types, and the step graph's differences from the recorded one are listed. With
+``reexecute=True`` recorded attempts run again against their recorded input and context,
+and the first divergence per step is reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import copy
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from eventstore import StoredRecord
+
+from . import _journal as J
+from ._context import Attempt, current_attempt
+from ._diff import apply, materialize
+from ._events import Event
+from ._fold import Folded, fold
+from ._read import commits, fold_run, run_info
+
+if TYPE_CHECKING:
+    from ._workflow import Workflow
+
+__all__ = ["Problem", "VerifyReport", "verify"]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing in a recorded run that today's code would not reproduce or read."""
+
+    run_id: str
+    seq: int | None
+    step: str | None
+    kind: str  # decode, route, output, graph, divergence
+    message: str
+
+    def __str__(self) -> str:
+        where = f"seq {self.seq}" if self.seq is not None else "run"
+        step = f" step {self.step!r}" if self.step else ""
+        return f"{self.run_id} {where}{step}: [{self.kind}] {self.message}"
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    """What :func:`verify` found: ``ok`` when no problem was found in any run."""
+
+    runs: list[str] = field(default_factory=list)
+    records: int = 0
+    attempts_reexecuted: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _payload_values(r: StoredRecord) -> Iterable[tuple[str, Any]]:
+    p = r.data()
+    if r.kind in (J.ENQUEUED, J.STREAMED):
+        yield "event", p.get("event")
+    elif r.kind == J.RUN_STARTED and p.get("start"):
+        yield "start event", p["start"].get("event")
+    elif r.kind == J.RUN_FINISHED:
+        yield "result", p.get("result")
+    elif r.kind == J.STATE_SET:
+        key = p.get("key")
+        if "value" in p:
+            yield f"context value {key!r}", p["value"]
+        for op in p.get("patch") or ():
+            if len(op) > 2:
+                yield f"a change of context key {key!r}", op[2]
+    elif r.kind == J.COLLECTED and p.get("put"):
+        yield "collected event", p["put"].get("event")
+    elif r.kind == J.WAITING:
+        if p.get("event") is not None:
+            yield "waiter event", p["event"]
+    elif r.kind == J.WAIT_RESOLVED and p.get("event") is not None:
+        yield "answer", p["event"]
+
+
+def _graph_problems(run_id: str, recorded: dict[str, Any] | None, wf: Workflow) -> list[Problem]:
+    if not recorded:
+        return []
+    now = wf._graph.describe()
+    out = [
+        Problem(run_id, None, name, "graph", "step removed since the run was recorded")
+        for name in sorted(set(recorded) - set(now))
+    ]
+    out.extend(
+        Problem(run_id, None, name, "graph", "step added since the run was recorded")
+        for name in sorted(set(now) - set(recorded))
+    )
+    for name in sorted(set(now) & set(recorded)):
+        for part in ("accepts", "returns"):
+            before, after = sorted(recorded[name].get(part, [])), now[name][part]
+            if before != after:
+                msg = f"{part} changed: {before} -> {after}"
+                out.append(Problem(run_id, None, name, "graph", msg))
+    return out
+
+
+def verify(
+    wf: Workflow,
+    run_ids: Iterable[str] | None = None,
+    *,
+    reexecute: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> VerifyReport:
+    """Checks recorded runs against ``wf``'s current code; see the module's docstring.
+
+    :param run_ids: the runs to check (all runs of the store if None).
+    :param reexecute: run recorded attempts again and compare what they produce.
+    :param progress: called with the number of records read since the last call.
+    """
+    store = wf.store
+    report = VerifyReport()
+    ids = list(run_ids) if run_ids is not None else [r.run_id for r in store.runs()]
+    load = wf._codec.load
+    steps = wf._graph.steps
+    for run_id in ids:
+        run_info(store, run_id)
+        report.runs.append(run_id)
+        problems = report.problems
+        emitted_by: dict[int, str] = {}
+        for commit in commits(store.records(run_id)):
+            head = commit[0]
+            report.records += len(commit)
+            if progress is not None:
+                progress(len(commit))
+            for r in commit:
+                if r.kind == J.RUN_STARTED:
+                    problems.extend(_graph_problems(run_id, r.data().get("graph"), wf))
+                for what, dump in _payload_values(r):
+                    try:
+                        value = load(dump)
+                        if isinstance(value, Event):
+                            type(value).model_validate(dict(value))
+                    except Exception as exc:  # every failure is a finding
+                        msg = f"the {what} no longer decodes: {exc}"
+                        problems.append(Problem(run_id, r.seq, r.step, "decode", msg))
+            if head.kind == J.STEP_FINISHED and head.step in steps:
+                spec = steps[head.step]
+                for r in commit[1:]:
+                    if r.kind not in (J.ENQUEUED, J.RUN_FINISHED):
+                        continue
+                    p = r.data()
+                    dump = p.get("event") if r.kind == J.ENQUEUED else p.get("result")
+                    ev_id = p.get("id")
+                    if ev_id in emitted_by:
+                        continue  # the same event enqueued for several steps
+                    emitted_by[ev_id] = head.step
+                    name = dump.get("c") if isinstance(dump, dict) else None
+                    try:
+                        cls = type(load(dump))
+                    except Exception:  # reported as a decode problem above
+                        continue
+                    if not any(issubclass(cls, t) for t in spec.returns):
+                        msg = (
+                            f"emitted {name}, which its return annotation no longer declares"
+                            f" ({', '.join(t.__name__ for t in spec.returns) or 'None'})"
+                        )
+                        problems.append(Problem(run_id, r.seq, head.step, "output", msg))
+        latest = fold_run(store, run_id)
+        for step, ev_dump, ev_id, what in _pending(latest):
+            if step not in steps:
+                msg = f"{what} event {ev_id} is for step {step!r}, which no longer exists"
+                problems.append(Problem(run_id, latest.seq, step, "route", msg))
+                continue
+            try:
+                event = load(ev_dump)
+            except Exception:  # reported as a decode problem above
+                continue
+            if not any(isinstance(event, t) for t in steps[step].accepted):
+                msg = f"{what} event {ev_id} ({type(event).__name__}) no longer routes to it"
+                problems.append(Problem(run_id, latest.seq, step, "route", msg))
+        if reexecute:
+            _reexecute(wf, run_id, report)
+    return report
+
+
+def _pending(s: Folded) -> Iterable[tuple[str, Any, int, str]]:
+    for step, q in s.queues.items():
+        for e in q.values():
+            yield step, e.dump, e.id, "queued"
+    for step, progs in s.in_progress.items():
+        for p in progs.values():
+            yield step, p.ev.dump, p.ev.id, "in-progress"
+    for w in s.waiters.values():
+        yield w.step, w.ev.dump, w.ev.id, "waiting"
+
+
+class _Replay:
+    """A stand-in executor for one attempt: recorded context in, buffered writes out."""
+
+    def __init__(self, wf: Workflow, context: dict[str, Any]) -> None:
+        from ._context import Context
+
+        self.wf = wf
+        self.codec = wf._codec
+        self.graph = wf._graph
+        self.committed = context
+        self.versions: dict[str, int] = {}
+        self.buffers: dict[str, Any] = {}
+        self.answers: dict[str, Any] = {}
+        self.state_lock = asyncio.Lock()
+        self.ctx = Context(self, wf._state_type)  # type: ignore[arg-type]
+        self.run_id = "verify"
+        self._next = 10**9
+
+    def pin(self, key: str) -> None:
+        return
+
+    def new_event_id(self) -> int:
+        self._next += 1
+        return self._next
+
+    def read_buffer(self, att: Attempt, buf_key: str) -> dict[str, list[tuple[int, Event]]]:
+        return att.buffers.setdefault(buf_key, {})
+
+    def stream_now(self, event: Event, att: Attempt | None) -> None:
+        return
+
+
+def _reexecute(wf: Workflow, run_id: str, report: VerifyReport) -> None:
+    """Runs each recorded successful attempt again and compares what it emits and writes."""
+    store = wf.store
+    load = wf._codec.load
+    dump = wf._codec.dump
+    state = Folded(run_id)
+    info = run_info(store, run_id)
+    if info.parent_run_id is not None and info.parent_seq is not None:
+        state = fold_run(store, info.parent_run_id, info.parent_seq)
+        state.run_id = run_id
+    diverged: set[str] = set()
+    for commit in commits(store.records(run_id)):
+        head = commit[0]
+        if (
+            head.kind == J.STEP_FINISHED
+            and head.step in wf._graph.steps
+            and head.step not in diverged
+        ):
+            p = head.data()
+            prog = state.in_progress.get(head.step, {}).get(p["id"])
+            if prog is not None:
+                context = {k: load(copy.deepcopy(v.dump)) for k, v in state.context.items()}
+                problem = _replay_one(wf, run_id, head, commit, load(prog.ev.dump), context, dump)
+                report.attempts_reexecuted += 1
+                if problem is not None:
+                    report.problems.append(problem)
+                    diverged.add(head.step)
+        fold(state, commit)
+
+
+def _replay_one(
+    wf: Workflow,
+    run_id: str,
+    head: StoredRecord,
+    commit: list[StoredRecord],
+    event: Event,
+    context: dict[str, Any],
+    dump: Callable[[Any], Any],
+) -> Problem | None:
+    step = head.step or ""
+    spec = wf._graph.steps[step]
+    replay = _Replay(wf, context)
+    att = Attempt(step, head.data()["id"], head.data()["attempt"], event)
+    kwargs: dict[str, Any] = {spec.event_param: event}
+    if spec.ctx_param is not None:
+        kwargs[spec.ctx_param] = replay.ctx
+
+    async def call() -> Any:
+        token = current_attempt.set(att)
+        try:
+            return await spec.func(wf, **kwargs)
+        finally:
+            current_attempt.reset(token)
+
+    try:
+        result = _run_isolated(call())
+    except BaseException as exc:  # a raise where the record says it returned
+        return Problem(run_id, head.seq, step, "divergence", f"raised {exc!r}, recorded a return")
+    got_events = [dump(e) for e, _ in att.sent] + ([dump(result)] if result is not None else [])
+    want_events: list[Any] = []
+    seen: set[int] = set()
+    for r in commit[1:]:
+        if r.kind in (J.ENQUEUED, J.RUN_FINISHED):
+            p = r.data()
+            if p["id"] not in seen:
+                seen.add(p["id"])
+                want_events.append(p["event"] if r.kind == J.ENQUEUED else p["result"])
+    if sorted(map(repr, got_events)) != sorted(map(repr, want_events)):
+        msg = f"emitted {_names(got_events)}, recorded {_names(want_events)}"
+        return Problem(run_id, head.seq, step, "divergence", msg)
+    for r in commit[1:]:
+        if r.kind != J.STATE_SET:
+            continue
+        p = r.data()
+        key = p["key"]
+        w = att.writes.get(key)
+        if w is None:
+            return Problem(run_id, r.seq, step, "divergence", f"did not write {key!r}")
+        new = w.tracker.view if w.tracker is not None else w.value
+        want = (
+            p["value"]
+            if "value" in p
+            else dump(apply(copy.deepcopy(context[key]), _ops_from(p["patch"], wf)))
+        )
+        if dump(materialize(new)) != want:
+            msg = f"wrote {key!r} = {dump(materialize(new))!r}, recorded {want!r}"
+            return Problem(run_id, r.seq, step, "divergence", msg[:300])
+    return None
+
+
+def _run_isolated(coro: Any) -> Any:
+    """Runs a step's coroutine on a loop of its own, also when called from async code."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _ops_from(patch: Any, wf: Workflow) -> list[Any]:
+    from ._diff import ops_from_json
+
+    return ops_from_json(patch, wf._codec)
+
+
+def _names(dumps: list[Any]) -> list[str]:
+    return [str(d.get("c", "?")).split(":")[-1] if isinstance(d, dict) else "?" for d in dumps]
