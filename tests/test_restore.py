@@ -29,6 +29,7 @@ from workflow import (
     Context,
     Event,
     HumanResponseEvent,
+    InputRequiredEvent,
     RecoveryLimitError,
     RunFinishedError,
     RunNotFoundError,
@@ -321,7 +322,29 @@ def test_durable_wait_across_processes(tmp_path: Path) -> None:
 
     result, replayed = asyncio.run(finish())
     assert result == "hello ada"
+    assert [type(e).__name__ for e in replayed] == ["InputRequiredEvent", "StopEvent"]
     assert replayed[0].prefix == "name?"
+
+
+def test_resumed_consumer_is_asked_again(tmp_path: Path) -> None:
+    """A consumer of a resumed waiting run sees the pending question, without replay."""
+    db = tmp_path / "again.db"
+    code, out = run_flow("asker", db, "run")
+    assert code == 0, out
+    run_id = out.split()[1]
+
+    async def consume() -> list[str]:
+        wf = Asker(store=db)
+        handler = wf.resume(run_id)
+        seen = []
+        async for ev in handler.stream_events():
+            seen.append(type(ev).__name__)
+            if isinstance(ev, InputRequiredEvent):
+                await handler.send_event(HumanResponseEvent(response="kim"))
+        assert await handler == "hello kim"
+        return seen
+
+    assert asyncio.run(consume()) == ["InputRequiredEvent", "StopEvent"]
     assert read_trace(db) == ["ask", "ask"]
 
 

@@ -69,7 +69,8 @@ class WorkflowHandler:
         """Yields the events steps write to the stream, live, then the stop event.
 
         A handler obtained by ``resume`` yields only new events, unless ``replay=True``
-        (then the events recorded before come first).
+        (then the events recorded before come first); a question a step still waits on is
+        asked again either way.
         """
         if replay:
             for ev in self._recorded:
@@ -82,7 +83,8 @@ class WorkflowHandler:
                 else:
                     yield StopEvent(result=value)
             return
-        queue = self._executor.subscribe()
+        # With the recorded stream replayed, the pending questions are in it already.
+        queue = self._executor.subscribe(skip=self._executor.reasked if replay else 0)
         while True:
             ev = await queue.get()
             if ev is None:

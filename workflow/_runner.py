@@ -7,7 +7,6 @@ memory (the committed context, the queues): durable before visible.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import time
 import traceback
@@ -153,6 +152,7 @@ class Executor:
             # Live values must never share objects with the fold's JSON, which the
             # executor goes on folding its commits into (the codec does not copy).
             self._load(copy.deepcopy(folded))
+        self.reasked = len(self._history)  # pending questions streamed again on resume
 
     # ------------------------------------------------------------------ state from the log
 
@@ -174,6 +174,9 @@ class Executor:
                 load(w.requirements) or {},
                 w.deadline,
             )
+            if w.waiter_event is not None:
+                # A consumer of the resumed run is asked the pending question again.
+                self._history.append(load(w.waiter_event))
         for wid, ans in f.answers.items():
             self.answers[wid] = None if ans is None else (ans.id, load(ans.dump))
         self.unclaimed = {i: load(e.dump) for i, e in f.unclaimed.items()}
@@ -217,9 +220,9 @@ class Executor:
         for q in self._subscribers:
             q.put_nowait(event)
 
-    def subscribe(self) -> asyncio.Queue[Event | None]:
+    def subscribe(self, skip: int = 0) -> asyncio.Queue[Event | None]:
         q: asyncio.Queue[Event | None] = asyncio.Queue()
-        for ev in self._history:
+        for ev in self._history[skip:]:
             q.put_nowait(ev)
         if self._closing:
             q.put_nowait(None)
@@ -772,9 +775,15 @@ class Executor:
             await self.take_external(ev, entry.id)
 
     async def _inbox_loop(self) -> None:
+        # A timer pokes too, so another process's send is taken in within the interval.
+        # (Not asyncio.wait_for: on Python 3.11 cancelling it can hang the task.)
+        loop = asyncio.get_running_loop()
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), INBOX_POLL_S)
+            timer = loop.call_later(INBOX_POLL_S, self._poke.set)
+            try:
+                await self._poke.wait()
+            finally:
+                timer.cancel()
             self._poke.clear()
             await self.take_inbox()
 
