@@ -13,6 +13,7 @@ from workflow import (
     ConstantDelayRetryPolicy,
     Context,
     Event,
+    HumanResponseEvent,
     StartEvent,
     StopEvent,
     Workflow,
@@ -444,3 +445,69 @@ async def test_shared_event_store_object(tmp_path: Path) -> None:
         assert await a.run(topic="1") == "hello 1!"
         assert await b.run(pick="m") == "middle"
         assert len(a.runs()) == 2
+
+
+class Dotted(Workflow):
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        await ctx.store.set("user", {"name": "ada", "langs": ["py"]})
+        await ctx.store.set("user.name", "grace")
+        await ctx.store.set("user.langs.0", "cobol")
+        missing = await ctx.store.get("user.age", default=-1)
+        return StopEvent(result=(await ctx.store.get("user.name"), missing))
+
+
+async def test_dotted_paths() -> None:
+    """ctx.store.get/set take dotted paths into nested values, as in LlamaIndex."""
+    wf = Dotted()
+    h = wf.run()
+    assert await h == ("grace", -1)
+    assert wf.state_at(h.run_id).context == {"user": {"name": "grace", "langs": ["cobol"]}}
+
+
+class Impatient(Workflow):
+    @step
+    async def ask(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        try:
+            await ctx.wait_for_event(HumanResponseEvent, timeout=0.05)
+        except WorkflowTimeoutError:
+            return StopEvent(result="nobody answered")
+        return StopEvent(result="answered")
+
+
+async def test_wait_for_event_times_out() -> None:
+    """A wait past its own deadline raises WorkflowTimeoutError in the re-run step."""
+    assert await Impatient().run() == "nobody answered"
+
+
+async def test_run_state_renders_to_json(tmp_path: Path) -> None:
+    """RunState.to_json() is JSON-native and names each event's class."""
+    import json
+
+    wf = FanOut(store=tmp_path / "j.db")
+    h = wf.run(n=5)
+    await h
+    mid = wf.checkpoints(h.run_id, step="start")[-1]
+    data = json.loads(json.dumps(wf.state_at(h.run_id, mid.seq).to_json()))
+    assert data["queues"]["work"][0]["c"].endswith(":Item")
+    assert data["status"] == "finished" or data["seq"] == mid.seq
+
+
+class Operator(Workflow):
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        await ctx.wait_for_event(HumanResponseEvent)
+        return StopEvent(result=await ctx.store.get("note", default=None))
+
+
+async def test_handler_ctx_writes_are_operator_updates() -> None:
+    """Writing through handler.ctx records an operator update the run then reads."""
+    wf = Operator()
+    h = wf.run()
+    await h.wait_until_waiting(5)
+    await h.ctx.store.set("note", "from outside")
+    assert await h.ctx.store.get("note") == "from outside"
+    await h.send_event(HumanResponseEvent(response="go"))
+    assert await h == "from outside"
+    kinds = [(r.kind, r.step) for r in wf.store.records(h.run_id)]
+    assert ("state_set", None) in kinds
