@@ -170,11 +170,11 @@ def _migrate(conn: sqlite3.Connection, version: int | None) -> None:
 
 
 def _create_v1(db: sqlite_utils.Database) -> None:
-    db["meta"].create({"key": str, "value": str}, pk="key")
-    db["meta"].insert_all(
+    db.table("meta").create({"key": str, "value": str}, pk="key")
+    db.table("meta").insert_all(
         [{"key": "app", "value": APP_ID}, {"key": "schema_version", "value": str(SCHEMA_VERSION)}]
     )
-    db["runs"].create(
+    db.table("runs").create(
         {
             "rid": int,
             "run_id": str,
@@ -189,10 +189,10 @@ def _create_v1(db: sqlite_utils.Database) -> None:
         not_null={"run_id", "epoch", "created"},
         defaults={"epoch": 0, "meta": "{}"},
     )
-    db["runs"].create_index(["run_id"], unique=True)
+    db.table("runs").create_index(["run_id"], unique=True)
     # The physical log keys runs by a small integer: an index on random text ids costs
     # ten times more per append (MEASUREMENTS.md).
-    db["log"].create(
+    db.table("log").create(
         {
             "seq": int,
             "rid": int,
@@ -206,8 +206,8 @@ def _create_v1(db: sqlite_utils.Database) -> None:
         not_null={"rid", "kind", "payload", "commit_seq", "ts"},
         foreign_keys=[("rid", "runs", "rid")],
     )
-    db["log"].create_index(["rid", "seq"])
-    db["inbox"].create(
+    db.table("log").create_index(["rid", "seq"])
+    db.table("inbox").create(
         {
             "id": int,
             "run_id": str,
@@ -219,9 +219,9 @@ def _create_v1(db: sqlite_utils.Database) -> None:
         pk="id",
         not_null={"run_id", "payload", "created"},
     )
-    db["inbox"].create_index(["run_id", "key"], unique=True)
-    db["inbox"].create_index(["run_id", "taken_seq"])
-    db["snapshots"].create({"rid": int, "seq": int, "data": str}, pk="rid")
+    db.table("inbox").create_index(["run_id", "key"], unique=True)
+    db.table("inbox").create_index(["run_id", "taken_seq"])
+    db.table("snapshots").create({"rid": int, "seq": int, "data": str}, pk="rid")
     db.create_view(
         "records",
         "SELECT log.seq, runs.run_id, log.kind, log.step, log.payload, log.commit_seq, log.ts"

@@ -86,11 +86,11 @@ class WorkflowHandler:
         # With the recorded stream replayed, the pending questions are in it already.
         queue = self._executor.subscribe(skip=self._executor.reasked if replay else 0)
         while True:
-            ev = await queue.get()
-            if ev is None:
+            item = await queue.get()
+            if item is None:
                 return
-            yield ev
-            if isinstance(ev, StopEvent):
+            yield item
+            if isinstance(item, StopEvent):
                 return
 
     def origin(self, event: Event) -> tuple[str, int, int] | None:

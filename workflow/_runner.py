@@ -517,10 +517,10 @@ class Executor:
         finally:
             current_attempt.reset(token)
         if result is not None and not isinstance(result, Event):
-            exc = WorkflowRuntimeError(
+            wrong = WorkflowRuntimeError(
                 f"step {spec.name!r} returned {type(result).__name__}, not an Event or None"
             )
-            return ("error", exc, "")
+            return ("error", wrong, "")
         if self.wf._verbose:
             name = "None" if result is None else type(result).__name__
             print(f"Step {spec.name} produced event {name}")  # noqa: T201

@@ -136,7 +136,7 @@ def step(
             msg = f"step {f.__qualname__} must be an async function (async def)"
             raise WorkflowValidationError(msg)
         setattr(f, STEP_ATTR, _StepOptions(num_workers, retry_policy))
-        return f
+        return f  # type: ignore[return-value]  # narrowed by iscoroutinefunction
 
     return decorate(func) if func is not None else decorate
 

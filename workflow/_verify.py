@@ -211,7 +211,7 @@ class _Replay:
         self.buffers: dict[str, Any] = {}
         self.answers: dict[str, Any] = {}
         self.state_lock = asyncio.Lock()
-        self.ctx = Context(self, wf._state_type)  # type: ignore[arg-type]
+        self.ctx: Context[Any] = Context(self, wf._state_type)  # type: ignore[arg-type]
         self.run_id = "verify"
         self._next = 10**9
 

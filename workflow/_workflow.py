@@ -10,7 +10,7 @@ import typing
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from eventstore import Codec, EventStore, NewRun, RunInfo, class_name
 
@@ -66,7 +66,6 @@ class Workflow:
         without ever ending before the run fails (an input that kills the process).
     """
 
-    _state_type: ClassVar[type | None] = None
     # A test hook: called with (executor, seq) after each commit that changed state took
     # effect in memory, to compare the live state with the fold of the log.
     _commit_hook: Callable[[Executor, int], None] | None = None
@@ -90,7 +89,7 @@ class Workflow:
         self._max_recovery = max_recovery_attempts
         self._codec = Codec()
         self._codec.register(*self._graph.event_types(), *types)
-        self._state_type = self._find_state_type()
+        self._state_type: type | None = self._find_state_type()
         if self._state_type is not None:
             self._codec.register(self._state_type)
         self._owners = Owners(self._store.path, memory_key=str(id(self._store)))
