@@ -241,6 +241,15 @@ _LAST_SEQ_SQL: Final = (
 )
 
 
+class _Redo(Exception):
+    """An op failed after writing: the batch runs again without it."""
+
+    def __init__(self, index: int, error: Exception) -> None:
+        self.index = index
+        self.error = error
+        super().__init__(f"op {index} failed after writing: {error!r}")
+
+
 class Busy(Exception):
     """The write lock is held elsewhere (another process or connection)."""
 
@@ -270,9 +279,23 @@ class Writer:
     def run_batch(self, ops: Sequence[Op]) -> list[tuple[bool, Any]]:
         """Runs ``ops`` in one transaction; returns (ok, result or exception) per op.
 
+        An op is refused alone when it fails before writing anything, which is how every
+        op of ours fails short of a database error (checks, fences and lookups come
+        first), so no savepoint is needed on the append path. An op that fails after it
+        wrote is not left half-done: the transaction is rolled back and the batch is run
+        again without it.
+
         :raises Busy: the write lock could not be taken within the busy timeout.
         :raises WriterFailedError: the database failed; nothing of the batch was written.
         """
+        refused: dict[int, Exception] = {}
+        while True:
+            try:
+                return self._run_once(ops, refused)
+            except _Redo as redo:
+                refused[redo.index] = redo.error
+
+    def _run_once(self, ops: Sequence[Op], refused: dict[int, Exception]) -> list[tuple[bool, Any]]:
         conn = self.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -284,8 +307,6 @@ class Writer:
         except sqlite3.Error as exc:
             msg = f"cannot start a write transaction: {exc}"
             raise WriterFailedError(msg) from exc
-        # A savepoint isolates operations from each other; alone, the transaction does.
-        isolate = len(ops) > 1
         try:
             (version,) = conn.execute("PRAGMA data_version").fetchone()
             if version != self._data_version:
@@ -293,31 +314,27 @@ class Writer:
                 self.last_seq = conn.execute(_LAST_SEQ_SQL).fetchone()[0]
                 self._data_version = version
             outcomes: list[tuple[bool, Any]] = []
-            for op in ops:
-                before = self.last_seq
-                if isolate:
-                    conn.execute("SAVEPOINT op")
+            for i, op in enumerate(ops):
+                if i in refused:
+                    outcomes.append((False, refused[i]))
+                    continue
+                before, changes = self.last_seq, conn.total_changes
                 try:
                     result = op(self)
                 except Exception as exc:
                     if isinstance(exc, sqlite3.Error) and is_fatal(exc):
                         raise
-                    if isolate:
-                        conn.execute("ROLLBACK TO op")
-                        conn.execute("RELEASE op")
-                    else:
-                        conn.execute("ROLLBACK")
-                    # What the failed op created or claimed no longer exists.
-                    self._rids.clear()
-                    self._epochs.clear()
+                    if conn.total_changes != changes:
+                        raise _Redo(i, exc) from exc
                     self.last_seq = before
                     outcomes.append((False, exc))
                     continue
-                if isolate:
-                    conn.execute("RELEASE op")
                 outcomes.append((True, result))
-            if conn.in_transaction:
-                conn.execute("COMMIT")
+            conn.execute("COMMIT")
+        except _Redo:
+            conn.execute("ROLLBACK")
+            self._forget()
+            raise
         except BaseException as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -380,6 +397,11 @@ class Writer:
             raise ConcurrencyError(msg, run_id=commit.run_id)
         if commit.check is not None:
             commit.check()
+        for r in commit.records:
+            # Refused here, before anything of the commit is written.
+            if not isinstance(r.kind, str) or not isinstance(r.payload, str):
+                msg = f"a record needs a str kind and a JSON text payload, got {r!r}"
+                raise TypeError(msg)
         n = len(commit.records)
         first = self.last_seq + 1
         last = self.last_seq + n

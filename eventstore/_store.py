@@ -63,8 +63,8 @@ _STOP: Final = _Item(lambda w: None, None, None)
 
 def _resolve(batch: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
     for fut, ok, value in batch:
-        if fut.cancelled():
-            continue
+        if fut.done() or fut.get_loop().is_closed():
+            continue  # nobody can be waiting for it any more
         if ok:
             fut.set_result(value)
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -511,3 +512,15 @@ async def test_handler_ctx_writes_are_operator_updates() -> None:
     assert await h == "from outside"
     kinds = [(r.kind, r.step) for r in wf.store.records(h.run_id)]
     assert ("state_set", None) in kinds
+
+
+class AnyContext(Workflow):
+    @step
+    async def start(self, ctx: Context[Any], ev: StartEvent) -> StopEvent:
+        await ctx.store.set("k", 1)
+        return StopEvent(result=await ctx.store.get("k"))
+
+
+async def test_context_of_any_is_untyped_state() -> None:
+    """Context[Any] is an untyped context, not a state class."""
+    assert await AnyContext().run() == 1

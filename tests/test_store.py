@@ -398,3 +398,35 @@ def test_memory_store_is_shared_with_reader_threads() -> None:
         t.start()
         t.join()
         assert out == [1]
+
+
+async def test_commit_failing_after_writing_is_undone_whole(store: EventStore) -> None:
+    """A commit that fails after its records were written is undone; the others stay."""
+    await store.append(Commit("r1", [rec("run_started", None)], create=NewRun()))
+
+    def explode(seq: object) -> None:
+        raise ValueError("after writing")
+
+    results = await asyncio.gather(
+        store.append(Commit("r1", [rec("a")])),
+        store.append(Commit("r1", [rec("b"), rec("b")], on_written=explode)),
+        store.append(Commit("r1", [rec("c")])),
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], ValueError)
+    assert [r.kind for r in store.records("r1")] == ["run_started", "a", "c"]
+    assert [r.seq for r in store.records("r1")] == [1, 2, 3]
+
+
+def test_close_after_the_event_loop_ended(tmp_path: Path) -> None:
+    """Closing a store whose last appends came from a finished event loop works."""
+    es = EventStore(tmp_path / "late.db")
+
+    async def main() -> None:
+        await es.append(Commit("r1", [rec("run_started", None)], create=NewRun()))
+        es.submit(Commit("r1", [rec("lazy")]), lazy=True)
+
+    asyncio.run(main())
+    es.close()
+    with EventStore(tmp_path / "late.db") as again:
+        assert [r.kind for r in again.records("r1")] == ["run_started", "lazy"]

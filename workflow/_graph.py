@@ -20,16 +20,18 @@ class Graph:
     def __init__(self, steps: Mapping[str, StepSpec]) -> None:
         self.steps = dict(steps)
         self._routes: dict[type, tuple[str, ...]] = {}
+        # Accepted class -> steps, so routing walks an event's bases, not every step.
+        self._takers: dict[type, list[str]] = {}
+        for name, spec in self.steps.items():
+            for t in spec.accepted:
+                self._takers.setdefault(t, []).append(name)
 
     def route(self, event_type: type) -> tuple[str, ...]:
         """The steps that take events of this class (its own or a base class's annotation)."""
         found = self._routes.get(event_type)
         if found is None:
-            found = tuple(
-                name
-                for name, spec in self.steps.items()
-                if any(issubclass(event_type, t) for t in spec.accepted)
-            )
+            names = {n for base in event_type.__mro__ for n in self._takers.get(base, ())}
+            found = tuple(n for n in self.steps if n in names)  # in declaration order
             self._routes[event_type] = found
         return found
 
@@ -62,12 +64,13 @@ class Graph:
                 if not self.route(t):
                     msg = f"{workflow}: step {name!r} produces {t.__name__}, which no step consumes"
                     raise WorkflowValidationError(msg)
-        produced = {t for s in self.steps.values() for t in s.returns}
+        # Every class some produced event is an instance of (its bases included).
+        produced = {b for s in self.steps.values() for t in s.returns for b in t.__mro__}
         for name, spec in self.steps.items():
             for t in spec.accepted:
                 if issubclass(StartEvent, t) or issubclass(t, HumanResponseEvent | StopEvent):
                     continue  # StartEvent comes from run(); a human's response from send()
-                if not any(issubclass(p, t) for p in produced):
+                if t not in produced:
                     msg = f"{workflow}: step {name!r} consumes {t.__name__}, which no step produces"
                     raise WorkflowValidationError(msg)
 

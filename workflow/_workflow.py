@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from eventstore import Codec, EventStore, NewRun, RunInfo, class_name
 
 from . import _journal as J
@@ -104,7 +106,13 @@ class Workflow:
                 continue
             hint = typing.get_type_hints(spec.func).get(spec.ctx_param)
             args = typing.get_args(hint)
-            if typing.get_origin(hint) is not None and args and isinstance(args[0], type):
+            # Context[MyState] types the state with a pydantic model; Context[Any] does not.
+            if (
+                typing.get_origin(hint) is not None
+                and args
+                and isinstance(args[0], type)
+                and issubclass(args[0], BaseModel)
+            ):
                 return args[0]
         return None
 
