@@ -16,6 +16,9 @@ from typing import Any
 BENCHMARKS: dict[str, str] = {
     "append": "benchmarks.append",
     "read": "benchmarks.read",
+    "loop": "benchmarks.loop",
+    "chain": "benchmarks.chain",
+    "peers": "benchmarks.peers",
 }
 
 Main = Callable[..., dict[str, Any]]

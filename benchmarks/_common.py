@@ -15,6 +15,7 @@ import os
 import platform
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -26,19 +27,24 @@ from tabulate import tabulate  # type: ignore[import-untyped]
 
 __all__ = [
     "RESULTS_DIR",
+    "ROOT",
     "Series",
+    "db_bytes",
+    "fmt_bytes",
     "fmt_rate",
     "fmt_ratio",
     "machine_info",
     "print_table",
     "ratio_summary",
     "report",
+    "run_child",
     "scratch_dir",
     "timed",
     "write_results",
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parent.parent  # the repository: what child processes import
 
 
 def machine_info() -> dict[str, Any]:
@@ -76,10 +82,11 @@ class Series:
     def median(self) -> float:
         return statistics.median(self.samples)
 
-    def cell(self) -> str:
-        """``median (min-max)`` for a table cell."""
+    def cell(self, fmt: Callable[[float], str] | None = None) -> str:
+        """``median (min-max)`` for a table cell, each number written by ``fmt``."""
+        fmt = fmt or fmt_rate
         lo, hi = min(self.samples), max(self.samples)
-        return f"{fmt_rate(self.median)} ({fmt_rate(lo)}-{fmt_rate(hi)})"
+        return f"{fmt(self.median)} ({fmt(lo)}-{fmt(hi)})"
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -104,6 +111,61 @@ def fmt_rate(value: float) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.3g}{suffix}"
     return f"{value:.3g}"
+
+
+def fmt_bytes(value: float) -> str:
+    """A byte count with three significant digits: 512 B, 1.07 MB (decimal units)."""
+    for scale, suffix in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {suffix}"
+    return f"{value:.0f} B"
+
+
+def db_bytes(path: str | os.PathLike[str]) -> int:
+    """Bytes of an SQLite database on disk: the file plus its ``-wal`` file, if any.
+
+    Close every connection first, so the WAL is checkpointed into the file (and removed or
+    truncated): otherwise the same content may be counted in both.
+    """
+    total = 0
+    for suffix in ("", "-wal"):
+        with contextlib.suppress(FileNotFoundError):
+            total += os.path.getsize(os.fspath(path) + suffix)
+    return total
+
+
+def run_child(
+    argv: Sequence[str],
+    *,
+    python: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+    expect_exit: int = 0,
+    timeout: float = 1800,
+) -> dict[str, Any]:
+    """Runs ``python ARGV`` in a fresh process and returns the JSON of its last output line.
+
+    Fresh processes measure what a restarted service pays (nothing cached, every import
+    done anew) and keep each system's measurement apart from the harness. ``wall_s`` is
+    added: the child's whole life, interpreter start and imports included. A child that
+    should die (a simulated crash) passes ``expect_exit`` and returns ``{"wall_s": ...}``.
+    """
+    cmd = [os.fspath(python or sys.executable), *argv]
+    child_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    start = time.perf_counter()
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env=child_env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    wall = time.perf_counter() - start
+    if proc.returncode != expect_exit:
+        msg = (
+            f"{' '.join(cmd)} exited {proc.returncode}, expected {expect_exit}:\n"
+            f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        )
+        raise RuntimeError(msg)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    data: dict[str, Any] = json.loads(lines[-1]) if lines and expect_exit == 0 else {}
+    data["wall_s"] = wall
+    return data
 
 
 def fmt_ratio(r: dict[str, float], *, percent: bool = False) -> str:

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from benchmarks import _peers
 from benchmarks.__main__ import BENCHMARKS, load, run
+
+
+@pytest.fixture(autouse=True)
+def _no_peers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default suite never installs nor runs the peer systems (slow imports)."""
+    monkeypatch.setenv("BENCH_PEERS", "off")
 
 
 @pytest.mark.parametrize("name", list(BENCHMARKS))
@@ -19,6 +27,33 @@ def test_benchmark_quick_mode_runs(name: str, tmp_path: Path) -> None:
     assert {"python", "sqlite", "cpu_count"} <= data["machine"].keys()
     assert data["results"]
     assert json.loads((tmp_path / f"{name}.json").read_text()) == data
+    if name in ("loop", "chain"):
+        _check_flow_report(data)
+    if name == "peers":
+        _check_peers_report(data, tmp_path)
+
+
+def _check_flow_report(data: dict[str, Any]) -> None:
+    """Each file-store entry has bytes and fresh-process state_at timings; memory has none."""
+    by_store = {r["store"]: r for r in data["results"]}
+    assert by_store.keys() == {"memory", "normal", "full"}
+    assert by_store["memory"]["bytes"] is None
+    assert by_store["memory"]["fresh_latest_s"] is None
+    for kind in ("normal", "full"):
+        assert by_store[kind]["bytes"]["median"] > 0
+        assert by_store[kind]["fresh_latest_s"]["median"] > 0
+        assert by_store[kind]["fresh_middle_s"]["median"] > 0
+
+
+def _check_peers_report(data: dict[str, Any], out: Path) -> None:
+    """Without the peers, quick mode still measures ours in every workload, writes peers.md."""
+    workloads = {(r["workload"], r.get("system")) for r in data["results"]}
+    for workload in ("loop", "restore", "crash_resume"):
+        assert (workload, "ours-normal") in workloads
+    goals = [r for r in data["results"] if r["workload"] == "goal"]
+    assert goals
+    assert all(g["met"] is None for g in goals)  # nothing to compare with
+    assert "| system |" in (out / "peers.md").read_text()
 
 
 def test_command_line_runs_a_benchmark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -27,3 +62,18 @@ def test_command_line_runs_a_benchmark(tmp_path: Path, capsys: pytest.CaptureFix
     run([name, "--quick", "--repeat", "1", "--out-dir", str(tmp_path)])
     assert "median" in capsys.readouterr().out
     assert (tmp_path / f"{name}.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _peers.is_ready(), reason="no peers venv (python -m benchmarks._peers)")
+def test_peers_quick_mode_runs_every_peer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the peers venv, each peer script runs in quick mode (``make test-slow``)."""
+    monkeypatch.setenv("BENCH_PEERS", "on")
+    data = load("peers")(quick=True, repeat=1, out_dir=tmp_path)
+    systems = {r["system"] for r in data["results"] if r["workload"] == "loop"}
+    assert {"llama-memory", "llama-manual", "langgraph-full", "langgraph-delta", "dbos"} <= systems
+    assert all(
+        g["met"] is not None
+        for g in data["results"]
+        if g["workload"] == "goal" and "linear" not in g["goal"]
+    )
