@@ -29,6 +29,7 @@ typecheck: $(STAMP)
 	$(PY) -m mypy
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m benchmarks all
 
 clean:
