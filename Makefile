@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint typecheck bench clean
+.PHONY: demo test test-slow test-postgres lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,postgres]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -19,7 +19,12 @@ test: $(STAMP)
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest -q
 
 test-slow: $(STAMP)
-	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-thorough} $(PY) -m pytest -q -m "slow or not slow"
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-thorough} $(PY) -m pytest -q -m "slow"
+
+# The PostgreSQL backend's contract and workflow tests; starts (or installs) the service.
+test-postgres: $(STAMP)
+	bash .ci/postgres-up
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest -q -m postgres
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

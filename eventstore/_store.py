@@ -6,8 +6,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
-import sqlite3
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import Any, Final, Literal, TypeVar
 
-from . import _sqlite
+from . import _postgres, _sqlite
 from ._errors import ReadOnlyStoreError, RunNotFoundError, StoreClosedError, WriterFailedError
 from ._records import AppendResult, Commit, RunInfo, Seq, StoredRecord
 
@@ -59,6 +59,7 @@ class _Item:
 
 
 _STOP: Final = _Item(lambda w: None, None, None)
+_LAZY: Final = object()  # a wake-up for lazy items: the writer may wait a little for more
 
 
 def _resolve(batch: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
@@ -105,12 +106,16 @@ class EventStore:
         raw = None if path is None else os.fspath(path)
         self.memory: Final = raw in (None, ":memory:")
         self.path: Final = None if self.memory else raw
+        postgres = raw is not None and _postgres.is_url(raw)
+        self.kind: Final = "memory" if self.memory else "postgres" if postgres else "sqlite"
+        # The backend module: SQLite specifics and PostgreSQL specifics live there alone.
+        self._b: Any = _postgres if postgres else _sqlite
         if self.memory and readonly:
             msg = "an in-memory store cannot be opened read-only: it would always be empty"
             raise ValueError(msg)
         self.readonly: Final = readonly
         self.durability: Final = durability
-        self._target, self._uri = _sqlite.open_database(
+        self._target, self._uri = self._b.open_database(
             self.path,
             readonly=readonly,
             durability=durability,
@@ -118,11 +123,11 @@ class EventStore:
         )
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
+        self._readers: list[Any] = []
         # The in-memory database lives as long as one connection to it is open.
         self._anchor = self._connect(readonly=True) if self.memory else None
         self._queue: deque[_Item] = deque()
-        self._wake: SimpleQueue[None] = SimpleQueue()
+        self._wake: SimpleQueue[object] = SimpleQueue()
         self._thread: threading.Thread | None = None
         self._failed: WriterFailedError | None = None
         self._closed = False
@@ -131,7 +136,7 @@ class EventStore:
         # writes what its tasks queued at the end of each loop iteration, all in one
         # transaction; "full" (an fsync per transaction) keeps the loop free and uses the
         # writer thread. A lock held elsewhere moves the batch to the writer thread too.
-        self._inline = durability == "normal" and not readonly
+        self._inline = durability == "normal" and not readonly and self.kind != "postgres"
         self._inline_loop: asyncio.AbstractEventLoop | None = None
         self._inline_writer: _sqlite.Writer | None = None
         self._pending: list[_Item] = []
@@ -152,8 +157,8 @@ class EventStore:
 
     # ------------------------------------------------------------------ connections
 
-    def _connect(self, *, readonly: bool) -> sqlite3.Connection:
-        return _sqlite.connect(
+    def _connect(self, *, readonly: bool) -> Any:
+        return self._b.connect(
             self._target,
             uri=self._uri,
             readonly=readonly,
@@ -161,11 +166,11 @@ class EventStore:
             memory=self.memory,
         )
 
-    def _reader(self) -> sqlite3.Connection:
+    def _reader(self) -> Any:
         if self._closed:
             msg = f"{self!r} is closed"
             raise StoreClosedError(msg)
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        conn: Any = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._connect(readonly=True)
             self._local.conn = conn
@@ -195,15 +200,21 @@ class EventStore:
                     )
                     self._thread.start()
         self._queue.append(item)
-        if not lazy:
-            self._wake.put(None)
+        self._wake.put(_LAZY if lazy else None)
 
     def _writer_main(self) -> None:
-        writer = _sqlite.Writer(self._connect(readonly=False))
+        writer = self._b.Writer(self._connect(readonly=False))
         try:
             while True:
-                with contextlib.suppress(Empty):
-                    self._wake.get(timeout=LAZY_FLUSH_S if self._queue else None)
+                token = self._wake.get()
+                if token is _LAZY:
+                    # Only work-began records so far: give a commit a moment to join them.
+                    deadline = time.monotonic() + LAZY_FLUSH_S
+                    while token is _LAZY and (left := deadline - time.monotonic()) > 0:
+                        try:
+                            token = self._wake.get(timeout=left)
+                        except Empty:
+                            break
                 while True:
                     try:
                         self._wake.get_nowait()
@@ -235,13 +246,12 @@ class EventStore:
         self._settle(items, outcomes)
         return True
 
-    @staticmethod
-    def _run_blocking(writer: _sqlite.Writer, items: list[_Item]) -> list[tuple[bool, Any]]:
+    def _run_blocking(self, writer: _sqlite.Writer, items: list[_Item]) -> list[tuple[bool, Any]]:
         # The writer thread may wait: a busy lock after the busy timeout is retried.
         while True:
             try:
                 return writer.run_batch([item.op for item in items])
-            except _sqlite.Busy:
+            except self._b.Busy:
                 continue
 
     @staticmethod
@@ -400,25 +410,25 @@ class EventStore:
         :param kinds: only records of these kinds.
         :raises RunNotFoundError: no such run.
         """
-        return _sqlite.iter_records(
+        return self._b.iter_records(  # type: ignore[no-any-return]
             self._reader, run_id, after=after, upto=upto, kinds=kinds, page=page
         )
 
     def get_run(self, run_id: str) -> RunInfo | None:
         """The run's row, or None when there is no such run."""
-        return _sqlite.read_run(self._reader(), run_id)
+        return self._b.read_run(self._reader(), run_id)  # type: ignore[no-any-return]
 
     def run(self, run_id: str) -> RunInfo:
         """The run's row. :raises RunNotFoundError: no such run."""
         info = self.get_run(run_id)
         if info is None:
-            where = self.path or "the in-memory store"
-            raise RunNotFoundError(run_id, where)
+            where = self.path if self.kind == "sqlite" else None
+            raise RunNotFoundError(run_id, where or f"the {self.kind} store")
         return info
 
     def runs(self) -> list[RunInfo]:
         """Every run in the store, oldest first."""
-        return _sqlite.read_runs(self._reader())
+        return self._b.read_runs(self._reader())  # type: ignore[no-any-return]
 
     def last_seq(self, run_id: str) -> Seq | None:
         """The seq of the run's last record, None for a run without records."""
@@ -426,19 +436,21 @@ class EventStore:
 
     def head(self) -> Seq:
         """The last seq of the whole log (0 when empty)."""
-        return _sqlite.head(self._reader())
+        return self._b.head(self._reader())  # type: ignore[no-any-return]
 
     def inbox(self, run_id: str) -> list[InboxEntry]:
         """The run's external events not yet taken into its log, oldest first."""
-        return [InboxEntry(*row) for row in _sqlite.read_inbox(self._reader(), run_id)]
+        return [InboxEntry(*row) for row in self._b.read_inbox(self._reader(), run_id)]
 
     def snapshot(self, run_id: str) -> tuple[Seq, str] | None:
         """The run's cached derived state and the seq it reflects, if one was written."""
-        return _sqlite.read_snapshot(self._reader(), run_id)
+        return self._b.read_snapshot(self._reader(), run_id)  # type: ignore[no-any-return]
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Runs a read-only SQL query on a reader connection (for tools and inspection)."""
-        return self._reader().execute(sql, params).fetchall()
+        if self.kind == "postgres":
+            return _postgres.query(self._reader(), sql, params)
+        return self._reader().execute(sql, params).fetchall()  # type: ignore[no-any-return]
 
     @property
     def stats(self) -> StoreStats:

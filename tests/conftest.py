@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,9 +28,32 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+# The local PostgreSQL service (make test checks it runs; .ci/run starts it if needed).
+POSTGRES_URL = os.environ.get("DW_TEST_POSTGRES", "postgresql://postgres@127.0.0.1/test")
+
+
+@contextlib.contextmanager
+def postgres_store(**kwargs: object) -> Iterator[EventStore]:
+    """A store in a PostgreSQL schema of its own, dropped afterwards."""
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    es = EventStore(f"{POSTGRES_URL}?schema={schema}", **kwargs)  # type: ignore[arg-type]
+    try:
+        yield es
+    finally:
+        es.close()
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EventStore]:
-    """An empty store: in memory, or in a file under tmp_path."""
+    """An empty store: in memory, in a file under tmp_path, or in PostgreSQL."""
+    if request.param == "postgres":
+        with postgres_store() as es:
+            yield es
+        return
     es = EventStore() if request.param == "memory" else EventStore(tmp_path / "log.db")
     try:
         yield es

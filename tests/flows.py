@@ -33,8 +33,8 @@ class EventB(Event):
 
 def trace(wf: Workflow, line: str) -> None:
     """Appends a line to the trace file beside the store (one write, so lines never tear)."""
-    if wf.store.path is None:
-        return  # an in-memory store: nothing to compare across processes
+    if wf.store.kind != "sqlite":
+        return  # no file to leave the trace beside
     path = Path(str(wf.store.path) + ".trace")
     with path.open("a") as fh:
         fh.write(f"{os.getpid()} {line}\n")

@@ -46,7 +46,8 @@ def run_info(store: EventStore, run_id: str) -> RunInfo:
     """The run's row. :raises RunNotFoundError: no such run in the store."""
     info = store.get_run(run_id)
     if info is None:
-        raise RunNotFoundError(run_id, store.path or "the in-memory store")
+        where = store.path if store.kind == "sqlite" else f"the {store.kind} store"
+        raise RunNotFoundError(run_id, where or "the store")
     return info
 
 

@@ -94,7 +94,10 @@ class Workflow:
         self._state_type: type | None = self._find_state_type()
         if self._state_type is not None:
             self._codec.register(self._state_type)
-        self._owners = Owners(self._store.path, memory_key=str(id(self._store)))
+        # Kernel locks need a file; other stores are owned within this process (and
+        # fenced by epochs in the store, which is what keeps two hosts apart).
+        sidecar = self._store.path if self._store.kind == "sqlite" else None
+        self._owners = Owners(sidecar, memory_key=str(id(self._store)))
         self._name = class_name(type(self))
 
     def __repr__(self) -> str:
