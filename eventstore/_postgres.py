@@ -32,7 +32,7 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the extra
     psycopg = None  # type: ignore[assignment]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 APP_ID: Final = "durable-workflows/eventstore"
 PAGE_SIZE: Final = 2_000
 _IDENT: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -133,6 +133,16 @@ def open_database(
             version = int(rows.get("schema_version", "0"))
             if version > SCHEMA_VERSION:
                 raise SchemaVersionError(where, version, SCHEMA_VERSION)
+            if version < SCHEMA_VERSION and not readonly:
+                with conn.transaction():
+                    conn.execute(
+                        f'CREATE TABLE IF NOT EXISTS "{schema}".leases (run_id text PRIMARY KEY,'
+                        " owner text NOT NULL, expires bigint NOT NULL)"
+                    )
+                    conn.execute(
+                        f"UPDATE \"{schema}\".meta SET value = %s WHERE key = 'schema_version'",
+                        (str(SCHEMA_VERSION),),
+                    )
         elif readonly:
             raise NotAStoreError(where, "no store there (a read-only store is never created)")
         else:
@@ -177,6 +187,7 @@ _DDL: Final = (
     "CREATE UNIQUE INDEX inbox_run_key ON inbox (run_id, key)",
     "CREATE INDEX inbox_run_taken ON inbox (run_id, taken_seq)",
     "CREATE TABLE snapshots (rid bigint PRIMARY KEY, seq bigint NOT NULL, data text NOT NULL)",
+    "CREATE TABLE leases (run_id text PRIMARY KEY, owner text NOT NULL, expires bigint NOT NULL)",
     "CREATE VIEW records AS SELECT log.seq, runs.run_id, log.kind, log.step, log.payload,"
     " log.commit_seq, log.ts FROM log JOIN runs ON runs.rid = log.rid",
 )
@@ -343,6 +354,26 @@ class Writer:
         ).fetchone()
         return int(epoch)
 
+    def lease(self, run_id: str, owner: str, ttl_us: int, *, renew: bool) -> bool:
+        """Takes (or renews) the run's lease for ``owner``; False if another owner holds it."""
+        now = now_us()
+        row = self.conn.execute(
+            "SELECT owner, expires FROM leases WHERE run_id = %s FOR UPDATE", (run_id,)
+        ).fetchone()
+        if row is not None and row[0] != owner and row[1] > now:
+            return False
+        if renew and (row is None or row[0] != owner):
+            return False
+        self.conn.execute(
+            "INSERT INTO leases (run_id, owner, expires) VALUES (%s, %s, %s) ON CONFLICT"
+            " (run_id) DO UPDATE SET owner = excluded.owner, expires = excluded.expires",
+            (run_id, owner, now + ttl_us),
+        )
+        return True
+
+    def release(self, run_id: str, owner: str) -> None:
+        self.conn.execute("DELETE FROM leases WHERE run_id = %s AND owner = %s", (run_id, owner))
+
     def post(self, run_id: str, payload: str, key: str | None) -> tuple[int, bool]:
         if key is not None:
             found = self.conn.execute(
@@ -450,6 +481,11 @@ def read_inbox(conn: Any, run_id: str) -> list[tuple[int, str, str | None]]:
         (run_id,),
     ).fetchall()
     return [tuple(r) for r in rows]
+
+
+def read_lease(conn: Any, run_id: str) -> tuple[str, int] | None:
+    row = conn.execute("SELECT owner, expires FROM leases WHERE run_id = %s", (run_id,)).fetchone()
+    return None if row is None else (row[0], row[1])
 
 
 def read_snapshot(conn: Any, run_id: str) -> tuple[Seq, str] | None:

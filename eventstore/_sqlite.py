@@ -24,7 +24,7 @@ from ._errors import (
 )
 from ._records import AppendResult, Commit, RunInfo, Seq, StoredRecord
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 APP_ID: Final = "durable-workflows/eventstore"
 SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS: Final = 10_000
@@ -161,12 +161,22 @@ def _migrate(conn: sqlite3.Connection, version: int | None) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         current = _inspect(conn, "store")  # another process may have created it meanwhile
+        db = sqlite_utils.Database(conn)
         if current is None:
-            _create_v1(sqlite_utils.Database(conn))
+            _create_v1(db)
+            current = 1
+        if current < 2:
+            _migrate_v2(db)
+        db.table("meta").upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def _migrate_v2(db: sqlite_utils.Database) -> None:
+    """Version 2: leases, so that workers on several hosts take runs one at a time."""
+    db.table("leases").create({"run_id": str, "owner": str, "expires": int}, pk="run_id")
 
 
 def _create_v1(db: sqlite_utils.Database) -> None:
@@ -440,6 +450,25 @@ class Writer:
         self._epochs[rid] = epoch
         return epoch
 
+    def lease(self, run_id: str, owner: str, ttl_us: int, *, renew: bool) -> bool:
+        """Takes (or renews) the run's lease for ``owner``; False if another owner holds it."""
+        now = now_us()
+        row = self.conn.execute(
+            "SELECT owner, expires FROM leases WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if row is not None and row[0] != owner and row[1] > now:
+            return False
+        if renew and (row is None or row[0] != owner):
+            return False  # it lapsed and someone else took it meanwhile, or it was released
+        self.conn.execute(
+            "INSERT OR REPLACE INTO leases (run_id, owner, expires) VALUES (?, ?, ?)",
+            (run_id, owner, now + ttl_us),
+        )
+        return True
+
+    def release(self, run_id: str, owner: str) -> None:
+        self.conn.execute("DELETE FROM leases WHERE run_id = ? AND owner = ?", (run_id, owner))
+
     def post(self, run_id: str, payload: str, key: str | None) -> tuple[int, bool]:
         """Adds an inbox entry; with a key already posted, returns the first entry's id."""
         if key is not None:
@@ -555,6 +584,12 @@ def read_inbox(conn: sqlite3.Connection, run_id: str) -> list[tuple[int, str, st
         "SELECT id, payload, key FROM inbox WHERE run_id = ? AND taken_seq IS NULL ORDER BY id",
         (run_id,),
     ).fetchall()
+
+
+def read_lease(conn: sqlite3.Connection, run_id: str) -> tuple[str, int] | None:
+    """The run's lease holder and when the lease expires (microseconds), if any."""
+    row = conn.execute("SELECT owner, expires FROM leases WHERE run_id = ?", (run_id,)).fetchone()
+    return None if row is None else (row[0], row[1])
 
 
 def read_snapshot(conn: sqlite3.Connection, run_id: str) -> tuple[Seq, str] | None:

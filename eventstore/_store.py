@@ -392,6 +392,29 @@ class EventStore:
         entry, _ = self._submit_sync(lambda w: w.post(run_id, payload, key))
         return entry
 
+    async def lease(self, run_id: str, owner: str, ttl: float, *, renew: bool = False) -> bool:
+        """Takes the run's lease for ``owner`` for ``ttl`` seconds (or renews it).
+
+        Returns False while another owner's lease has not expired (or, with ``renew``,
+        when this owner no longer holds it). Leases keep executors on several hosts
+        apart; epochs fence the appends of one that lost its lease.
+        """
+        ttl_us = int(ttl * 1e6)
+        return await self._submit_async(lambda w: w.lease(run_id, owner, ttl_us, renew=renew))
+
+    def lease_sync(self, run_id: str, owner: str, ttl: float, *, renew: bool = False) -> bool:
+        """Synchronous :meth:`lease`."""
+        ttl_us = int(ttl * 1e6)
+        return self._submit_sync(lambda w: w.lease(run_id, owner, ttl_us, renew=renew))
+
+    def release_sync(self, run_id: str, owner: str) -> None:
+        """Gives a lease back (a no-op unless ``owner`` holds it)."""
+        self._submit_sync(lambda w: w.release(run_id, owner))
+
+    def lease_of(self, run_id: str) -> tuple[str, int] | None:
+        """Who holds the run's lease and until when (microseconds), if anyone ever did."""
+        return self._b.read_lease(self._reader(), run_id)  # type: ignore[no-any-return]
+
     # ------------------------------------------------------------------ reading
 
     def records(

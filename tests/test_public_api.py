@@ -5,12 +5,30 @@ from __future__ import annotations
 import pytest
 
 import eventstore
+import workflow
 
 
-@pytest.mark.parametrize("module", [eventstore], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [eventstore, workflow], ids=lambda m: m.__name__)
 def test_all_is_sorted_and_complete(module: object) -> None:
     """__all__ is sorted and names every public attribute the package exports."""
     names = module.__all__
     assert names == sorted(names)
     public = {n for n in dir(module) if not n.startswith("_")}
     assert set(names) == public
+
+
+def test_design_names_are_exported() -> None:
+    """The names DESIGN.md promises users are importable from the packages."""
+    from eventstore import EventStore  # noqa: F401
+    from workflow import (  # noqa: F401
+        Checkpoint,
+        Context,
+        Event,
+        HumanResponseEvent,
+        InputRequiredEvent,
+        RunState,
+        StartEvent,
+        StopEvent,
+        Workflow,
+        step,
+    )

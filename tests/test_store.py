@@ -430,3 +430,35 @@ def test_close_after_the_event_loop_ended(tmp_path: Path) -> None:
     es.close()
     with EventStore(tmp_path / "late.db") as again:
         assert [r.kind for r in again.records("r1")] == ["run_started", "lazy"]
+
+
+def test_migrates_a_version_1_store(tmp_path: Path) -> None:
+    """A store of schema version 1 gains the leases table and keeps its records."""
+    path = tmp_path / "old.db"
+    with EventStore(path) as s:
+        start(s)
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE leases")
+    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with EventStore(path) as s:
+        assert [r.kind for r in s.records("r1")] == ["run_started"]
+        assert s.query("SELECT value FROM meta WHERE key = 'schema_version'") == [("2",)]
+        assert s.lease_sync("r1", "me", 5.0)
+
+
+def test_leases_keep_owners_apart(store: EventStore) -> None:
+    """A lease is held by one owner until it expires or is released; renewal needs it."""
+    start(store)
+    assert store.lease_sync("r1", "a", 30.0)
+    assert not store.lease_sync("r1", "b", 30.0)
+    assert store.lease_sync("r1", "a", 30.0, renew=True)
+    assert not store.lease_sync("r1", "b", 30.0, renew=True)
+    store.release_sync("r1", "a")
+    assert store.lease_sync("r1", "b", 0.0)  # expires at once
+    assert store.lease_sync("r1", "a", 30.0)  # so another owner may take it
+    assert not store.lease_sync("r1", "b", 30.0, renew=True)
+    lease = store.lease_of("r1")
+    assert lease is not None
+    assert lease[0] == "a"

@@ -4,6 +4,7 @@ from ._context import Context, ContextStore
 from ._errors import (
     CheckpointNotFoundError,
     RecoveryLimitError,
+    RunAbandonedError,
     RunFinishedError,
     RunNotFoundError,
     RunOwnedError,
@@ -25,6 +26,7 @@ from ._step import (
     RetryPolicy,
     step,
 )
+from ._worker import Worker
 from ._workflow import RunSummary, Workflow
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "InputRequiredEvent",
     "RecoveryLimitError",
     "RetryPolicy",
+    "RunAbandonedError",
     "RunFinishedError",
     "RunNotFoundError",
     "RunOwnedError",
@@ -50,6 +53,7 @@ __all__ = [
     "StateConflictError",
     "StopEvent",
     "Waiter",
+    "Worker",
     "Workflow",
     "WorkflowCancelledError",
     "WorkflowChangedError",

@@ -9,6 +9,7 @@ WorkflowError
   + CheckpointNotFoundError   (also LookupError) no state at that seq for that run
   + RunOwnedError             another live executor owns the run
   + RunSuspendedError         the caller left a waiting run; resume it later
+  + RunAbandonedError         this process stopped running the run; another may take it
   + RunFinishedError          a finished run cannot take updates; fork it instead
   + StateConflictError        a context write lost a race (raised only inside attempts)
   + RecoveryLimitError        an input killed the process too many times
@@ -20,6 +21,7 @@ from __future__ import annotations
 __all__ = [
     "CheckpointNotFoundError",
     "RecoveryLimitError",
+    "RunAbandonedError",
     "RunFinishedError",
     "RunNotFoundError",
     "RunOwnedError",
@@ -95,6 +97,14 @@ class RunSuspendedError(WorkflowError):
             f"run {run_id!r} was suspended while waiting for an event; send the event with"
             " wf.send() and resume it with wf.resume()"
         )
+
+
+class RunAbandonedError(WorkflowError):
+    """This process stopped running the run (a shutdown); another executor may resume it."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id!r} was left unfinished for another executor to resume")
 
 
 class RunFinishedError(WorkflowError):

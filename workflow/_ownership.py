@@ -14,13 +14,18 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import socket
 import threading
+import time
+import uuid
 from pathlib import Path
 from typing import Final
 
+from eventstore import EventStore
+
 from ._errors import RunOwnedError
 
-__all__ = ["Owners"]
+__all__ = ["LeaseOwners", "Owners"]
 
 _MEMORY: Final = "<memory>"
 
@@ -73,7 +78,7 @@ class Owners:
                     raise
             side.owned.add(rid)
 
-    def release(self, rid: int) -> None:
+    def release(self, rid: int, run_id: str = "") -> None:
         """Gives the run back; a dead process's runs are released by the kernel."""
         side = self._side
         with _lock:
@@ -83,7 +88,7 @@ class Owners:
             if self._kernel and side.fd is not None:
                 fcntl.lockf(side.fd, fcntl.LOCK_UN, 1, rid)
 
-    def is_owned(self, rid: int) -> bool:
+    def is_owned(self, rid: int, run_id: str = "") -> bool:
         """Whether a live executor (here or in another process) holds the run now."""
         side = self._side
         with _lock:
@@ -101,3 +106,53 @@ class Owners:
                 return True
             fcntl.lockf(fd, fcntl.LOCK_UN, 1, rid)
             return False
+
+
+LEASE_TTL_S: Final = 10.0
+
+
+class LeaseOwners:
+    """Ownership through leases in the store: for a store that several hosts share.
+
+    A lease lasts ``ttl`` seconds and the executor renews it every third of that; one
+    whose owner stopped renewing (a dead or partitioned host) can be taken over, and the
+    taker's new epoch fences every append of the old owner. Runs owned here are also
+    tracked in memory, so two executors of this process never run the same run.
+    """
+
+    def __init__(self, store: EventStore, ttl: float = LEASE_TTL_S) -> None:
+        self.store = store
+        self.ttl = ttl
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._owned: set[int] = set()
+
+    def acquire(self, run_id: str, rid: int) -> None:
+        """Takes the run's lease, or raises :class:`RunOwnedError`."""
+        with _lock:
+            if rid in self._owned:
+                raise RunOwnedError(run_id, "an executor in this process")
+            self._owned.add(rid)
+        if not self.store.lease_sync(run_id, self.owner, self.ttl):
+            with _lock:
+                self._owned.discard(rid)
+            holder = self.store.lease_of(run_id)
+            raise RunOwnedError(run_id, f"its lease is held by {holder[0] if holder else '?'}")
+
+    async def renew(self, run_id: str) -> bool:
+        """Extends the lease; False when it was lost (the executor must stop at once)."""
+        return await self.store.lease(run_id, self.owner, self.ttl, renew=True)
+
+    def release(self, rid: int, run_id: str = "") -> None:
+        with _lock:
+            if rid not in self._owned:
+                return
+            self._owned.discard(rid)
+        if not self.store._closed:
+            self.store.release_sync(run_id, self.owner)
+
+    def is_owned(self, rid: int, run_id: str = "") -> bool:
+        with _lock:
+            if rid in self._owned:
+                return True
+        lease = self.store.lease_of(run_id) if run_id else None
+        return lease is not None and lease[1] > time.time_ns() // 1000

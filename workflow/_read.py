@@ -13,7 +13,7 @@ from eventstore import EventStore, RunInfo, StoredRecord, class_name
 from . import _journal as J
 from ._errors import CheckpointNotFoundError, RunNotFoundError
 from ._fold import Folded, fold, load_folded
-from ._ownership import Owners
+from ._ownership import LeaseOwners, Owners
 from ._state import Checkpoint
 
 __all__ = [
@@ -154,12 +154,12 @@ def checkpoints(
     return out
 
 
-def run_summaries(store: EventStore, owners: Owners) -> list[RunSummary]:
+def run_summaries(store: EventStore, owners: Owners | LeaseOwners) -> list[RunSummary]:
     """Every run in the store with its status (``interrupted``: unfinished, no owner)."""
     out = []
     for info in store.runs():
         status = info.status or "running"
-        if status == "running" and not owners.is_owned(info.rid):
+        if status == "running" and not owners.is_owned(info.rid, info.run_id):
             status = "interrupted"
         out.append(
             RunSummary(

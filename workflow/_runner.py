@@ -22,12 +22,14 @@ from ._context import COLLECT_PREFIX, Attempt, Context, WaitSuspend, current_att
 from ._diff import apply, diff, materialize, ops_to_json, patch_size
 from ._errors import (
     RecoveryLimitError,
+    RunAbandonedError,
     WorkflowCancelledError,
     WorkflowRuntimeError,
     WorkflowTimeoutError,
 )
 from ._events import Event, InputRequiredEvent, StopEvent
 from ._fold import Folded, dump_folded, fold, result_of
+from ._ownership import LeaseOwners
 
 if TYPE_CHECKING:
     from ._step import StepSpec
@@ -155,6 +157,19 @@ class Executor:
         self.reasked = len(self._history)  # pending questions streamed again on resume
 
     # ------------------------------------------------------------------ state from the log
+
+    def reload(self, folded: Folded) -> None:
+        """Starts over from a newer fold of the log (before any work was delivered)."""
+        self.committed.clear()
+        self._keylog.clear()
+        self.buffers.clear()
+        self.waiters.clear()
+        self.answers.clear()
+        self.unclaimed.clear()
+        self._history.clear()
+        self._folded = folded
+        self._load(copy.deepcopy(folded))
+        self.reasked = len(self._history)
 
     def _load(self, f: Folded) -> None:
         load = self.codec.load
@@ -400,6 +415,9 @@ class Executor:
         self._spawn(self._inbox_loop())
         if self.wf._timeout is not None:
             self._spawn(self._watchdog(self.wf._timeout))
+        owners = self.wf._owners
+        if isinstance(owners, LeaseOwners):
+            self._spawn(self._heartbeat(owners.renew, owners.ttl))
         self._clock_start = time.monotonic()
         self._update_clock()
 
@@ -838,6 +856,23 @@ class Executor:
     def exec_time(self) -> float:
         running = 0.0 if self._clock_start is None else time.monotonic() - self._clock_start
         return self._exec_before + running
+
+    async def _heartbeat(self, renew: Callable[[str], Any], ttl: float) -> None:
+        """Renews the run's lease; an executor that lost it stops without writing more."""
+        while True:
+            await asyncio.sleep(ttl / 3)
+            if not await renew(self.run_id):
+                self._end_with(
+                    WorkflowRuntimeError(f"run {self.run_id!r}: this executor lost its lease")
+                )
+                return
+
+    def abandon(self) -> None:
+        """Stops without recording anything: the run stays unfinished for another executor.
+
+        What this executor was running is re-run by the next one (graceful shutdown).
+        """
+        self._end_with(RunAbandonedError(self.run_id))
 
     async def _watchdog(self, timeout: float) -> None:  # noqa: ASYNC109 - the run's budget
         while True:

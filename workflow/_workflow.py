@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from eventstore import Codec, EventStore, NewRun, RunInfo, class_name
+from eventstore import Codec, Commit, EventStore, NewRun, RunInfo, class_name
 
 from . import _journal as J
 from ._errors import (
@@ -27,7 +27,7 @@ from ._events import Event, StartEvent
 from ._fold import Folded, materialize
 from ._graph import Graph
 from ._handler import WorkflowHandler
-from ._ownership import Owners
+from ._ownership import LeaseOwners, Owners
 from ._read import RunSummary, checkpoints, fold_run, live_status, run_info, run_summaries
 from ._runner import Delivery, Executor
 from ._state import TERMINAL, Checkpoint, RunState
@@ -94,10 +94,13 @@ class Workflow:
         self._state_type: type | None = self._find_state_type()
         if self._state_type is not None:
             self._codec.register(self._state_type)
-        # Kernel locks need a file; other stores are owned within this process (and
-        # fenced by epochs in the store, which is what keeps two hosts apart).
-        sidecar = self._store.path if self._store.kind == "sqlite" else None
-        self._owners = Owners(sidecar, memory_key=str(id(self._store)))
+        # Kernel locks need a file (one machine); a shared PostgreSQL store needs leases.
+        self._owners: Owners | LeaseOwners
+        if self._store.kind == "postgres":
+            self._owners = LeaseOwners(self._store)
+        else:
+            sidecar = self._store.path if self._store.kind == "sqlite" else None
+            self._owners = Owners(sidecar, memory_key=str(id(self._store)))
         self._name = class_name(type(self))
 
     def __repr__(self) -> str:
@@ -160,6 +163,47 @@ class Workflow:
         executor._spawn(self._begin(executor, start_event))
         return handler
 
+    def submit(
+        self, *, start_event: StartEvent | None = None, run_id: str | None = None, **kwargs: Any
+    ) -> str:
+        """Records a new run for a worker to execute and returns its id at once.
+
+        Nothing runs here: a :class:`~workflow.Worker` of this workflow (in this process or
+        any other that shares the store) claims it. A ``run_id`` that exists is returned
+        as it is (a run is submitted once).
+        """
+        if start_event is None:
+            start_event = self._start_event_type()(**kwargs)
+        elif kwargs:
+            msg = "pass either start_event= or keyword fields for the start event, not both"
+            raise WorkflowRuntimeError(msg)
+        run_id = run_id or uuid.uuid4().hex
+        if self._store.get_run(run_id) is not None:
+            return run_id
+        dump = self._codec.dump(start_event)
+        targets = self._graph.route(type(start_event))
+        records = [
+            J.run_started(
+                self._name,
+                self._graph.fingerprint(),
+                1,
+                start_event,
+                None,
+                self._codec,
+                self._graph.describe(),
+            ),
+            *(J.enqueued(t, 1, dump, J.SRC_START) for t in targets),
+        ]
+        self._store.append_sync(
+            Commit(
+                run_id,
+                records,
+                epoch=1,
+                create=NewRun(meta={"workflow": self._name}, status="running"),
+            )
+        )
+        return run_id
+
     async def _begin(self, x: Executor, start_event: StartEvent) -> None:
         dump = self._codec.dump(start_event)
         targets = self._graph.route(type(start_event))
@@ -190,7 +234,7 @@ class Workflow:
     def _release(self, x: Executor) -> None:
         if _live.get((id(self._store), x.run_id)) is x:
             del _live[(id(self._store), x.run_id)]
-            self._owners.release(x.rid)
+            self._owners.release(x.rid, x.run_id)
 
     # ------------------------------------------------------------------ resume and fork
 
@@ -238,7 +282,7 @@ class Workflow:
         try:
             x = Executor(self, run_id, info.rid, 0, folded)
         except BaseException:
-            self._owners.release(info.rid)
+            self._owners.release(info.rid, run_id)
             raise
         _live[(id(self._store), run_id)] = x
         handler = WorkflowHandler(self, run_id, x.done, x, self._recorded_stream(folded))
@@ -304,6 +348,15 @@ class Workflow:
     ) -> None:
         if resumed:
             x.epoch = await self._store.claim(x.run_id)
+            # The log as read before the claim may have grown since: a previous owner that
+            # had not yet noticed it lost the run could commit until the claim fenced it.
+            if self._store.last_seq(x.run_id) != folded.seq:
+                folded = self._fold(x.run_id, None)
+                x.reload(folded)
+                folded = copy.deepcopy(folded)
+                if folded.status == "finished":
+                    x._close(result=materialize(folded, self._codec).result)
+                    return
             await x.append(
                 [J.run_status(J.RUN_RESUMED, epoch=x.epoch, previous=folded.status)],
                 status="running",
@@ -392,7 +445,7 @@ class Workflow:
         status = folded.status
         if seq is None or info.last_seq is None or seq >= info.last_seq:
             # Whether a live executor owns it matters for the latest state only.
-            owned = self._owners.is_owned(info.rid)
+            owned = self._owners.is_owned(info.rid, run_id)
             status = live_status(folded.status, folded.only_waiters(), owned)
         return materialize(folded, self._codec, status)
 

@@ -1,0 +1,113 @@
+"""Workers: processes (on one machine or many) that pick up any run that needs work.
+
+A worker claims runs of its workflow that no live executor owns (new runs from
+``wf.submit``, runs whose executor died, waiting runs whose answer arrived) and resumes
+them; ownership (kernel locks on SQLite, leases on PostgreSQL) makes sure one worker
+runs a run at a time, and epochs fence a worker that lost a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from typing import TYPE_CHECKING, Final
+
+from ._errors import RunAbandonedError, WorkflowError
+
+if TYPE_CHECKING:
+    from ._handler import WorkflowHandler
+    from ._workflow import Workflow
+
+__all__ = ["Worker"]
+
+POLL_S: Final = 0.2
+
+
+class Worker:
+    """Claims and executes runs of ``workflow`` until stopped.
+
+    :param concurrency: how many runs it executes at once.
+    :param poll_interval: seconds between looks for work.
+    """
+
+    def __init__(self, workflow: Workflow, *, concurrency: int = 4, poll_interval: float = POLL_S):
+        self.workflow = workflow
+        self.concurrency = concurrency
+        self.poll_interval = poll_interval
+        self.completed = 0
+        self._active: dict[str, WorkflowHandler] = {}
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        """Asks the worker to stop: it takes no new run and leaves running ones unfinished."""
+        self._stop.set()
+
+    def _candidates(self) -> list[str]:
+        wf = self.workflow
+        name = wf._name.split(":")[-1]
+        out = []
+        for r in wf.runs():
+            if r.workflow.split(":")[-1] != name or r.run_id in self._active:
+                continue
+            if r.status == "interrupted":
+                out.append(r.run_id)
+            elif (
+                r.status == "waiting"
+                and wf.store.inbox(r.run_id)
+                and not wf._owners.is_owned(wf.store.run(r.run_id).rid, r.run_id)
+            ):
+                out.append(r.run_id)  # an answer arrived for a run nobody runs
+        return out
+
+    async def _finish(self, run_id: str, handler: WorkflowHandler) -> None:
+        try:
+            await handler
+        except RunAbandonedError:
+            return
+        except Exception:  # the run failed: recorded in its log, nothing for the worker to do
+            pass
+        finally:
+            self._active.pop(run_id, None)
+        self.completed += 1
+
+    async def run(self, *, handle_signals: bool = False) -> int:
+        """Works until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``).
+
+        On stopping, runs in progress are abandoned cleanly (their leases or locks are
+        released at once) so that another worker re-runs their unfinished steps. Returns
+        how many runs this worker saw end.
+        """
+        loop = asyncio.get_running_loop()
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            while not self._stop.is_set():
+                free = self.concurrency - len(self._active)
+                for run_id in self._candidates()[: max(free, 0)]:
+                    try:
+                        handler = self.workflow.resume(run_id)
+                    except WorkflowError:
+                        continue  # another worker took it first, or it cannot continue
+                    if handler.is_done():
+                        continue
+                    self._active[run_id] = handler
+                    task = loop.create_task(self._finish(run_id, handler))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.poll_interval):
+                        await self._stop.wait()
+        finally:
+            for handler in list(self._active.values()):
+                executor = handler._executor
+                if executor is not None:
+                    executor.abandon()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            if handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+        return self.completed
