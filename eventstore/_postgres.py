@@ -33,6 +33,9 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     psycopg = None  # type: ignore[assignment]
 
 SCHEMA_VERSION: Final = 2
+READ_ERRORS: Final[tuple[type[BaseException], ...]] = (
+    (psycopg.DatabaseError,) if psycopg is not None else ()
+)
 APP_ID: Final = "durable-workflows/eventstore"
 PAGE_SIZE: Final = 2_000
 _IDENT: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")

@@ -25,6 +25,7 @@ from ._errors import (
 from ._records import AppendResult, Commit, RunInfo, Seq, StoredRecord
 
 SCHEMA_VERSION: Final = 2
+READ_ERRORS: Final = (sqlite3.DatabaseError,)  # what a damaged file raises on reads
 APP_ID: Final = "durable-workflows/eventstore"
 SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS: Final = 10_000
@@ -139,19 +140,38 @@ def open_database(
     else:
         version = None
         # The log holds user data: readable by its owner only.
-        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.close(fd)
+        try:
+            fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.close(fd)
+        except FileExistsError:
+            pass  # another process created it a moment ago: it initialises it, or we do
     if readonly:
         if version is None:
             raise NotAStoreError(path, "an empty SQLite database, not yet an event store")
         return f"{file.resolve().as_uri()}?mode=ro", True
     conn = connect(str(file), uri=False, readonly=False, durability=durability, memory=False)
     try:
-        conn.execute("PRAGMA journal_mode = WAL")
+        _set_wal(conn)
         _migrate(conn, version)
     finally:
         conn.close()
     return str(file), False
+
+
+def _set_wal(conn: sqlite3.Connection) -> None:
+    """Switches to WAL; retried, since the switch can meet "locked" without waiting.
+
+    Processes that create one store at the same instant all get here at once.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1e3
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _migrate(conn: sqlite3.Connection, version: int | None) -> None:

@@ -16,7 +16,13 @@ from queue import Empty, SimpleQueue
 from typing import Any, Final, Literal, TypeVar
 
 from . import _postgres, _sqlite
-from ._errors import ReadOnlyStoreError, RunNotFoundError, StoreClosedError, WriterFailedError
+from ._errors import (
+    LogCorruptedError,
+    ReadOnlyStoreError,
+    RunNotFoundError,
+    StoreClosedError,
+    WriterFailedError,
+)
 from ._records import AppendResult, Commit, RunInfo, Seq, StoredRecord
 
 __all__ = ["Durability", "EventStore", "InboxEntry", "StoreStats"]
@@ -413,7 +419,8 @@ class EventStore:
 
     def lease_of(self, run_id: str) -> tuple[str, int] | None:
         """Who holds the run's lease and until when (microseconds), if anyone ever did."""
-        return self._b.read_lease(self._reader(), run_id)  # type: ignore[no-any-return]
+        with self._reading():
+            return self._b.read_lease(self._reader(), run_id)  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ reading
 
@@ -433,13 +440,30 @@ class EventStore:
         :param kinds: only records of these kinds.
         :raises RunNotFoundError: no such run.
         """
-        return self._b.iter_records(  # type: ignore[no-any-return]
-            self._reader, run_id, after=after, upto=upto, kinds=kinds, page=page
+        return self._guarded(
+            self._b.iter_records(
+                self._reader, run_id, after=after, upto=upto, kinds=kinds, page=page
+            )
         )
+
+    def _guarded(self, it: Iterator[StoredRecord]) -> Iterator[StoredRecord]:
+        with self._reading():
+            yield from it
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Translates the database's read errors (a damaged file) into ours, naming it."""
+        try:
+            yield
+        except self._b.READ_ERRORS as exc:
+            where = self.path if self.kind == "sqlite" else f"the {self.kind} store"
+            msg = f"{where}: cannot read the store ({exc}); the file may be damaged"
+            raise LogCorruptedError(msg) from exc
 
     def get_run(self, run_id: str) -> RunInfo | None:
         """The run's row, or None when there is no such run."""
-        return self._b.read_run(self._reader(), run_id)  # type: ignore[no-any-return]
+        with self._reading():
+            return self._b.read_run(self._reader(), run_id)  # type: ignore[no-any-return]
 
     def run(self, run_id: str) -> RunInfo:
         """The run's row. :raises RunNotFoundError: no such run."""
@@ -451,7 +475,8 @@ class EventStore:
 
     def runs(self) -> list[RunInfo]:
         """Every run in the store, oldest first."""
-        return self._b.read_runs(self._reader())  # type: ignore[no-any-return]
+        with self._reading():
+            return self._b.read_runs(self._reader())  # type: ignore[no-any-return]
 
     def last_seq(self, run_id: str) -> Seq | None:
         """The seq of the run's last record, None for a run without records."""
@@ -459,21 +484,25 @@ class EventStore:
 
     def head(self) -> Seq:
         """The last seq of the whole log (0 when empty)."""
-        return self._b.head(self._reader())  # type: ignore[no-any-return]
+        with self._reading():
+            return self._b.head(self._reader())  # type: ignore[no-any-return]
 
     def inbox(self, run_id: str) -> list[InboxEntry]:
         """The run's external events not yet taken into its log, oldest first."""
-        return [InboxEntry(*row) for row in self._b.read_inbox(self._reader(), run_id)]
+        with self._reading():
+            return [InboxEntry(*row) for row in self._b.read_inbox(self._reader(), run_id)]
 
     def snapshot(self, run_id: str) -> tuple[Seq, str] | None:
         """The run's cached derived state and the seq it reflects, if one was written."""
-        return self._b.read_snapshot(self._reader(), run_id)  # type: ignore[no-any-return]
+        with self._reading():
+            return self._b.read_snapshot(self._reader(), run_id)  # type: ignore[no-any-return]
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Runs a read-only SQL query on a reader connection (for tools and inspection)."""
-        if self.kind == "postgres":
-            return _postgres.query(self._reader(), sql, params)
-        return self._reader().execute(sql, params).fetchall()  # type: ignore[no-any-return]
+        with self._reading():
+            if self.kind == "postgres":
+                return _postgres.query(self._reader(), sql, params)
+            return self._reader().execute(sql, params).fetchall()  # type: ignore[no-any-return]
 
     @property
     def stats(self) -> StoreStats:

@@ -194,8 +194,7 @@ class ContextStore(Generic[S]):
             self._x.codec.dump(materialize(value))
         except EncodeError as exc:
             where = exc.path.replace("value", key, 1) if exc.path.startswith("value") else key
-            msg = f"ctx.store.set({key!r}, ...): cannot encode {where}: {exc.type!r}"
-            raise EncodeError(where, exc.type, msg) from exc
+            raise EncodeError(where, exc.type, f"refused by ctx.store.set({key!r}, ...)") from exc
 
     async def delete(self, path: str) -> None:
         """Removes a top-level key (committed with the attempt)."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from eventstore import Codec, LogCorruptedError, StoredRecord
+from eventstore import Codec, CodecError, LogCorruptedError, StoredRecord
 
 from . import _journal as J
 from ._diff import apply_json
@@ -29,6 +29,7 @@ class Ev:
 
     id: int
     dump: Any
+    seq: int = 0  # the record it came from: errors about it name this
 
     @property
     def type(self) -> str:
@@ -67,6 +68,7 @@ class KeyLog:
     dump: Any
     full_bytes: int
     patch_bytes: int = 0
+    seq: int = 0  # its last write
 
 
 @dataclass(slots=True)
@@ -104,7 +106,8 @@ class Folded:
         )
 
 
-def _payload(r: StoredRecord) -> Any:
+def payload_of(r: StoredRecord) -> Any:
+    """A record's payload parsed, or :class:`LogCorruptedError` naming its seq."""
     try:
         return orjson.loads(r.payload)
     except orjson.JSONDecodeError as exc:
@@ -128,7 +131,7 @@ def _run_started(s: Folded, r: StoredRecord, p: Any) -> None:
 
 
 def _enqueued(s: Folded, r: StoredRecord, p: Any) -> None:
-    ev = Ev(p["id"], p["event"])
+    ev = Ev(p["id"], p["event"], r.seq)
     s.next_id = max(s.next_id, ev.id + 1)
     if r.step is None:
         s.unclaimed[ev.id] = ev
@@ -183,7 +186,7 @@ def _step_conflicted(s: Folded, r: StoredRecord, p: Any) -> None:
 def _state_set(s: Folded, r: StoredRecord, p: Any) -> None:
     key = p["key"]
     if "value" in p:
-        s.context[key] = KeyLog(p["value"], len(r.payload))
+        s.context[key] = KeyLog(p["value"], len(r.payload), 0, r.seq)
         return
     entry = s.context.get(key)
     if entry is None:
@@ -191,6 +194,7 @@ def _state_set(s: Folded, r: StoredRecord, p: Any) -> None:
         raise LogCorruptedError(msg, seq=r.seq)
     entry.dump = apply_json(entry.dump, p["patch"])
     entry.patch_bytes += len(r.payload)
+    entry.seq = r.seq
 
 
 def _state_deleted(s: Folded, r: StoredRecord, p: Any) -> None:
@@ -201,7 +205,7 @@ def _collected(s: Folded, r: StoredRecord, p: Any) -> None:
     buf = s.buffers.setdefault(p["buf"], {})
     put = p.get("put")
     if put is not None:
-        ev = Ev(put["id"], put["event"])
+        ev = Ev(put["id"], put["event"], r.seq)
         buf.setdefault(ev.type, []).append(ev)
     for t in p.get("take") or ():
         events = buf.get(t)
@@ -229,11 +233,11 @@ def _wait_resolved(s: Folded, r: StoredRecord, p: Any) -> None:
         s.answers[p["waiter"]] = None
         return
     s.unclaimed.pop(answer_id, None)
-    s.answers[p["waiter"]] = Ev(answer_id, p["event"])
+    s.answers[p["waiter"]] = Ev(answer_id, p["event"], r.seq)
 
 
 def _streamed(s: Folded, r: StoredRecord, p: Any) -> None:
-    s.stream.append(Ev(p["id"], p["event"]))
+    s.stream.append(Ev(p["id"], p["event"], r.seq))
 
 
 def _run_finished(s: Folded, r: StoredRecord, p: Any) -> None:
@@ -292,7 +296,7 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
             msg = f"record seq {r.seq} of run {r.run_id!r} has an unknown kind {r.kind!r}"
             raise LogCorruptedError(msg, seq=r.seq)
         try:
-            fn(state, r, _payload(r))
+            fn(state, r, payload_of(r))
         except LogCorruptedError:
             raise
         except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
@@ -326,7 +330,45 @@ def result_of(stop: Any) -> Any:
 
 
 def materialize(s: Folded, codec: Codec, status: str | None = None) -> RunState:
-    """Decodes a folded state into a typed :class:`RunState`."""
+    """Decodes a folded state into a typed :class:`RunState`.
+
+    :raises LogCorruptedError: a stored event or value cannot be decoded here (its class
+        is unknown or not allowed); the message says which and why.
+    """
+    try:
+        return _materialize(s, codec, status)
+    except CodecError as exc:
+        msg = f"run {s.run_id!r} at seq {s.seq}: a stored event or value cannot be decoded: {exc}"
+        raise LogCorruptedError(msg, seq=s.seq) from exc
+
+
+def _decoder(s: Folded, codec: Codec) -> Callable[[Ev], Any]:
+    def load(e: Ev) -> Any:
+        try:
+            return codec.load(e.dump)
+        except CodecError as exc:
+            msg = (
+                f"record seq {e.seq} of run {s.run_id!r}: its event {e.id} ({e.type or '?'})"
+                f" cannot be decoded: {exc}"
+            )
+            raise LogCorruptedError(msg, seq=e.seq) from exc
+
+    return load
+
+
+def _value(s: Folded, codec: Codec, key: str, entry: KeyLog) -> Any:
+    try:
+        return codec.load(entry.dump)
+    except CodecError as exc:
+        msg = (
+            f"record seq {entry.seq} of run {s.run_id!r}: context key {key!r} cannot be"
+            f" decoded: {exc}"
+        )
+        raise LogCorruptedError(msg, seq=entry.seq) from exc
+
+
+def _materialize(s: Folded, codec: Codec, status: str | None) -> RunState:
+    ev = _decoder(s, codec)
     load = codec.load
     result = None
     if s.result is not None:
@@ -337,21 +379,21 @@ def materialize(s: Folded, codec: Codec, status: str | None = None) -> RunState:
         status=status or s.status,  # type: ignore[arg-type]
         result=result,
         error=s.error,
-        queues={k: [load(e.dump) for e in q.values()] for k, q in s.queues.items() if q},
+        queues={k: [ev(e) for e in q.values()] for k, q in s.queues.items() if q},
         in_progress={
-            k: [InProgress(load(p.ev.dump), p.attempt, p.failures, p.ev.id) for p in v.values()]
+            k: [InProgress(ev(p.ev), p.attempt, p.failures, p.ev.id) for p in v.values()]
             for k, v in s.in_progress.items()
             if v
         },
-        context={k: load(v.dump) for k, v in s.context.items()},
+        context={k: _value(s, codec, k, v) for k, v in s.context.items()},
         collected={
-            b: {t: [load(e.dump) for e in es] for t, es in d.items()} for b, d in s.buffers.items()
+            b: {t: [ev(e) for e in es] for t, es in d.items()} for b, d in s.buffers.items()
         },
         waiters=[
             Waiter(
                 w.waiter_id,
                 w.step,
-                load(w.ev.dump),
+                ev(w.ev),
                 w.awaited,
                 load(w.requirements) or {},
                 w.deadline,
@@ -360,7 +402,7 @@ def materialize(s: Folded, codec: Codec, status: str | None = None) -> RunState:
             )
             for w in s.waiters.values()
         ],
-        stream=[load(e.dump) for e in s.stream],
+        stream=[ev(e) for e in s.stream],
         workflow=s.workflow,
         fingerprint=s.fingerprint,
         parent=s.parent,
@@ -379,14 +421,14 @@ def is_terminal(status: str) -> bool:
 
 
 def _evs(evs: Iterable[Ev]) -> list[Any]:
-    return [[e.id, e.dump] for e in evs]
+    return [[e.id, e.dump, e.seq] for e in evs]
 
 
 def dump_folded(s: Folded) -> bytes:
     """The folded state as JSON, for the snapshot cache."""
     return orjson.dumps(
         {
-            "v": 1,
+            "v": 2,
             "run_id": s.run_id,
             "seq": s.seq,
             "first_seq": s.first_seq,
@@ -398,10 +440,15 @@ def dump_folded(s: Folded) -> bytes:
             "error": s.error,
             "queues": {k: _evs(q.values()) for k, q in s.queues.items()},
             "in_progress": {
-                k: [[p.ev.id, p.ev.dump, p.attempt, p.failures, p.conflicts] for p in v.values()]
+                k: [
+                    [p.ev.id, p.ev.dump, p.attempt, p.failures, p.conflicts, p.ev.seq]
+                    for p in v.values()
+                ]
                 for k, v in s.in_progress.items()
             },
-            "context": {k: [v.dump, v.full_bytes, v.patch_bytes] for k, v in s.context.items()},
+            "context": {
+                k: [v.dump, v.full_bytes, v.patch_bytes, v.seq] for k, v in s.context.items()
+            },
             "buffers": {b: {t: _evs(es) for t, es in d.items()} for b, d in s.buffers.items()},
             "waiters": [
                 [
@@ -413,10 +460,13 @@ def dump_folded(s: Folded) -> bytes:
                     w.requirements,
                     w.deadline,
                     w.waiter_event,
+                    w.ev.seq,
                 ]
                 for w in s.waiters.values()
             ],
-            "answers": {k: None if a is None else [a.id, a.dump] for k, a in s.answers.items()},
+            "answers": {
+                k: None if a is None else [a.id, a.dump, a.seq] for k, a in s.answers.items()
+            },
             "unclaimed": _evs(s.unclaimed.values()),
             "stream": _evs(s.stream),
             "next_id": s.next_id,
@@ -439,20 +489,22 @@ def load_folded(data: str | bytes) -> Folded:
     s.parent = (d["parent"][0], d["parent"][1]) if d["parent"] else None
     s.result = d["result"]
     s.error = d["error"]
-    s.queues = {k: {i: Ev(i, x) for i, x in q} for k, q in d["queues"].items()}
+    s.queues = {k: {e[0]: Ev(*e) for e in q} for k, q in d["queues"].items()}
     s.in_progress = {
-        k: {i: Prog(Ev(i, x), a, f, c) for i, x, a, f, c in v} for k, v in d["in_progress"].items()
+        k: {i: Prog(Ev(i, x, q), a, f, c) for i, x, a, f, c, q in v}
+        for k, v in d["in_progress"].items()
     }
-    s.context = {k: KeyLog(x, fb, pb) for k, (x, fb, pb) in d["context"].items()}
+    s.context = {k: KeyLog(*v) for k, v in d["context"].items()}
     s.buffers = {
-        b: {t: [Ev(i, x) for i, x in es] for t, es in by.items()} for b, by in d["buffers"].items()
+        b: {t: [Ev(*e) for e in es] for t, es in by.items()} for b, by in d["buffers"].items()
     }
     s.waiters = {
-        w[0]: WaitRec(w[0], w[1], Ev(w[2], w[3]), w[4], w[5], w[6], w[7]) for w in d["waiters"]
+        w[0]: WaitRec(w[0], w[1], Ev(w[2], w[3], w[8]), w[4], w[5], w[6], w[7])
+        for w in d["waiters"]
     }
-    s.answers = {k: None if a is None else Ev(a[0], a[1]) for k, a in d["answers"].items()}
-    s.unclaimed = {i: Ev(i, x) for i, x in d["unclaimed"]}
-    s.stream = [Ev(i, x) for i, x in d["stream"]]
+    s.answers = {k: None if a is None else Ev(*a) for k, a in d["answers"].items()}
+    s.unclaimed = {e[0]: Ev(*e) for e in d["unclaimed"]}
+    s.stream = [Ev(*e) for e in d["stream"]]
     s.next_id = d["next_id"]
     s.exec_us = d["exec_us"]
     s._prev_ts = d["prev_ts"]

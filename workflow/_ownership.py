@@ -15,6 +15,7 @@ import errno
 import fcntl
 import os
 import socket
+import struct
 import threading
 import time
 import uuid
@@ -28,6 +29,8 @@ from ._errors import RunOwnedError
 __all__ = ["LeaseOwners", "Owners"]
 
 _MEMORY: Final = "<memory>"
+# struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid (native alignment).
+_FLOCK: Final = "hhqqi"
 
 
 class _Sidecar:
@@ -100,12 +103,12 @@ class Owners:
                 fd = side._open()
             except OSError:
                 return False  # a read-only place: nobody could have locked it here
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, rid)
-            except OSError:
-                return True
-            fcntl.lockf(fd, fcntl.LOCK_UN, 1, rid)
-            return False
+            # Ask the kernel who holds the byte (F_GETLK) rather than taking it for a
+            # moment: a probe that locks would make a concurrent resume fail.
+            probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, rid, 1, 0)
+            found = fcntl.fcntl(fd, fcntl.F_GETLK, probe)
+            holder: int = struct.unpack(_FLOCK, found)[0]
+            return holder != fcntl.F_UNLCK
 
 
 LEASE_TTL_S: Final = 10.0

@@ -12,7 +12,7 @@ from eventstore import EventStore, RunInfo, StoredRecord, class_name
 
 from . import _journal as J
 from ._errors import CheckpointNotFoundError, RunNotFoundError
-from ._fold import Folded, fold, load_folded
+from ._fold import Folded, fold, load_folded, payload_of
 from ._ownership import LeaseOwners, Owners
 from ._state import Checkpoint
 
@@ -117,7 +117,7 @@ def event_type(r: StoredRecord) -> str | None:
     """The qualified class name of the event a record carries, if it carries one."""
     if r.kind not in (J.ENQUEUED, J.RUN_FINISHED, J.RUN_STARTED, J.STREAMED, J.WAITING):
         return None
-    p = r.data()
+    p = payload_of(r)
     if r.kind == J.RUN_FINISHED:
         d = p.get("result")
     elif r.kind == J.RUN_STARTED:

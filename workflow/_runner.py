@@ -7,6 +7,7 @@ memory (the committed context, the queues): durable before visible.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import time
 import traceback
@@ -15,7 +16,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from eventstore import Commit, ConcurrencyError, NewRun, Record, Seq, StoredRecord, class_name
+from eventstore import (
+    CodecError,
+    Commit,
+    ConcurrencyError,
+    EncodeError,
+    EventStoreError,
+    NewRun,
+    Record,
+    Seq,
+    StoredRecord,
+    class_name,
+)
 
 from . import _journal as J
 from ._context import COLLECT_PREFIX, Attempt, Context, WaitSuspend, current_attempt
@@ -137,6 +149,8 @@ class Executor:
         self._sealed = False
         self._closing = False
         self._settler: asyncio.Task[None] | None = None
+        # Set once the executor holds its epoch: before that, its commits would be refused.
+        self.ready = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._busy = 0  # deliveries queued or running
         self._poke = asyncio.Event()
@@ -478,10 +492,16 @@ class Executor:
             try:
                 outcome = await self._invoke(spec, att)
                 if outcome[0] == "ok":
-                    if await self._commit_success(att, outcome[1]):
-                        return
-                    conflicts += 1
-                    continue
+                    try:
+                        committed = await self._commit_success(att, outcome[1])
+                    except CodecError as err:
+                        # What the step returned or sent cannot be stored: its failure.
+                        outcome = ("error", err, traceback.format_exc())
+                    else:
+                        if committed:
+                            return
+                        conflicts += 1
+                        continue
                 if outcome[0] == "wait":
                     await self._commit_wait(att, outcome[1])
                     return
@@ -595,7 +615,12 @@ class Executor:
                 self.stream_now(ev, att)
                 continue
             targets = (target,) if target is not None else self.graph.route(type(ev))
-            d = dump(ev)
+            try:
+                d = dump(ev)
+            except CodecError as exc:
+                what = type(ev).__name__
+                msg = f"step {att.step!r} emitted a {what} that cannot be stored: {exc}"
+                raise EncodeError(getattr(exc, "path", "event"), type(ev), msg) from exc
             if not targets:
                 body.append(J.enqueued(None, ev_id, d, [att.event_id, att.attempt]))
                 continue
@@ -809,6 +834,7 @@ class Executor:
         self, updates: dict[str, Any], deletes: list[str] | None = None
     ) -> int:
         """Records operator writes (``updates`` of ``resume``/``run_from``, ``handler.ctx``)."""
+        await self.wait_ready()
         changes: list[_KeyChange] = []
         for path, value in updates.items():
             if "." in path:
@@ -912,12 +938,18 @@ class Executor:
             return
         self._end_with(exc)
 
+    async def wait_ready(self) -> None:
+        """Waits until the executor holds the run (or has already ended)."""
+        await self.ready.wait()  # set on claiming the run, and on ending
+
     async def cancel(self) -> None:
+        await self.wait_ready()
         await self._end_run(
             J.RUN_CANCELLED, WorkflowCancelledError(f"run {self.run_id!r} was cancelled")
         )
 
     async def suspend(self, exc: BaseException) -> None:
+        await self.wait_ready()
         await self._end_run(J.RUN_SUSPENDED, exc)
 
     def _finish(self, stop: StopEvent) -> None:
@@ -944,18 +976,6 @@ class Executor:
         # Every task of the run stops (the caller's own at its next await); the handler
         # resolves once they all have, so nothing of the run outlives awaiting it.
         tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        for w in self.waiters.values():
-            if w.timer is not None:
-                w.timer.cancel()
-        for q in self._subscribers:
-            q.put_nowait(None)
-        self._subscribers.clear()
-        if self._since_snapshot and not self.store._closed:
-            # The next reader of the latest state folds nothing.
-            self.write_snapshot(lazy=False)
-        self.wf._release(self)
 
         async def settle() -> None:
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -966,7 +986,25 @@ class Executor:
             else:
                 self.done.set_result(result)
 
+        # Scheduled first: whatever the cleanup below meets, the handler resolves.
         self._settler = asyncio.get_running_loop().create_task(settle())
+        self.ready.set()  # nobody may wait for a start that will not come
+        for task in tasks:
+            task.cancel()
+        for w in self.waiters.values():
+            if w.timer is not None:
+                w.timer.cancel()
+        for q in self._subscribers:
+            q.put_nowait(None)
+        self._subscribers.clear()
+        try:
+            if self._since_snapshot and not self.store._closed and self.store._failed is None:
+                # The next reader of the latest state folds nothing. A cache is never worth
+                # failing the run's ending over.
+                with contextlib.suppress(EventStoreError):
+                    self.write_snapshot(lazy=False)
+        finally:
+            self.wf._release(self)
 
 
 class _Absent:

@@ -12,9 +12,19 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from eventstore import Codec, Commit, EventStore, NewRun, RunInfo, class_name
+from eventstore import (
+    Codec,
+    CodecError,
+    Commit,
+    EventStore,
+    LogCorruptedError,
+    NewRun,
+    RunInfo,
+    UnknownClassError,
+    class_name,
+)
 
 from . import _journal as J
 from ._errors import (
@@ -49,7 +59,7 @@ def _open_store(store: str | os.PathLike[str] | EventStore | None) -> EventStore
     key = str(Path(store).resolve())
     with _stores_lock:
         found = _stores.get(key)
-        if found is None or found._closed:
+        if found is None or found._closed or found._failed is not None:
             found = _stores[key] = EventStore(store)
         return found
 
@@ -223,6 +233,7 @@ class Workflow:
         info = self._store.run(x.run_id)
         x.rid = info.rid
         self._own(x)
+        x.ready.set()
         for t in targets:
             x.deliver(t, Delivery(1, start_event))
         x.start_tasks()
@@ -278,6 +289,12 @@ class Workflow:
             msg = f"run {run_id!r} was cancelled; resume(run_id, cancelled=True) continues it"
             raise WorkflowRuntimeError(msg)
         self._check_stranded(run_id, folded, allow_stranded)
+        for key, entry in folded.context.items():
+            try:  # refused here, with the record named, rather than inside the executor
+                self._codec.load(copy.deepcopy(entry.dump))
+            except CodecError as exc:
+                msg = f"record seq {entry.seq} of run {run_id!r}: context key {key!r}: {exc}"
+                raise LogCorruptedError(msg, seq=entry.seq) from exc
         self._owners.acquire(run_id, info.rid)
         try:
             x = Executor(self, run_id, info.rid, 0, folded)
@@ -320,6 +337,8 @@ class Workflow:
     async def _fork(
         self, x: Executor, folded: Folded, parent: tuple[str, int], updates: dict[str, Any] | None
     ) -> None:
+        # Read before the fork's first commit is folded into the same state.
+        ended = folded.result if folded.status == "finished" else None
         await x.append(
             [
                 J.run_started(
@@ -341,6 +360,16 @@ class Workflow:
         )
         x.rid = self._store.run(x.run_id).rid
         self._own(x)
+        x.ready.set()
+        if ended is not None:
+            # Forked where the parent had finished: nothing is left to run, so the fork
+            # ends at once with the parent's result at that point (after any updates).
+            if updates:
+                await x.operator_update(updates)
+            stop = self._codec.load(ended)
+            await x.append([J.run_finished(ended, folded.next_id)], status="finished")
+            x._finish(stop)
+            return
         await self._continue(x, copy.deepcopy(folded), updates, resumed=False)
 
     async def _continue(
@@ -348,6 +377,7 @@ class Workflow:
     ) -> None:
         if resumed:
             x.epoch = await self._store.claim(x.run_id)
+            x.ready.set()
             # The log as read before the claim may have grown since: a previous owner that
             # had not yet noticed it lost the run could commit until the claim fenced it.
             if self._store.last_seq(x.run_id) != folded.seq:
@@ -411,9 +441,14 @@ class Workflow:
                 # The codec rebuilds without validation (it trusts what it wrote); a class
                 # that changed since must still accept the stored fields.
                 type(event).model_validate(dict(event))
-            except Exception as exc:
+            except (UnknownClassError, ValidationError) as exc:
                 problems.append(f"event {ev.id} for step {step!r} no longer decodes: {exc}")
                 continue
+            except CodecError as exc:  # not a changed class: a damaged record
+                msg = (
+                    f"record seq {ev.seq} of run {run_id!r}: its event {ev.id} is malformed: {exc}"
+                )
+                raise LogCorruptedError(msg, seq=ev.seq) from exc
             if not any(isinstance(event, t) for t in steps[step].accepted):
                 problems.append(
                     f"event {ev.id} ({type(event).__name__}) is no longer accepted by step {step!r}"
