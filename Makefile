@@ -39,3 +39,10 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# Browser tests of the timeline and graph pages (tests/browser, never part of `make test`):
+# Debian's chromium renders them headless; it is installed when missing (needs root).
+.PHONY: test-browser
+test-browser: $(STAMP)
+	command -v chromium >/dev/null 2>&1 || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+	$(PY) -m pytest -q -p no:cacheprovider tests/browser

@@ -1,0 +1,16 @@
+"""The command line: ``python -m workflow`` (and the ``workflow`` script).
+
+Read commands (``runs``, ``history``, ``checkpoints``, ``state``, ``diff``, ``timeline``)
+open a store read-only and need no user code; ``resume``, ``fork``, ``send`` and ``graph``
+import the workflow the user names with ``--workflow module:Class``.
+"""
+
+from __future__ import annotations
+
+# Importing the command modules registers their commands on the group.
+from . import _actions as _actions
+from . import _graph as _graph
+from . import _timeline as _timeline
+from ._app import cli, main
+
+__all__ = ["cli", "main"]

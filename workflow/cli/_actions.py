@@ -1,0 +1,325 @@
+"""The commands that change a store: ``resume``, ``fork`` and ``send``.
+
+They import the user's workflow (``--workflow module:Class``), the one place the command
+line runs user code, because running it is what the user asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Final
+
+import click
+import orjson
+
+from eventstore import Codec, EventStore, class_name
+
+from .._errors import RunSuspendedError, WorkflowRuntimeError
+from .._events import Event
+from .._handler import WorkflowHandler
+from .._read import run_info
+from .._state import TERMINAL
+from .._workflow import Workflow
+from ._app import cli
+from ._common import emit_json, import_object, json_option, load_workflow
+from ._inspect import check_seq, is_url, open_store
+from ._render import show_dump, show_typed
+
+__all__ = ["fork", "parse_sets", "resume", "run", "send"]
+
+
+def _workflow_required(f: Any) -> Any:
+    return click.option(
+        "--workflow",
+        "workflow_spec",
+        required=True,
+        metavar="MODULE:CLASS",
+        help="The Workflow class to run (imported, then built as Class(store=DB)).",
+    )(f)
+
+
+def _sets_option(f: Any) -> Any:
+    return click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        metavar="KEY=JSON",
+        help="Write a context key first (JSON; codec-tagged values allowed). Repeatable.",
+    )(f)
+
+
+def _timeout_option(f: Any) -> Any:
+    return click.option(
+        "--timeout", type=float, help="The run's timeout in seconds (default: the class's)."
+    )(f)
+
+
+def parse_sets(sets: tuple[str, ...]) -> dict[str, Any]:
+    """``KEY=JSON`` pairs as a dict of JSON values.
+
+    :raises click.BadParameter: a pair without ``=``, or a value that is not JSON.
+    """
+    out: dict[str, Any] = {}
+    for item in sets:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            msg = f"{item!r} is not KEY=JSON"
+            raise click.BadParameter(msg, param_hint="--set")
+        try:
+            out[key] = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            msg = (
+                f"the value of {key!r} is not JSON: {text!r}"
+                " (quote strings, e.g. --set name='\"Ada\"')"
+            )
+            raise click.BadParameter(msg, param_hint="--set") from None
+    return out
+
+
+def _build(db: str, spec: str, timeout: float | None) -> Workflow:
+    # Validate the file read-only first: building the workflow on a path that is not a
+    # store yet would create an empty store there.
+    open_store(db).close()
+    return load_workflow(spec, db, **({} if timeout is None else {"timeout": timeout}))
+
+
+# How often to look whether a run can only wait; and how long it must stay so to count.
+_IDLE_POLL: Final = 0.05
+
+
+async def _idle(handler: WorkflowHandler, store: EventStore) -> None:
+    """Returns once the run has nothing left to do but wait for an event nobody sent yet."""
+    quiet = 0
+    while quiet < 2:
+        await handler.wait_until_waiting()
+        if handler.is_done():
+            return
+        # Events already in the inbox may answer a waiter: the executor takes them in first.
+        quiet = quiet + 1 if not store.inbox(handler.run_id) else 0
+        await asyncio.sleep(_IDLE_POLL)
+
+
+async def _outcome(handler: WorkflowHandler, store: EventStore) -> tuple[str, Any]:
+    """Awaits a run until it ends, or leaves it once only waiters remain (``waiting``)."""
+    ended = asyncio.ensure_future(_settle(handler))
+    idle = asyncio.ensure_future(_idle(handler, store))
+    await asyncio.wait({ended, idle}, return_when=asyncio.FIRST_COMPLETED)
+    if not ended.done():
+        # Nothing can happen until an event is sent: leave the run, resumable later.
+        await handler.suspend()
+    idle.cancel()
+    return await ended
+
+
+async def _settle(handler: WorkflowHandler) -> tuple[str, Any]:
+    try:
+        return "finished", await handler
+    except RunSuspendedError:
+        return "waiting", None
+    except Exception as exc:  # the user's step raised: that is the run's outcome, not ours
+        return "failed", exc
+
+
+def _report(wf: Workflow, run_id: str, outcome: tuple[str, Any], as_json: bool, db: str) -> None:
+    status, value = outcome
+    state = wf.state_at(run_id) if status != "failed" else None
+    if as_json:
+        data: dict[str, Any] = {"run_id": run_id, "status": status}
+        if status == "finished":
+            data["result"] = wf._codec.dump(value)
+        elif status == "failed":
+            data["error"] = f"{type(value).__name__}: {value}"
+        elif state is not None:
+            data["waiting_for"] = [w.awaited for w in state.waiters]
+        emit_json(data)
+    elif status == "finished":
+        click.echo(f"run {run_id} finished: {show_typed(value, 2000)}")
+    elif status == "failed":
+        click.echo(f"run {run_id} failed: {type(value).__name__}: {value}")
+    else:
+        awaited = ", ".join(w.awaited for w in state.waiters) if state else "an event"
+        click.echo(
+            f"run {run_id} is waiting for {awaited}; send it with"
+            f" `workflow send {db} {run_id} --event MODULE:CLASS --data JSON`,"
+            f" then resume it"
+        )
+    if status == "failed":
+        raise click.exceptions.Exit(1)
+
+
+@cli.command(name="run")
+@click.argument("db")
+@_workflow_required
+@click.option("--data", default="{}", metavar="JSON", help="The start event's fields (object).")
+@click.option("--run-id", default=None, help="The new run's id (default: a random one).")
+@_timeout_option
+@json_option
+def run(
+    db: str,
+    workflow_spec: str,
+    data: str,
+    run_id: str | None,
+    timeout: float | None,
+    as_json: bool,
+) -> None:
+    """Start a run of the workflow in DB (created if missing) and wait for its outcome."""
+    fields = _json_object(data, "--data")
+    if is_url(db) or Path(db).exists():
+        open_store(db).close()  # refuse a file that is not a store before writing to it
+    wf = load_workflow(workflow_spec, db, **({} if timeout is None else {"timeout": timeout}))
+
+    async def go() -> tuple[str, Any]:
+        handler = wf.run(run_id=run_id, **fields)
+        ids.append(handler.run_id)
+        return await _outcome(handler, wf.store)
+
+    ids: list[str] = []
+    try:
+        outcome = asyncio.run(go())
+        _report(wf, ids[0], outcome, as_json, db)
+    finally:
+        wf.store.close()
+
+
+def _json_object(text: str, option: str) -> dict[str, Any]:
+    try:
+        fields = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        msg = f"not JSON: {exc}"
+        raise click.BadParameter(msg, param_hint=option) from None
+    if not isinstance(fields, dict):
+        msg = "must be a JSON object of the event's fields"
+        raise click.BadParameter(msg, param_hint=option)
+    return fields
+
+
+@cli.command()
+@click.argument("db")
+@click.argument("run")
+@_workflow_required
+@_sets_option
+@click.option("--cancelled", is_flag=True, help="Also continue a cancelled run.")
+@_timeout_option
+@json_option
+def resume(
+    db: str,
+    run: str,
+    workflow_spec: str,
+    sets: tuple[str, ...],
+    cancelled: bool,
+    timeout: float | None,
+    as_json: bool,
+) -> None:
+    """Continue RUN from the end of its log: only unfinished work runs again."""
+    raw = parse_sets(sets)
+    wf = _build(db, workflow_spec, timeout)
+    updates = {k: wf._codec.load(v) for k, v in raw.items()}
+
+    async def go() -> tuple[str, Any]:
+        handler = wf.resume(run, updates=updates or None, cancelled=cancelled)
+        return await _outcome(handler, wf.store)
+
+    try:
+        _report(wf, run, asyncio.run(go()), as_json, db)
+    finally:
+        wf.store.close()
+
+
+@cli.command()
+@click.argument("db")
+@click.argument("run")
+@click.option("--at", "at", type=int, required=True, metavar="SEQ", help="The checkpoint seq.")
+@_workflow_required
+@_sets_option
+@_timeout_option
+@json_option
+def fork(
+    db: str,
+    run: str,
+    at: int,
+    workflow_spec: str,
+    sets: tuple[str, ...],
+    timeout: float | None,
+    as_json: bool,
+) -> None:
+    """Start a new run from RUN's state at seq SEQ (the parent is never changed)."""
+    raw = parse_sets(sets)
+    with open_store(db) as store:
+        check_seq(store, run, at)
+    wf = _build(db, workflow_spec, timeout)
+    updates = {k: wf._codec.load(v) for k, v in raw.items()}
+    new_id: list[str] = []
+
+    async def go() -> tuple[str, Any]:
+        handler = wf.run_from((run, at), updates=updates or None)
+        new_id.append(handler.run_id)
+        if not as_json:
+            click.echo(f"forked run {run} at seq {at} as {handler.run_id}")
+        return await _outcome(handler, wf.store)
+
+    try:
+        outcome = asyncio.run(go())
+        _report(wf, new_id[0], outcome, as_json, db)
+    finally:
+        wf.store.close()
+
+
+@cli.command()
+@click.argument("db")
+@click.argument("run")
+@click.option(
+    "--event", "event_spec", required=True, metavar="MODULE:CLASS", help="The event class."
+)
+@click.option("--data", default="{}", metavar="JSON", help="The event's fields as a JSON object.")
+@click.option("--key", default=None, help="An idempotency key: the event is recorded once.")
+@click.option(
+    "--workflow",
+    "workflow_spec",
+    metavar="MODULE:CLASS",
+    help="Send through this Workflow class (wf.send) instead of posting the event directly.",
+)
+@json_option
+def send(
+    db: str,
+    run: str,
+    event_spec: str,
+    data: str,
+    key: str | None,
+    workflow_spec: str | None,
+    as_json: bool,
+) -> None:
+    """Record an external event for RUN; its executor (or the next resume) takes it in."""
+    cls = import_object(event_spec, "--event")
+    if not (isinstance(cls, type) and issubclass(cls, Event)):
+        msg = f"{event_spec} is not an Event subclass"
+        raise click.BadParameter(msg, param_hint="--event")
+    fields = _json_object(data, "--data")
+    try:
+        event = cls.model_validate(fields)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        msg = " ".join(str(exc).split())
+        raise click.BadParameter(msg, param_hint="--data") from None
+    if workflow_spec is not None:
+        wf = _build(db, workflow_spec, None)
+        try:
+            entry = wf.send(run, event, idempotency_key=key)
+        finally:
+            wf.store.close()
+    else:
+        open_store(db).close()
+        with EventStore(db) as store:
+            info = run_info(store, run)
+            if (info.status or "running") in TERMINAL:
+                msg = f"run {run!r} has {info.status}; nothing would take the event in"
+                raise WorkflowRuntimeError(msg)
+            entry = store.post_sync(run, Codec().encode(event), key=key)
+    name = class_name(cls)
+    if as_json:
+        emit_json({"run_id": run, "inbox_id": entry, "event_type": name})
+        return
+    shown = show_dump(Codec().dump(event), 200)
+    click.echo(
+        f"sent {shown} to run {run} (inbox entry {entry}); a running executor takes it in"
+        f" at once, otherwise `workflow resume` does"
+    )

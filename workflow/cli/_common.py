@@ -1,0 +1,193 @@
+"""What every command shares: one-line errors, importing the user's workflow, progress, JSON."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sqlite3
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, TypeVar
+
+import click
+import orjson
+
+from eventstore import EventStore, EventStoreError, StoredRecord
+
+from .._errors import WorkflowError
+from .._workflow import Workflow
+from ._inspect import Viewer, Wrap, open_store
+
+__all__ = [
+    "PROGRESS_MIN",
+    "CliGroup",
+    "emit_json",
+    "import_object",
+    "json_option",
+    "load_workflow",
+    "progress",
+    "workflow_option",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Below this many records a read is quick enough that a bar would only flicker.
+PROGRESS_MIN: Final = 20_000
+# Errors that mean "your input is wrong or the store is unwell", never a bug of ours: they
+# are shown as one line. Anything else is shown as one line too, with how to see more.
+_EXPECTED: Final = (EventStoreError, WorkflowError, sqlite3.Error, OSError)
+# Click 8.2+ raises this for a bare `workflow`: the help is the answer, not an error line.
+_NO_ARGS: Final[Any] = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+
+
+class CliGroup(click.Group):
+    """A command group whose failures are one line on stderr and a non-zero exit code."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Runs the command line; exits with its code unless ``standalone_mode`` is off."""
+        code = 0
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            # With standalone_mode off, click returns the exit code of --help and ctx.exit().
+            code = rv if isinstance(rv, int) else 0
+        except _NO_ARGS as exc:
+            click.echo(exc.ctx.get_help() if exc.ctx else str(exc), err=True)
+            code = exc.exit_code
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+            _fail(exc.format_message().replace("\n", " ") + hint)
+            code = exc.exit_code
+        except click.ClickException as exc:
+            _fail(exc.format_message().replace("\n", " "))
+            code = exc.exit_code
+        except click.exceptions.Exit as exc:
+            code = exc.exit_code
+        except (click.Abort, KeyboardInterrupt):
+            _fail("interrupted")
+            code = 130
+        except BrokenPipeError:
+            # The reader went away (`| head`): stop quietly, and keep Python's final flush
+            # of stdout from failing again.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            code = 1
+        except _EXPECTED as exc:
+            _fail(str(exc) or type(exc).__name__)
+            code = 1
+        except Exception as exc:
+            if os.environ.get("WORKFLOW_DEBUG"):
+                raise
+            _fail(f"{type(exc).__name__}: {exc} (set WORKFLOW_DEBUG=1 to see the traceback)")
+            code = 1
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def json_option(f: F) -> F:
+    """``--json``: machine-readable output on stdout."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(f)
+
+
+def workflow_option(f: F) -> F:
+    """``--workflow module:Class``: decode values with the user's classes (imports them)."""
+    return click.option(
+        "--workflow",
+        "workflow_spec",
+        metavar="MODULE:CLASS",
+        help="Import this Workflow class to show typed values (default: raw, no import).",
+    )(f)
+
+
+def emit_json(data: Any) -> None:
+    """Prints JSON (indented, keys in order) on stdout."""
+    click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+
+
+def import_object(spec: str, option: str) -> Any:
+    """Imports ``module:Name`` (``Name`` may be dotted) the way ``python -m`` would find it.
+
+    :raises click.BadParameter: the spec is malformed, or importing it failed.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        msg = f"{spec!r} is not MODULE:NAME (for example myapp.flows:ReportFlow)"
+        raise click.BadParameter(msg, param_hint=option)
+    # An installed `workflow` script does not put the working directory on sys.path the way
+    # `python -m workflow` does; users expect their module beside them to import either way.
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # the user's module may raise anything while it is imported
+        msg = f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        raise click.BadParameter(msg, param_hint=option) from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            msg = f"module {module_name!r} has no attribute {attr!r}"
+            raise click.BadParameter(msg, param_hint=option) from None
+    return obj
+
+
+def load_workflow(spec: str, store: EventStore | str, **kwargs: Any) -> Workflow:
+    """Imports a Workflow class and builds it on ``store`` (``Class(store=..., **kwargs)``)."""
+    cls = import_object(spec, "--workflow")
+    if not (isinstance(cls, type) and issubclass(cls, Workflow)):
+        msg = f"{spec} is not a Workflow subclass"
+        raise click.BadParameter(msg, param_hint="--workflow")
+    try:
+        return cls(store=store, **kwargs)
+    except (WorkflowError, EventStoreError):
+        raise
+    except Exception as exc:
+        msg = f"{spec}(store=...) failed: {type(exc).__name__}: {exc}"
+        raise click.BadParameter(msg, param_hint="--workflow") from None
+
+
+def reader(db: str, workflow_spec: str | None) -> tuple[EventStore, Viewer, Workflow | None]:
+    """The store opened read-only, how to show values, and the workflow when one was named."""
+    store = open_store(db)
+    if workflow_spec is None:
+        return store, Viewer(), None
+    wf = load_workflow(workflow_spec, store)
+    return store, Viewer(wf._codec), wf
+
+
+def _stderr_is_tty() -> bool:
+    return bool(sys.stderr.isatty())
+
+
+def progress(store: EventStore, run_id: str, label: str) -> Wrap | None:
+    """A wrapper that shows a progress bar on stderr while a run's records are read, when
+    stderr is a terminal and the run is large; None otherwise."""
+    if not _stderr_is_tty():
+        return None
+    total = store.query("SELECT count(*) FROM records WHERE run_id = ?", (run_id,))[0][0]
+    if total < PROGRESS_MIN:
+        return None
+
+    def wrap(it: Iterator[StoredRecord]) -> Iterator[StoredRecord]:
+        with click.progressbar(length=total, label=label, file=sys.stderr) as bar:
+            done = 0
+            for r in it:
+                yield r
+                done += 1
+                if done % 1000 == 0:
+                    bar.update(1000)
+            bar.update(done % 1000)
+
+    return wrap

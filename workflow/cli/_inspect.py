@@ -1,0 +1,453 @@
+"""What the read commands compute: a run's log as lines, its state, a diff of two seqs.
+
+Everything here works on the log's JSON form (``Folded``, codec dumps), so no user code is
+needed; a :class:`Viewer` decides how values become text (raw dumps, or decoded and repr'd
+when the user named the workflow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from eventstore import Codec, EventStore, NotAStoreError, RunInfo, StoredRecord
+
+from .. import _journal as J
+from .._errors import CheckpointNotFoundError, WorkflowRuntimeError
+from .._fold import Folded, fold
+from .._ownership import LeaseOwners, Owners
+from .._read import commits, event_type, fold_run, live_status, records_upto, run_info
+from ._render import short_class, show_dump, show_typed
+
+__all__ = [
+    "Change",
+    "Viewer",
+    "check_seq",
+    "describe",
+    "diff",
+    "fold_at",
+    "is_owned",
+    "is_url",
+    "open_store",
+    "owners",
+    "state_json",
+]
+
+# Wraps the records a fold reads (with a progress bar).
+Wrap = Callable[[Iterator[StoredRecord]], Iterator[StoredRecord]]
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """Turns codec dumps into text: raw (no user code), or typed through ``codec``."""
+
+    codec: Codec | None = None
+
+    @property
+    def typed(self) -> bool:
+        """Whether values are decoded with the user's classes."""
+        return self.codec is not None
+
+    def show(self, dump: Any, limit: int = 120) -> str:
+        """The value as text of at most ``limit`` characters."""
+        if self.codec is None:
+            return show_dump(dump, limit)
+        try:
+            value = self.codec.load(dump)
+        except Exception:
+            # One undecodable old value should not hide the rest of a run from its debugger.
+            return "<undecodable> " + show_dump(dump, max(10, limit - 14))
+        return show_typed(value, limit)
+
+
+def is_url(db: str) -> bool:
+    """Whether DB names a PostgreSQL database rather than a file."""
+    return db.startswith(("postgresql://", "postgres://"))
+
+
+def open_store(db: str) -> EventStore:
+    """Opens an existing store read-only: an SQLite file, or a PostgreSQL URL.
+
+    :raises FileNotFoundError: no such file.
+    :raises NotAStoreError: the file is not a store.
+    """
+    if not is_url(db):
+        p = Path(db)
+        if not p.exists():
+            msg = f"{db}: no such file"
+            raise FileNotFoundError(msg)
+        if p.is_dir():
+            raise NotAStoreError(db, "it is a directory")
+    return EventStore(db, readonly=True)
+
+
+class _Nobody(Owners):
+    """Ownership of a store no executor ever ran: nobody owns any of its runs."""
+
+    def is_owned(self, rid: int, run_id: str = "") -> bool:
+        return False
+
+
+def owners(store: EventStore) -> Owners | LeaseOwners:
+    """The store's ownership, read without creating the lock file when there is none."""
+    if store.kind == "postgres":
+        return LeaseOwners(store)
+    path = store.path
+    # Executors create "<db>-owners" when they take a run; without it no run is owned, and
+    # a reader should not leave files behind it.
+    if path is None or not Path(str(Path(path).resolve()) + "-owners").exists():
+        return _Nobody(path)
+    return Owners(path)
+
+
+def is_owned(store: EventStore, rid: int, run_id: str) -> bool:
+    """Whether a live executor holds the run now."""
+    return owners(store).is_owned(rid, run_id)
+
+
+def check_seq(store: EventStore, run_id: str, seq: int | None) -> RunInfo:
+    """The run's row, once ``seq`` is known to be a seq one can look at the run at.
+
+    :raises RunNotFoundError: no such run.
+    :raises CheckpointNotFoundError: ``seq`` is before the run's first record.
+    :raises WorkflowRuntimeError: ``seq`` is past the end of the log.
+    """
+    info = run_info(store, run_id)
+    if seq is None:
+        return info
+    head = store.head()
+    if seq > head:
+        msg = f"seq {seq} is past the end of the log (its last seq is {head})"
+        raise WorkflowRuntimeError(msg)
+    if info.first_seq is None or seq < info.first_seq:
+        raise CheckpointNotFoundError(run_id, seq, info.first_seq)
+    return info
+
+
+def fold_at(store: EventStore, run_id: str, seq: int | None, wrap: Wrap | None = None) -> Folded:
+    """The run's state at ``seq`` in JSON form (``fold_run``), with seqs checked first.
+
+    ``wrap`` sees the records the fold reads (for a progress bar). Without it, or when the
+    run has a cached state to start from, this is ``fold_run`` itself; with it, the whole
+    log is folded, which is the same pure fold the cache always agrees with.
+
+    :raises RunNotFoundError: no such run.
+    :raises CheckpointNotFoundError: ``seq`` is before the run's first record.
+    :raises WorkflowRuntimeError: ``seq`` is past the end of the log.
+    """
+    info = check_seq(store, run_id, seq)
+    snap = None if wrap is None else store.snapshot(run_id)
+    if wrap is None or (snap is not None and (seq is None or snap[0] <= seq)):
+        return fold_run(store, run_id, seq)
+    if info.parent_run_id is not None and info.parent_seq is not None:
+        state = fold_at(store, info.parent_run_id, info.parent_seq, wrap)
+        state.run_id = run_id
+        state.first_seq = None
+    else:
+        state = Folded(run_id)
+    return fold(state, wrap(records_upto(store, run_id, seq)))
+
+
+def status_of(store: EventStore, s: Folded) -> str:
+    """The status a state shows, as ``Workflow.state_at`` gives it.
+
+    At the run's latest seq, whether a live executor owns it tells ``running`` from
+    ``interrupted``; an earlier state shows the status the run had then.
+    """
+    info = run_info(store, s.run_id)
+    if info.last_seq is not None and s.seq < info.last_seq:
+        return s.status
+    return live_status(s.status, s.only_waiters(), is_owned(store, info.rid, s.run_id))
+
+
+# ---------------------------------------------------------------------------- one record
+
+
+def _src(src: Any) -> str:
+    if isinstance(src, list) and len(src) == 2:
+        return f"from #{src[0]} attempt {src[1]}"
+    return f"from {src}"
+
+
+def _ids(ids: Iterable[Any]) -> str:
+    listed = ", ".join(f"#{i}" for i in ids)
+    return listed or "nothing"
+
+
+def describe(r: StoredRecord, p: Any, view: Viewer, limit: int = 200) -> str:
+    """A record's payload as one short line: what happened, with ids and values."""
+    k = r.kind
+    show = view.show
+    if k == J.RUN_STARTED:
+        parent = p.get("parent")
+        start = p.get("start")
+        text = f"{p.get('workflow', '')}"
+        if start:
+            text += f" start #{start.get('id')} {show(start.get('event'), limit)}"
+        if parent:
+            text += f" fork of {parent.get('run_id')} at seq {parent.get('seq')}"
+        return text
+    if k == J.ENQUEUED:
+        return f"#{p.get('id')} {show(p.get('event'), limit)} {_src(p.get('src'))}"
+    if k == J.DEQUEUED:
+        return f"#{p.get('id')} worker {p.get('worker')}"
+    if k == J.STEP_STARTED:
+        return f"#{p.get('id')} attempt {p.get('attempt')}"
+    if k == J.STEP_FINISHED:
+        return f"#{p.get('id')} attempt {p.get('attempt')} emitted {_ids(p.get('emitted', []))}"
+    if k == J.STEP_FAILED:
+        retry = p.get("retry")
+        then = f"retry in {p.get('delay')}s" if retry else "no retry"
+        return (
+            f"#{p.get('id')} attempt {p.get('attempt')} {p.get('error')}: "
+            f"{p.get('message')} ({then})"
+        )
+    if k == J.STEP_CONFLICTED:
+        return f"#{p.get('id')} attempt {p.get('attempt')} stale keys {p.get('keys')}"
+    if k == J.STATE_SET:
+        if "value" in p:
+            return f"{p.get('key')} = {show(p['value'], limit)}"
+        return f"{p.get('key')} patched: {show_dump(p.get('patch'), limit)}"
+    if k == J.STATE_DELETED:
+        return f"del {p.get('key')}"
+    if k == J.COLLECTED:
+        put = p.get("put")
+        text = f"buffer {p.get('buf')}"
+        if put:
+            text += f" put #{put.get('id')} {show(put.get('event'), limit)}"
+        if p.get("take"):
+            text += f" took {', '.join(map(short_class, p['take']))}"
+        return text
+    if k == J.WAITING:
+        return (
+            f"#{p.get('id')} attempt {p.get('attempt')} waits for "
+            f"{short_class(str(p.get('awaited')))} (waiter {p.get('waiter')})"
+        )
+    if k == J.WAIT_RESOLVED:
+        if p.get("id") is None:
+            return f"waiter {p.get('waiter')} timed out"
+        return f"waiter {p.get('waiter')} answered by #{p.get('id')} {show(p.get('event'), limit)}"
+    if k == J.STREAMED:
+        return f"#{p.get('id')} attempt {p.get('attempt')} {show(p.get('event'), limit)}"
+    if k == J.RUN_FINISHED:
+        return f"result {show(p.get('result'), limit)}"
+    if k == J.RUN_FAILED:
+        return f"{p.get('error')}: {p.get('message')}"
+    if k == J.RUN_RESUMED:
+        return f"epoch {p.get('epoch')}, was {p.get('previous')}"
+    return show_dump(p, limit)
+
+
+def record_json(r: StoredRecord) -> dict[str, Any]:
+    """A record as JSON-native data (the payload parsed, never decoded)."""
+    t = event_type(r)
+    return {
+        "seq": r.seq,
+        "commit_seq": r.commit_seq,
+        "ts": r.ts,
+        "kind": r.kind,
+        "step": r.step,
+        "event_type": t,
+        "payload": r.data(),
+    }
+
+
+# ---------------------------------------------------------------------------- state
+
+
+def state_json(s: Folded, status: str, inbox: int = 0) -> dict[str, Any]:
+    """The folded state as JSON, shaped like ``RunState.to_json()`` plus event ids."""
+    return {
+        "run_id": s.run_id,
+        "seq": s.seq,
+        "status": status,
+        "result": s.result,
+        "error": s.error,
+        "queues": {k: [e.dump for e in q.values()] for k, q in s.queues.items() if q},
+        "queue_ids": {k: list(q) for k, q in s.queues.items() if q},
+        "in_progress": {
+            k: [
+                {
+                    "event_id": p.ev.id,
+                    "event": p.ev.dump,
+                    "attempt": p.attempt,
+                    "failures": p.failures,
+                }
+                for p in v.values()
+            ]
+            for k, v in s.in_progress.items()
+            if v
+        },
+        "context": {k: v.dump for k, v in s.context.items()},
+        "collected": {
+            b: {t: [e.dump for e in es] for t, es in d.items()} for b, d in s.buffers.items()
+        },
+        "waiters": [
+            {
+                "waiter_id": w.waiter_id,
+                "step": w.step,
+                "event_id": w.ev.id,
+                "event": w.ev.dump,
+                "awaited": w.awaited,
+                "requirements": w.requirements,
+                "deadline": w.deadline,
+                "waiter_event": w.waiter_event,
+            }
+            for w in s.waiters.values()
+        ],
+        "unclaimed": [e.dump for e in s.unclaimed.values()],
+        "stream": [e.dump for e in s.stream],
+        "workflow": s.workflow,
+        "fingerprint": s.fingerprint,
+        "parent": list(s.parent) if s.parent else None,
+        "pending_inbox": inbox,
+    }
+
+
+# ---------------------------------------------------------------------------- diff
+
+_STEP_KINDS: Final = frozenset(
+    {J.STEP_STARTED, J.STEP_FINISHED, J.STEP_FAILED, J.STEP_CONFLICTED, J.WAITING}
+)
+
+
+@dataclass(slots=True)
+class Change:
+    """What happened between two seqs of a run, as JSON-native lists."""
+
+    run_id: str
+    start: int  # the commit the first state ends at
+    end: int
+    status: tuple[str, str]
+    enqueued: list[dict[str, Any]] = field(default_factory=list)
+    consumed: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    added: dict[str, Any] = field(default_factory=dict)
+    changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    removed: dict[str, Any] = field(default_factory=dict)
+    result: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The change as JSON-native data; values stay codec dumps."""
+        return {
+            "run_id": self.run_id,
+            "from": self.start,
+            "to": self.end,
+            "status": list(self.status),
+            "enqueued": self.enqueued,
+            "consumed": self.consumed,
+            "steps": self.steps,
+            "context": {
+                "added": self.added,
+                "changed": {k: {"old": o, "new": n} for k, (o, n) in self.changed.items()},
+                "removed": self.removed,
+            },
+            "result": self.result,
+        }
+
+
+def _context_bytes(s: Folded) -> dict[str, bytes]:
+    # Encoded text, not Python ==: 1 == 1.0 == True, but they are different values. It is
+    # also a copy, which matters because folding on patches values in place.
+    return {k: orjson.dumps(v.dump) for k, v in s.context.items()}
+
+
+def diff(store: EventStore, run_id: str, a: int, b: int, wrap: Wrap | None = None) -> Change:
+    """What changed in the run from its state at ``a`` to its state at ``b``.
+
+    :raises WorkflowRuntimeError: ``a`` is after ``b``.
+    """
+    if a > b:
+        msg = f"diff needs A <= B, got A={a} and B={b}; swap them"
+        raise WorkflowRuntimeError(msg)
+    check_seq(store, run_id, b)
+    state = fold_at(store, run_id, a, wrap)
+    before = _context_bytes(state)
+    old_status = state.status
+    start = state.seq
+    events: dict[int, Any] = {}
+    for q in state.queues.values():
+        events.update((i, e.dump) for i, e in q.items())
+    for ps in state.in_progress.values():
+        events.update((i, p.ev.dump) for i, p in ps.items())
+    out = Change(run_id, start, start, (old_status, old_status))
+    rest = records_upto(store, run_id, b, after=start)
+    for commit in commits(rest if wrap is None else wrap(rest)):
+        fold(state, commit)
+        for r in commit:
+            p = r.data()
+            _note(out, r, p, events)
+    out.end = state.seq
+    out.status = (old_status, state.status)
+    after = {k: v.dump for k, v in state.context.items()}
+    for k, v in after.items():
+        if k not in before:
+            out.added[k] = v
+        elif orjson.dumps(v) != before[k]:
+            out.changed[k] = (orjson.loads(before[k]), v)
+    for k, old in before.items():
+        if k not in after:
+            out.removed[k] = orjson.loads(old)
+    out.result = state.result if state.result is not None and old_status != "finished" else None
+    return out
+
+
+def _note(out: Change, r: StoredRecord, p: Any, events: dict[int, Any]) -> None:
+    if r.kind == J.ENQUEUED:
+        events[p["id"]] = p["event"]
+        out.enqueued.append(
+            {"seq": r.seq, "step": r.step, "event_id": p["id"], "event": p["event"]}
+        )
+    elif r.kind == J.DEQUEUED:
+        out.consumed.append(
+            {"seq": r.seq, "step": r.step, "event_id": p["id"], "event": events.get(p["id"])}
+        )
+    elif r.kind in _STEP_KINDS:
+        entry: dict[str, Any] = {
+            "seq": r.seq,
+            "step": r.step,
+            "event_id": p.get("id"),
+            "attempt": p.get("attempt"),
+            "outcome": r.kind.removeprefix("step_"),
+        }
+        if r.kind == J.STEP_FINISHED:
+            entry["emitted"] = p.get("emitted", [])
+        elif r.kind == J.STEP_FAILED:
+            entry["error"] = f"{p.get('error')}: {p.get('message')}"
+            entry["retry"] = p.get("retry")
+        elif r.kind == J.STEP_CONFLICTED:
+            entry["keys"] = p.get("keys")
+        elif r.kind == J.WAITING:
+            entry["awaited"] = p.get("awaited")
+        out.steps.append(entry)
+
+
+# ---------------------------------------------------------------------------- event ids
+
+
+def _type_of(dump: Any) -> str:
+    return str(dump.get("c", "")) if isinstance(dump, dict) else type(dump).__name__
+
+
+def note_event(r: StoredRecord, p: Any, types: dict[int, str]) -> None:
+    """Remembers the class of each event id a record introduces."""
+    if r.kind == J.ENQUEUED or (r.kind == J.WAIT_RESOLVED and p.get("id") is not None):
+        types[p["id"]] = _type_of(p.get("event"))
+    elif r.kind == J.RUN_STARTED and p.get("start"):
+        types[p["start"]["id"]] = _type_of(p["start"].get("event"))
+
+
+def event_types_upto(store: EventStore, run_id: str, seq: int) -> dict[int, str]:
+    """Event id -> class name for the events the run (and its ancestors) had up to ``seq``."""
+    info = run_info(store, run_id)
+    types: dict[int, str] = {}
+    if info.parent_run_id is not None and info.parent_seq is not None:
+        types = event_types_upto(store, info.parent_run_id, info.parent_seq)
+    kinds = [J.ENQUEUED, J.WAIT_RESOLVED, J.RUN_STARTED]
+    for r in store.records(run_id, upto=seq, kinds=kinds):
+        note_event(r, r.data(), types)
+    return types

@@ -1,0 +1,472 @@
+# The page's JavaScript and HTML are data here, written for a browser, not for the Python
+# line length; and its typographic dashes and signs are meant for the reader.
+# ruff: noqa: E501, RUF001
+
+"""The timeline page: HTML, CSS and JavaScript in one string, with no network access.
+
+Kept inline (not a package data file) so that any install of the package can write the
+page. ``__TITLE__`` and ``__DATA__`` are replaced by ``render_page``.
+
+The script's ``apply`` is the fold (``workflow/_fold.py``) over the page's compact columns:
+queues, steps in progress, context, waiters, collect buffers and status. Opening the page
+with ``#selftest`` writes the state after every commit into ``<pre id="selftest">``, which
+the browser tests compare with the Python fold.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["PAGE"]
+
+PAGE: Final = r"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>__TITLE__</title>
+<style>
+:root { --fg:#1d2330; --muted:#667085; --line:#d0d5dd; --bg:#fff; --alt:#f6f7f9;
+  --ok:#3a9d5d; --failed:#d92d20; --conflict:#f79009; --wait:#98a2b3; --lost:#7a5af8;
+  --cancelled:#c1c7d0; --open:#2e90fa; --sel:#e31b54; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 13px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif;
+  color: var(--fg); background: var(--bg); }
+header { padding: 10px 16px 4px; }
+h1 { font-size: 17px; margin: 0 0 2px; }
+h2 { font-size: 14px; margin: 0 0 6px; }
+h3 { font-size: 12px; margin: 10px 0 3px; color: var(--muted); text-transform: uppercase;
+  letter-spacing: .04em; }
+code, td.v, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
+  font-size: 12px; }
+a { color: #175cd3; }
+.meta { color: var(--muted); }
+.badge { display: inline-block; padding: 0 7px; border-radius: 9px; color: #fff;
+  font-weight: 600; background: var(--muted); }
+.badge.finished { background: var(--ok); } .badge.failed { background: var(--failed); }
+.badge.running { background: var(--open); } .badge.waiting { background: var(--wait); }
+.badge.interrupted { background: var(--lost); } .badge.cancelled,
+.badge.timed_out { background: #475467; }
+nav { display: flex; gap: 6px; align-items: center; padding: 6px 16px;
+  border-bottom: 1px solid var(--line); flex-wrap: wrap; }
+nav input { width: 90px; }
+nav .sep { width: 12px; }
+.legend span { display: inline-flex; align-items: center; gap: 3px; margin-right: 8px; }
+.legend i { display: inline-block; width: 14px; height: 9px; border-radius: 2px; }
+#chart { display: flex; border-bottom: 1px solid var(--line); }
+#labels { flex: none; background: var(--bg); border-right: 1px solid var(--line); }
+#scroll { overflow-x: auto; overflow-y: hidden; flex: 1; }
+#svg { display: block; cursor: crosshair; }
+.bar.ok { fill: var(--ok); } .bar.failed { fill: var(--failed); }
+.bar.conflict { fill: var(--conflict); } .bar.lost { fill: var(--lost); }
+.bar.cancelled { fill: var(--cancelled); } .bar.open { fill: var(--open); }
+.bar.wait { fill: url(#hatch); stroke: var(--wait); }
+.bar.retry { stroke: #101828; stroke-width: 1; stroke-dasharray: 2 1; }
+.blabel { fill: #fff; font-size: 10px; pointer-events: none; }
+#panels { display: grid; grid-template-columns: 1fr 1fr; gap: 16px; padding: 10px 16px; }
+@media (max-width: 900px) { #panels { grid-template-columns: 1fr; } }
+table { border-collapse: collapse; width: 100%; }
+th, td { text-align: left; padding: 2px 6px; border-bottom: 1px solid var(--alt);
+  vertical-align: top; }
+th { color: var(--muted); font-weight: 500; }
+td.v { word-break: break-word; }
+.empty { color: var(--muted); font-style: italic; }
+.add { color: var(--ok); } .del { color: var(--failed); } .chg { color: #b54708; }
+.error { color: var(--failed); }
+</style>
+</head>
+<body data-ready="0">
+<header id="head"></header>
+<nav>
+  <button id="first" title="First commit (Home)">&#xAB;</button>
+  <button id="prev" title="Previous commit (&#x2190;)">&#x25C0;</button>
+  <label>seq <input id="seq" type="number" title="Type a seq, then Enter"></label>
+  <button id="next" title="Next commit (&#x2192;)">&#x25B6;</button>
+  <button id="last" title="Last commit (End)">&#xBB;</button>
+  <span class="sep"></span>
+  <button id="zoomout" title="Zoom out">&#x2212;</button>
+  <button id="zoomin" title="Zoom in">+</button>
+  <button id="fit" title="Fit the run to the window">fit</button>
+  <span class="sep"></span>
+  <span class="legend">
+    <span><i style="background:var(--ok)"></i>finished</span>
+    <span><i style="background:var(--failed)"></i>failed</span>
+    <span><i style="background:var(--conflict)"></i>conflicted</span>
+    <span><i style="background:var(--wait)"></i>waiting</span>
+    <span><i style="background:var(--lost)"></i>process died</span>
+    <span><i style="background:var(--cancelled)"></i>cancelled</span>
+    <span><i style="background:var(--open)"></i>running</span>
+  </span>
+</nav>
+<div id="chart"><svg id="labels"></svg><div id="scroll"><svg id="svg"></svg></div></div>
+<div id="panels"><section id="state"></section><section id="diff"></section></div>
+<pre id="selftest" hidden></pre>
+<script type="application/json" id="data">__DATA__</script>
+<script>
+"use strict";
+(function () {
+const D = JSON.parse(document.getElementById("data").textContent);
+const R = D.rec, C = D.commits, K = D.kinds, S = D.steps, N = C.seq.length;
+const NREC = R.seq.length, SNAP = 256, MAXROWS = 200;
+const ROW = 14, LANEPAD = 8, AXIS = 30, RUNLANE = 24, LEFT = 8;
+const svg = document.getElementById("svg"), labels = document.getElementById("labels");
+const scroller = document.getElementById("scroll"), seqInput = document.getElementById("seq");
+
+function esc(s) {
+  return String(s).replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
+    '"': "&quot;", "'": "&#39;"}[c]));
+}
+const short = t => String(t || "").split(":").pop();
+const stepOf = i => R.s[i] < 0 ? null : S[R.s[i]];
+const range = ci => [C.first[ci], ci + 1 < N ? C.first[ci + 1] : NREC];
+const firstSeq = ci => R.seq[C.first[ci]];
+const secs = ms => "+" + (ms / 1000).toFixed(3) + " s";
+const evText = id => (D.events[id] || ["", "#" + id])[1];
+const evType = id => short((D.events[id] || ["?"])[0]);
+
+// The commit a seq belongs to by the checkpoint rule: the last one begun at or before it.
+function commitAt(seq) {
+  let lo = 0, hi = N - 1, found = 0;
+  while (lo <= hi) {
+    const m = (lo + hi) >> 1;
+    if (firstSeq(m) <= seq) { found = m; lo = m + 1; } else { hi = m - 1; }
+  }
+  return found;
+}
+
+// ------------------------------------------------------------------ the fold
+function baseState() {
+  const b = D.base;
+  const st = {status: b.status, result: null, error: null, q: new Map(), p: new Map(),
+    ctx: new Map(), w: new Map(), u: b.u.slice(), b: new Map()};
+  for (const [s, ids] of Object.entries(b.q)) st.q.set(s, ids.slice());
+  for (const [s, list] of Object.entries(b.p))
+    st.p.set(s, new Map(list.map(([id, a, f]) => [id, {a: a, f: f, c: 0, err: null}])));
+  for (const [k, v] of Object.entries(b.ctx)) st.ctx.set(k, v);
+  for (const [wid, s, id, aw] of b.w) st.w.set(wid, {s: s, id: id, aw: aw});
+  for (const [buf, types] of Object.entries(b.b))
+    st.b.set(buf, new Map(Object.entries(types).map(([t, ids]) => [t, ids.slice()])));
+  return st;
+}
+function prog(st, s, id) { const m = st.p.get(s); return m ? m.get(id) : undefined; }
+function apply(st, i) {
+  const k = K[R.k[i]], s = stepOf(i), a = R.a[i];
+  switch (k) {
+    case "run_started": st.status = "running"; st.result = null; st.error = null; break;
+    case "enqueued":
+      if (s === null) st.u.push(a[0]);
+      else { if (!st.q.has(s)) st.q.set(s, []); st.q.get(s).push(a[0]); }
+      break;
+    case "dequeued": {
+      const q = st.q.get(s) || [], j = q.indexOf(a[0]);
+      if (j >= 0) q.splice(j, 1);
+      if (!st.p.has(s)) st.p.set(s, new Map());
+      st.p.get(s).set(a[0], {a: 0, f: 0, c: 0, err: null});
+      break;
+    }
+    case "step_started": { const e = prog(st, s, a[0]); if (e) e.a = a[1]; break; }
+    case "step_finished": { const m = st.p.get(s); if (m) m.delete(a[0]); break; }
+    case "step_failed": { const e = prog(st, s, a[0]); if (e) { e.f++; e.err = a[1]; } break; }
+    case "step_conflicted": { const e = prog(st, s, a[0]); if (e) e.c++; break; }
+    case "waiting": {
+      const m = st.p.get(s); if (m) m.delete(a[0]);
+      st.w.set(a[1], {s: s, id: a[0], aw: a[2]});
+      break;
+    }
+    case "wait_resolved": {
+      st.w.delete(a[0]);
+      const j = a[1] == null ? -1 : st.u.indexOf(a[1]);
+      if (j >= 0) st.u.splice(j, 1);
+      break;
+    }
+    case "state_set": case "state_deleted":
+      if (a[1] == null) st.ctx.delete(a[0]); else st.ctx.set(a[0], a[1]);
+      break;
+    case "collected": {
+      if (!st.b.has(a[0])) st.b.set(a[0], new Map());
+      const buf = st.b.get(a[0]);
+      if (a[1] != null) {
+        const t = (D.events[a[1]] || [""])[0];
+        if (!buf.has(t)) buf.set(t, []);
+        buf.get(t).push(a[1]);
+      }
+      for (const t of a[2]) {
+        const es = buf.get(t);
+        if (es && es.length) { es.shift(); if (!es.length) buf.delete(t); }
+      }
+      if (!buf.size) st.b.delete(a[0]);
+      break;
+    }
+    case "run_finished": st.status = "finished"; st.result = a[0]; st.p.clear(); break;
+    case "run_failed": st.status = "failed"; st.error = a[0]; break;
+    case "run_cancelled": st.status = "cancelled"; break;
+    case "run_timed_out": st.status = "timed_out"; break;
+    case "run_resumed": st.status = "running"; st.error = null; break;
+    case "run_suspended": st.status = "waiting"; break;
+  }
+}
+const clone = st => structuredClone(st);
+let cur = {ci: -1, st: baseState()};
+const snaps = new Map();
+// Forward moves fold on from where the page is; going back restarts from the nearest
+// snapshot (one every SNAP commits, taken on the way), so no seq costs a full replay twice.
+function stateAt(ci) {
+  if (ci < cur.ci) {
+    let best = -1;
+    for (const k of snaps.keys()) if (k <= ci && k > best) best = k;
+    cur = best < 0 ? {ci: -1, st: baseState()} : {ci: best, st: clone(snaps.get(best))};
+  }
+  while (cur.ci < ci) {
+    cur.ci++;
+    const [a, b] = range(cur.ci);
+    for (let i = a; i < b; i++) apply(cur.st, i);
+    if (cur.ci % SNAP === SNAP - 1 && !snaps.has(cur.ci)) snaps.set(cur.ci, clone(cur.st));
+  }
+  return cur.st;
+}
+
+// ------------------------------------------------------------------ the chart
+const nLanes = S.length;
+const laneY = [];
+let height = AXIS + RUNLANE;
+for (let s = 0; s < nLanes; s++) { laneY.push(height); height += D.lanes[s] * ROW + LANEPAD; }
+height += 4;
+let ppc = 0;
+const x = ci => LEFT + ci * ppc;
+function fitPpc() { return Math.max(0.05, (scroller.clientWidth - 2 * LEFT) / Math.max(1, N)); }
+
+function drawLabels() {
+  let out = `<text x="6" y="${AXIS - 10}" class="meta" font-size="11">seq</text>`;
+  out += `<text x="6" y="${AXIS + 13}" font-size="12">run</text>`;
+  let w = 40;
+  for (let s = 0; s < nLanes; s++) {
+    out += `<text x="6" y="${laneY[s] + ROW - 2}" font-size="12" class="lane-label">${esc(S[s])}</text>`;
+    w = Math.max(w, 14 + 7.2 * S[s].length);
+  }
+  labels.setAttribute("width", w);
+  labels.setAttribute("height", height);
+  labels.innerHTML = out;
+}
+
+const RUNMARK = {run_started: "#2e90fa", run_resumed: "#2e90fa", run_finished: "#3a9d5d",
+  run_failed: "#d92d20", run_cancelled: "#475467", run_timed_out: "#475467",
+  run_suspended: "#98a2b3"};
+
+function draw() {
+  const W = Math.ceil(LEFT * 2 + N * ppc);
+  const out = [];
+  out.push(`<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse"
+    patternTransform="rotate(45)"><rect width="6" height="6" fill="#eef0f3"/>
+    <line x1="0" y1="0" x2="0" y2="6" stroke="#98a2b3" stroke-width="2"/></pattern></defs>`);
+  for (let s = 0; s < nLanes; s++) {
+    if (s % 2 === 0) out.push(`<rect x="0" y="${laneY[s] - LANEPAD / 2}" width="${W}"
+      height="${D.lanes[s] * ROW + LANEPAD}" fill="#f6f7f9"/>`);
+  }
+  // Commit ticks: one path for all of them (10,000 elements would be slow to lay out).
+  const every = Math.max(1, Math.ceil(64 / Math.max(ppc, 0.01)));
+  let ticks = "", failTicks = "";
+  for (let ci = 0; ci < N; ci++) {
+    const [a, b] = range(ci);
+    let bad = false;
+    for (let i = a; i < b; i++) { const k = K[R.k[i]]; if (k === "step_failed" || k === "run_failed") bad = true; }
+    const seg = `M${x(ci) + ppc / 2} ${AXIS - 6}v6`;
+    if (bad) failTicks += seg; else ticks += seg;
+    if (ci % every === 0) out.push(`<text x="${x(ci)}" y="${AXIS - 10}" font-size="10" fill="#667085">${C.seq[ci]}</text>`);
+  }
+  out.push(`<path d="${ticks}" stroke="#98a2b3" stroke-width="1"/>`);
+  out.push(`<path d="${failTicks}" stroke="#d92d20" stroke-width="2"/>`);
+  out.push(`<line x1="0" x2="${W}" y1="${AXIS}" y2="${AXIS}" stroke="#d0d5dd"/>`);
+  // Run-level records: a mark each in the run lane.
+  for (let i = 0; i < NREC; i++) {
+    const k = K[R.k[i]];
+    if (!(k in RUNMARK)) continue;
+    const ci = R.c[i];
+    out.push(`<rect class="runmark ${k}" x="${x(ci)}" y="${AXIS + 4}" width="${Math.max(2, ppc)}" height="10" fill="${RUNMARK[k]}"><title>${esc(k + " at seq " + R.seq[i] + ": " + R.x[i])}</title></rect>`);
+  }
+  for (const [child, pseq, ci] of D.run.forks) {
+    const cx = x(ci) + ppc / 2;
+    out.push(`<a class="forklink" href="${esc(child)}.html"><path d="M${cx} ${AXIS + 2}l5 7l-5 7l-5 -7z" fill="#f79009"><title>fork ${esc(child)} at seq ${pseq}</title></path></a>`);
+  }
+  // Step attempts, and waits.
+  for (const [s, id, att, c0, c1, outcome, note, row] of D.attempts) {
+    const end = c1 < 0 ? N - 1 : c1;
+    const x0 = x(c0), w = Math.max(2, x(end) + ppc - x0), y = laneY[s] + row * ROW;
+    const cls = "bar " + outcome + (att > 1 ? " retry" : "");
+    const tip = `${S[s]} #${id} ${evType(id)}, attempt ${att}: ${outcome}` +
+      `${note ? " (" + note + ")" : ""}, seq ${C.seq[c0]}–${c1 < 0 ? "…" : C.seq[c1]}`;
+    out.push(`<rect class="${cls}" data-step="${esc(S[s])}" data-event="${id}" data-attempt="${att}" data-outcome="${outcome}" x="${x0}" y="${y}" width="${w}" height="${ROW - 3}" rx="2"><title>${esc(tip)}</title></rect>`);
+    if (w > 34) out.push(`<text class="blabel" x="${x0 + 3}" y="${y + ROW - 5}">#${id}${att > 1 ? " ×" + att : ""}</text>`);
+  }
+  for (const [s, id, c0, c1, aw, row] of D.waits) {
+    const end = c1 < 0 ? N - 1 : c1;
+    const x0 = x(c0), w = Math.max(2, x(end) + ppc - x0), y = laneY[s] + row * ROW;
+    out.push(`<rect class="bar wait" data-step="${esc(S[s])}" data-event="${id}" x="${x0}" y="${y}" width="${w}" height="${ROW - 3}"><title>${esc(S[s] + " #" + id + " waits for " + aw)}</title></rect>`);
+  }
+  out.push(`<line id="cursor" x1="0" x2="0" y1="0" y2="${height}" stroke="var(--sel)" stroke-width="2"/>`);
+  svg.setAttribute("width", W);
+  svg.setAttribute("height", height);
+  svg.innerHTML = out.join("");
+  if (selected >= 0) placeCursor();
+}
+
+// ------------------------------------------------------------------ panels
+function rows(list, render) {
+  const shown = list.slice(0, MAXROWS).map(render).join("");
+  const more = list.length > MAXROWS ? `<tr><td colspan="9" class="empty">… and ${list.length - MAXROWS} more</td></tr>` : "";
+  return shown + more;
+}
+function tableOf(heads, list, render, none) {
+  if (!list.length) return `<p class="empty">${none}</p>`;
+  return `<table><tr>${heads.map(h => `<th>${h}</th>`).join("")}</tr>${rows(list, render)}</table>`;
+}
+function stateHtml(st, ci) {
+  const q = [], p = [], w = [], b = [];
+  for (const [s, ids] of st.q) for (const id of ids) q.push([s, id]);
+  for (const id of st.u) q.push(["(no step)", id]);
+  for (const [s, m] of st.p) for (const [id, e] of m) p.push([s, id, e]);
+  for (const [wid, e] of st.w) w.push([wid, e]);
+  for (const [buf, m] of st.b) for (const [t, ids] of m) b.push([buf, t, ids]);
+  const at = ci < 0 ? "the fork point" : `seq ${C.seq[ci]}`;
+  let h = `<h2>State at ${at}</h2>`;
+  h += `<p><span class="badge ${esc(st.status)}" id="state-status">${esc(st.status)}</span>`;
+  if (ci >= 0) h += ` <span class="meta">commit ${ci + 1} of ${N}, ${secs(R.t[C.first[ci]])}</span>`;
+  h += `</p>`;
+  if (st.error) h += `<p class="error">${esc(st.error)}</p>`;
+  if (st.result != null) h += `<p>result <code>${esc(st.result)}</code></p>`;
+  h += `<h3>Queues</h3>` + tableOf(["step", "event", "type", "value"], q,
+    ([s, id]) => `<tr><td>${esc(s)}</td><td>#${id}</td><td>${esc(evType(id))}</td><td class="v">${esc(evText(id))}</td></tr>`, "empty");
+  h += `<h3>In progress</h3>` + tableOf(["step", "event", "attempts", "failures", "value"], p,
+    ([s, id, e]) => `<tr><td>${esc(s)}</td><td>#${id} ${esc(evType(id))}</td><td>${e.a}</td><td>${e.f}${e.err ? ` <span class="error">${esc(e.err)}</span>` : ""}</td><td class="v">${esc(evText(id))}</td></tr>`, "nothing");
+  const ctx = [...st.ctx];
+  h += `<h3>Context</h3>` + tableOf(["key", "value"], ctx,
+    ([k, v]) => `<tr><td>${esc(k)}</td><td class="v">${esc(v)}</td></tr>`, "empty");
+  h += `<h3>Waiters</h3>` + tableOf(["waiter", "step", "event", "awaits"], w,
+    ([wid, e]) => `<tr><td>${esc(wid)}</td><td>${esc(e.s)}</td><td>#${e.id}</td><td>${esc(e.aw)}</td></tr>`, "none");
+  if (b.length) h += `<h3>Collect buffers</h3>` + tableOf(["buffer", "type", "events"], b,
+    ([buf, t, ids]) => `<tr><td>${esc(buf)}</td><td>${esc(short(t))}</td><td>${ids.map(i => "#" + i).join(", ")}</td></tr>`, "");
+  return h;
+}
+function diffHtml(before, after, ci) {
+  const [a, b] = range(ci);
+  const recs = [];
+  for (let i = a; i < b; i++) recs.push(i);
+  let h = `<h2>What commit seq ${C.seq[ci]} changed</h2>`;
+  h += tableOf(["seq", "kind", "step", "what"], recs,
+    i => `<tr><td>${R.seq[i]}</td><td>${esc(K[R.k[i]])}</td><td>${esc(stepOf(i) || "")}</td><td class="v">${esc(R.x[i])}</td></tr>`, "");
+  // The commit's own records say which keys it wrote: texts are cut short, so a change
+  // past what they show (an append to a long list) would look like no change at all.
+  const keys = [];
+  for (let i = a; i < b; i++) {
+    const k = K[R.k[i]];
+    if ((k === "state_set" || k === "state_deleted") && !keys.includes(R.a[i][0])) keys.push(R.a[i][0]);
+  }
+  const changes = [];
+  for (const k of keys) {
+    const had = before.ctx.has(k), has = after.ctx.has(k);
+    const old = before.ctx.get(k), now = after.ctx.get(k);
+    if (!had && has) changes.push(`<li class="add">+ <code>${esc(k)}</code> = <code>${esc(now)}</code></li>`);
+    else if (had && !has) changes.push(`<li class="del">− <code>${esc(k)}</code> (was <code>${esc(old)}</code>)</li>`);
+    else if (had) changes.push(`<li class="chg">~ <code>${esc(k)}</code>: <code>${esc(old)}</code> → <code>${esc(now)}</code>${old === now ? ' <span class="meta">(changed past the part shown)</span>' : ""}</li>`);
+  }
+  h += `<h3>Context</h3>` + (changes.length ? `<ul id="ctx-changes">${changes.join("")}</ul>` : `<p class="empty">unchanged</p>`);
+  if (before.status !== after.status) h += `<h3>Status</h3><p>${esc(before.status)} → ${esc(after.status)}</p>`;
+  return h;
+}
+
+// ------------------------------------------------------------------ selection
+let selected = -1;
+function placeCursor() {
+  const c = document.getElementById("cursor");
+  if (!c) return;
+  const cx = x(selected) + ppc / 2;
+  c.setAttribute("x1", cx); c.setAttribute("x2", cx);
+}
+function select(ci, scroll) {
+  if (!N) return;
+  ci = Math.max(0, Math.min(N - 1, ci));
+  selected = ci;
+  const before = clone(stateAt(ci - 1));
+  const after = stateAt(ci);
+  document.getElementById("state").innerHTML = stateHtml(after, ci);
+  document.getElementById("diff").innerHTML = diffHtml(before, after, ci);
+  seqInput.value = C.seq[ci];
+  document.body.dataset.seq = C.seq[ci];
+  placeCursor();
+  if (scroll !== false) {
+    const cx = x(ci);
+    if (cx < scroller.scrollLeft || cx > scroller.scrollLeft + scroller.clientWidth - 20)
+      scroller.scrollLeft = Math.max(0, cx - scroller.clientWidth / 2);
+  }
+  try { history.replaceState(null, "", "#seq=" + C.seq[ci]); } catch (e) { /* file: URLs may refuse */ }
+}
+
+function header() {
+  const r = D.run;
+  let h = `<h1>Run <code id="run-id">${esc(r.id)}</code> <span class="badge ${esc(r.status)}" id="run-status">${esc(r.status)}</span></h1>`;
+  const span = N ? `seqs ${firstSeq(0)}–${C.seq[N - 1]}` : "no records";
+  const dur = NREC ? secs(R.t[NREC - 1]) : "";
+  h += `<p class="meta"><code>${esc(r.workflow)}</code> · ${N} commits · ${NREC} records · ${span} · ${dur}` +
+    ` · started ${esc(new Date(r.created / 1000).toISOString().replace("T", " ").slice(0, 19))} UTC` +
+    `${r.typed ? " · typed values" : " · raw values (no user code imported)"}</p>`;
+  if (r.parent) h += `<p id="parent">forked from <a href="${esc(r.parent[0])}.html#seq=${r.parent[1]}">${esc(r.parent[0])}</a> at seq ${r.parent[1]}</p>`;
+  if (r.forks.length) h += `<p id="forks">forks: ` + r.forks.map(([c, s]) => `<a href="${esc(c)}.html">${esc(c)}</a> (at seq ${s})`).join(", ") + `</p>`;
+  document.getElementById("head").innerHTML = h;
+}
+
+function selftest() {
+  // The state after every commit, for the browser tests to compare with the Python fold.
+  const out = [];
+  let st = baseState();
+  for (let ci = 0; ci < N; ci++) {
+    const [a, b] = range(ci);
+    for (let i = a; i < b; i++) apply(st, i);
+    const q = {}, p = {}, ctx = {};
+    for (const [s, ids] of st.q) if (ids.length) q[s] = ids.slice();
+    for (const [s, m] of st.p) if (m.size) p[s] = [...m].map(([id, e]) => [id, e.a, e.f]);
+    for (const [k, v] of st.ctx) ctx[k] = v;
+    out.push([C.seq[ci], st.status, q, p, ctx, [...st.w.keys()].sort(), st.u.slice()]);
+  }
+  const pre = document.getElementById("selftest");
+  pre.textContent = JSON.stringify(out);
+}
+
+header();
+drawLabels();
+ppc = Math.min(40, Math.max(3, fitPpc()));
+draw();
+document.getElementById("svg").addEventListener("click", ev => {
+  if (ev.target.closest && ev.target.closest("a")) return;
+  const box = svg.getBoundingClientRect();
+  select(Math.floor((ev.clientX - box.left - LEFT) / ppc), false);
+});
+document.getElementById("first").onclick = () => select(0);
+document.getElementById("prev").onclick = () => select(selected - 1);
+document.getElementById("next").onclick = () => select(selected + 1);
+document.getElementById("last").onclick = () => select(N - 1);
+document.getElementById("zoomin").onclick = () => { ppc = Math.min(80, ppc * 2); draw(); select(selected); };
+document.getElementById("zoomout").onclick = () => { ppc = Math.max(0.05, ppc / 2); draw(); select(selected); };
+document.getElementById("fit").onclick = () => { ppc = fitPpc(); draw(); select(selected); };
+seqInput.addEventListener("change", () => select(commitAt(Number(seqInput.value))));
+document.addEventListener("keydown", ev => {
+  if (ev.target === seqInput) return;
+  if (ev.key === "ArrowLeft") select(selected - 1);
+  else if (ev.key === "ArrowRight") select(selected + 1);
+  else if (ev.key === "Home") select(0);
+  else if (ev.key === "End") select(N - 1);
+  else return;
+  ev.preventDefault();
+});
+function fromHash() {
+  const m = /seq=(\d+)/.exec(location.hash);
+  select(m ? commitAt(Number(m[1])) : N - 1);
+}
+window.addEventListener("hashchange", fromHash);
+if (/selftest/.test(location.hash)) selftest();
+fromHash();
+document.body.dataset.commits = String(N);
+document.body.dataset.ready = "1";
+})();
+</script>
+</body>
+</html>
+"""

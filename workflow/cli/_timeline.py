@@ -1,0 +1,316 @@
+"""``workflow timeline``: one self-contained HTML page of a run, and the data it embeds.
+
+The page must stay quick for runs of 10,000 commits, so it embeds no states: it embeds the
+log's columns (seq, commit, time, kind, step, a few arguments a record, a short text) and
+computes the state at a selected seq in the browser by replaying them, the same fold in a
+few lines of JavaScript. Only what the browser cannot compute without the user's code (the
+text of each event and of each context value after each commit) is rendered here.
+"""
+
+from __future__ import annotations
+
+import html
+from bisect import bisect_right
+from pathlib import Path
+from typing import Any, Final
+
+import click
+import orjson
+
+from eventstore import EventStore
+
+from .. import _journal as J
+from .._fold import Folded, fold
+from .._read import commits, run_info
+from ._app import cli
+from ._common import emit_json, progress, reader, workflow_option
+from ._inspect import Viewer, Wrap, describe, fold_at, status_of
+from ._page import PAGE
+from ._render import short_class
+
+__all__ = ["render_page", "timeline", "timeline_data"]
+
+# Characters of text kept per value and per record: enough to recognise a value, small
+# enough that 10,000 commits make a page of a few megabytes.
+TEXT: Final = 160
+# Attempt outcomes, as the page draws them.
+OK, FAILED, CONFLICT, WAIT, LOST, CANCELLED, OPEN = (
+    "ok",
+    "failed",
+    "conflict",
+    "wait",
+    "lost",
+    "cancelled",
+    "open",
+)
+_ENDS_RUN: Final = frozenset({J.RUN_FINISHED, J.RUN_FAILED, J.RUN_CANCELLED, J.RUN_TIMED_OUT})
+
+
+class _Builder:
+    def __init__(self, view: Viewer) -> None:
+        self.view = view
+        self.steps: dict[str, int] = {}
+        self.kinds: dict[str, int] = {}
+        self.events: dict[int, list[str]] = {}
+        self.cols: dict[str, list[Any]] = {"seq": [], "c": [], "t": [], "k": [], "s": [], "a": []}
+        self.text: list[str] = []
+        self.commit_seq: list[int] = []
+        self.commit_first: list[int] = []
+        self.attempts: list[list[Any]] = []
+        self.waits: list[list[Any]] = []
+        self._open: dict[tuple[str, int], int] = {}
+        self._waiting: dict[str, int] = {}
+
+    def step(self, name: str | None) -> int:
+        if name is None:
+            return -1
+        return self.steps.setdefault(name, len(self.steps))
+
+    def event(self, ev_id: int, dump: Any) -> None:
+        t = str(dump.get("c", "")) if isinstance(dump, dict) else type(dump).__name__
+        self.events[ev_id] = [t, self.view.show(dump, TEXT)]
+
+    def seed(self, s: Folded) -> dict[str, Any]:
+        """The state a fork starts from, in the page's compact form."""
+        for q in s.queues.values():
+            for e in q.values():
+                self.event(e.id, e.dump)
+        for ps in s.in_progress.values():
+            for p in ps.values():
+                self.event(p.ev.id, p.ev.dump)
+        for w in s.waiters.values():
+            self.event(w.ev.id, w.ev.dump)
+        for e in s.unclaimed.values():
+            self.event(e.id, e.dump)
+        buffers: dict[str, dict[str, list[int]]] = {}
+        for b, d in s.buffers.items():
+            for t, es in d.items():
+                for e in es:
+                    self.event(e.id, e.dump)
+                buffers.setdefault(b, {})[t] = [e.id for e in es]
+        for step in (*s.queues, *s.in_progress):
+            self.step(step)
+        return {
+            "status": s.status,
+            "q": {k: list(q) for k, q in s.queues.items() if q},
+            "p": {
+                k: [[p.ev.id, p.attempt, p.failures] for p in ps.values()]
+                for k, ps in s.in_progress.items()
+                if ps
+            },
+            "ctx": {k: self.view.show(v.dump, TEXT) for k, v in s.context.items()},
+            "w": [
+                [w.waiter_id, w.step, w.ev.id, short_class(w.awaited)] for w in s.waiters.values()
+            ],
+            "u": list(s.unclaimed),
+            "b": buffers,
+        }
+
+    def _close(self, key: tuple[str, int], ci: int, outcome: str, note: str = "") -> None:
+        i = self._open.pop(key, None)
+        if i is not None:
+            self.attempts[i][4] = ci
+            self.attempts[i][5] = outcome
+            if note:
+                self.attempts[i][6] = note
+
+    def _close_all(self, ci: int, outcome: str) -> None:
+        for key in list(self._open):
+            self._close(key, ci, outcome)
+
+    def record(self, r: Any, p: Any, ci: int, t0: int) -> list[Any]:
+        """Adds a record's columns and follows attempts and waits; returns its arguments."""
+        k, step = r.kind, r.step
+        key = (step or "", p.get("id", 0) if isinstance(p, dict) else 0)
+        args: list[Any] = []
+        if k == J.ENQUEUED:
+            self.event(p["id"], p["event"])
+            args = [p["id"]]
+        elif k in (J.DEQUEUED, J.STEP_FINISHED, J.STEP_CONFLICTED):
+            args = [p["id"]]
+            if k == J.STEP_FINISHED:
+                self._close(
+                    key,
+                    ci,
+                    OK,
+                    "emitted " + (", ".join(f"#{i}" for i in p["emitted"]) or "nothing"),
+                )
+            elif k == J.STEP_CONFLICTED:
+                self._close(key, ci, CONFLICT, f"stale keys {p.get('keys')}")
+        elif k == J.STEP_STARTED:
+            args = [p["id"], p["attempt"]]
+            # A new attempt while one is open: the process running it died.
+            self._close(key, ci, LOST, "the process died during this attempt")
+            self._open[key] = len(self.attempts)
+            self.attempts.append([self.step(step), p["id"], p["attempt"], ci, -1, OPEN, ""])
+        elif k == J.STEP_FAILED:
+            error = f"{p.get('error')}: {p.get('message')}"
+            args = [p["id"], error, 1 if p.get("retry") else 0]
+            self._close(key, ci, FAILED, error + (" (retried)" if p.get("retry") else ""))
+        elif k == J.WAITING:
+            awaited = short_class(str(p.get("awaited")))
+            args = [p["id"], p["waiter"], awaited]
+            self._close(key, ci, WAIT, f"waits for {awaited}")
+            self._waiting[p["waiter"]] = len(self.waits)
+            self.waits.append([self.step(step), p["id"], ci, -1, awaited])
+        elif k == J.WAIT_RESOLVED:
+            args = [p["waiter"], p.get("id")]
+            if p.get("id") is not None:
+                self.event(p["id"], p.get("event"))
+            i = self._waiting.pop(p["waiter"], None)
+            if i is not None:
+                self.waits[i][3] = ci
+        elif k == J.STATE_SET or k == J.STATE_DELETED:
+            args = [p["key"]]  # the value's text is added once the whole commit is folded
+        elif k == J.COLLECTED:
+            put = p.get("put")
+            if put:
+                self.event(put["id"], put["event"])
+            args = [
+                p["buf"],
+                put["id"] if put else None,
+                list(p.get("take") or ()),
+            ]
+        elif k == J.RUN_STARTED:
+            start = p.get("start")
+            if start:
+                self.event(start["id"], start["event"])
+        elif k == J.RUN_FINISHED:
+            args = [self.view.show(p.get("result"), TEXT)]
+        elif k == J.RUN_FAILED:
+            args = [f"{p.get('error')}: {p.get('message')}"]
+        if k in _ENDS_RUN:
+            self._close_all(ci, CANCELLED)
+        elif k == J.RUN_RESUMED:
+            self._close_all(ci, LOST)
+        c = self.cols
+        c["seq"].append(r.seq)
+        c["c"].append(ci)
+        c["t"].append(max(0, r.ts - t0) // 1000)
+        c["k"].append(self.kinds.setdefault(k, len(self.kinds)))
+        c["s"].append(self.step(step))
+        c["a"].append(args)
+        self.text.append(describe(r, p, self.view, TEXT))
+        return args
+
+
+def _rows(attempts: list[list[Any]], waits: list[list[Any]], n_steps: int) -> list[int]:
+    """Gives overlapping bars of a lane their own rows (parallel workers); rows per lane."""
+    ends: list[list[int]] = [[] for _ in range(n_steps)]
+    bars = [(a[0], a[3], a, 7) for a in attempts] + [(w[0], w[2], w, 5) for w in waits]
+    bars.sort(key=lambda b: (b[0], b[1]))
+    for step, start, bar, slot in bars:
+        if step < 0:
+            continue
+        end = bar[4] if slot == 7 else bar[3]
+        lane = ends[step]
+        for row, last in enumerate(lane):
+            if last < start:
+                lane[row] = end if end >= 0 else 1 << 60
+                break
+        else:
+            row = len(lane)
+            lane.append(end if end >= 0 else 1 << 60)
+        bar.append(row)
+    return [max(1, len(lane)) for lane in ends]
+
+
+def timeline_data(
+    store: EventStore, run_id: str, view: Viewer | None = None, wrap: Wrap | None = None
+) -> dict[str, Any]:
+    """What the timeline page embeds: the run's log as columns plus per-commit texts.
+
+    ``rec`` holds one entry per record in each column (``seq``, ``c`` its commit's index,
+    ``t`` milliseconds since the run began, ``k`` kind and ``s`` step as indexes into
+    ``kinds`` and ``steps``, ``a`` the arguments the page's fold needs, ``x`` a short text);
+    ``commits`` the last seq and first record of each commit; ``attempts`` one bar per step
+    attempt ``[step, event id, attempt, first commit, last commit or -1, outcome, note,
+    row]``; ``waits`` ``[step, event id, first commit, last commit or -1, awaited, row]``;
+    ``base`` the state a fork starts from; ``events`` each event id's class and text.
+    """
+    view = view or Viewer()
+    info = run_info(store, run_id)
+    b = _Builder(view)
+    if info.parent_run_id is not None and info.parent_seq is not None:
+        state = fold_at(store, info.parent_run_id, info.parent_seq, wrap)
+        state.run_id = run_id
+        state.first_seq = None
+    else:
+        state = Folded(run_id)
+    base = b.seed(state)
+    t0 = info.created
+    upto = info.last_seq or 0  # as of now: a run that grows meanwhile is read consistently
+    records = store.records(run_id, upto=upto)
+    for ci, commit in enumerate(commits(records if wrap is None else wrap(records))):
+        fold(state, commit)
+        b.commit_seq.append(commit[-1].seq)
+        b.commit_first.append(len(b.text))
+        for r in commit:
+            args = b.record(r, r.data(), ci, t0)
+            if r.kind == J.STATE_SET or r.kind == J.STATE_DELETED:
+                entry = state.context.get(args[0])
+                args.append(None if entry is None else view.show(entry.dump, TEXT))
+    rows = _rows(b.attempts, b.waits, len(b.steps))
+    first_seqs = [b.cols["seq"][i] for i in b.commit_first]
+    forks = []
+    for other in store.runs():
+        if other.parent_run_id == run_id and other.parent_seq is not None:
+            at = max(0, bisect_right(first_seqs, other.parent_seq) - 1)
+            forks.append([other.run_id, other.parent_seq, at])
+    return {
+        "v": 1,
+        "run": {
+            "id": run_id,
+            "workflow": state.workflow or str(info.meta.get("workflow", "")),
+            "status": status_of(store, state) if b.commit_seq else state.status,
+            "created": info.created,
+            "parent": [info.parent_run_id, info.parent_seq] if info.parent_run_id else None,
+            "forks": forks,
+            "typed": view.typed,
+        },
+        "steps": list(b.steps),
+        "lanes": rows,
+        "kinds": list(b.kinds),
+        "rec": {**b.cols, "x": b.text},
+        "commits": {"seq": b.commit_seq, "first": b.commit_first},
+        "attempts": b.attempts,
+        "waits": b.waits,
+        "base": base,
+        "events": {str(k): v for k, v in b.events.items()},
+    }
+
+
+def render_page(data: dict[str, Any]) -> str:
+    """The self-contained HTML page for timeline data (no network: script and style inline)."""
+    # "<" only occurs inside JSON strings, where \u003c means the same: the data can never
+    # close its <script> element.
+    payload = orjson.dumps(data).decode().replace("<", "\\u003c")
+    title = f"run {data['run']['id']} — timeline"
+    return PAGE.replace("__TITLE__", html.escape(title)).replace("__DATA__", payload)
+
+
+@cli.command()
+@click.argument("db")
+@click.argument("run")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Where to write the page (default: RUN.html, which is what fork links point to).",
+)
+@workflow_option
+@click.option("--json", "as_json", is_flag=True, help="Print the page's data as JSON instead.")
+def timeline(
+    db: str, run: str, output: str | None, workflow_spec: str | None, as_json: bool
+) -> None:
+    """Write RUN's timeline: a lane per step, attempts as bars, the state at any seq."""
+    store, view, _ = reader(db, workflow_spec)
+    data = timeline_data(store, run, view, progress(store, run, "reading"))
+    if as_json:
+        emit_json(data)
+        return
+    path = Path(output or f"{run}.html")
+    page = render_page(data)
+    path.write_text(page, encoding="utf-8")
+    n = len(data["commits"]["seq"])
+    click.echo(f"wrote {path} ({n} commits, {len(page) // 1024} KiB)")
