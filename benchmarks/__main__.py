@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "loop": "benchmarks.loop",
     "chain": "benchmarks.chain",
     "peers": "benchmarks.peers",
+    "backends": "benchmarks.backends",
 }
 
 Main = Callable[..., dict[str, Any]]

@@ -1,0 +1,468 @@
+"""backends (issue 9): the same workloads on PostgreSQL and on SQLite (a file at durability
+"normal"), measured by the same harness, repetitions interleaved.
+
+Two parts:
+
+* **One process.** The ``loop`` workload (one step running N times, each appending a
+  100-byte item to a context list: :class:`benchmarks.loop.LoopFlow`) and a fan-out/fan-in
+  (one step ``send_event``\\ s K items, a step with ``num_workers=4`` handles each, a third
+  ``collect_events`` all K). N = 1000, K = 100 (quick: 30 and 10). Per repetition each
+  backend runs each workload once on a new store; reported: wall seconds from ``run`` to
+  the result (every record written), steps or items per second, and the per-repetition
+  ratio of throughputs PostgreSQL/SQLite.
+* **Worker processes.** M = 200 (quick: 10) runs of a two-step workflow are submitted
+  (``wf.submit``) to a new shared store; then 1, 2 or 4 worker processes
+  (``python -m benchmarks.backends worker STORE POLL``, each a :class:`~workflow.Worker`
+  with concurrency 4) start, import, open the store and say READY; the clock starts when
+  they are all told to go and stops when ``wf.runs()`` (polled here every 20 ms) shows
+  every run finished; the workers are then stopped with SIGTERM (quick mode: 1 and 2
+  workers only, as each process start costs about a second). Reported: runs/s, the
+  speed-up over one worker, and PostgreSQL/SQLite. A worker looks for work every
+  ``poll_interval`` seconds and takes at most ``concurrency`` runs at once, so at the
+  default 0.2 s one worker completes at most 4 / 0.2 = 20 runs/s whatever the store: the
+  workers are measured at the default and at 0.02 s (quick mode: 0.02 s only).
+
+PostgreSQL is ``BENCH_POSTGRES_URL`` (else ``DW_TEST_POSTGRES``, else the local test
+database); each store is a schema of its own, dropped afterwards. ``BENCH_POSTGRES=1``
+includes PostgreSQL, ``BENCH_POSTGRES=0`` leaves it out; unset, the full mode includes it
+(``bash .ci/postgres-up`` starts the server) and the quick mode, the smoke test of the
+default suite, does not, so ``make test`` never needs a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from workflow import Context, Event, StartEvent, StopEvent, Worker, Workflow, step
+
+from ._common import (
+    ROOT,
+    Series,
+    fmt_rate,
+    fmt_ratio,
+    print_table,
+    ratio_summary,
+    report,
+    scratch_dir,
+    write_results,
+)
+from ._runs import fmt_s, run_flow
+from .loop import LoopFlow
+
+NAME = "backends"
+LOOP_N = (1000, 30)  # (full run, quick run)
+FAN_K = (100, 10)
+RUNS_M = (200, 10)
+WORKERS = ((1, 2, 4), (1, 2))  # worker processes (quick: no 4, each start costs ~1 s)
+CONCURRENCY = 4  # runs each worker process executes at once
+POLLS = ((0.2, 0.02), (0.02,))  # worker poll intervals, s: the default and a short one
+WAIT_POLL_S = 0.02  # how often the harness looks at wf.runs()
+WAIT_TIMEOUT_S = (600.0, 60.0)  # (full, quick): a stuck worker fails the run, not hangs it
+POSTGRES_ENV = "BENCH_POSTGRES"
+POSTGRES_URL = (
+    os.environ.get("BENCH_POSTGRES_URL")
+    or os.environ.get("DW_TEST_POSTGRES")
+    or "postgresql://postgres@127.0.0.1/test"
+)
+WORKER_CMD = ("-m", "benchmarks.backends", "worker")
+
+Backend = Literal["sqlite", "postgres"]
+LABEL: dict[Backend, str] = {"sqlite": "SQLite (file, normal)", "postgres": "PostgreSQL"}
+
+
+# --- the workflows ---------------------------------------------------------------------
+
+
+class Item(Event):
+    """One of the ``k`` items the fan-out sends."""
+
+    i: int
+    k: int
+
+
+class Handled(Event):
+    """An item handled; the fan-in waits for ``k`` of them."""
+
+    i: int
+    k: int
+
+
+class FanFlow(Workflow):
+    """Fan-out/fan-in: ``run(n=K)`` sends K items, handles them 4 at a time, collects all K.
+
+    Returns K (so :func:`benchmarks._runs.run_flow` checks it like the loop's N).
+    """
+
+    @step
+    async def scatter(self, ctx: Context, ev: StartEvent) -> Item | None:  # type: ignore[type-arg]
+        k = int(ev["n"])
+        for i in range(k):
+            ctx.send_event(Item(i=i, k=k))
+        return None
+
+    @step(num_workers=4)
+    async def handle(self, ctx: Context, ev: Item) -> Handled:  # type: ignore[type-arg]
+        return Handled(i=ev.i, k=ev.k)
+
+    @step
+    async def gather(self, ctx: Context, ev: Handled) -> StopEvent | None:  # type: ignore[type-arg]
+        got = ctx.collect_events(ev, [Handled] * ev.k)
+        if got is None:
+            return None
+        return StopEvent(result=len(got))
+
+
+class Half(Event):
+    """The first step's output."""
+
+    n: int
+
+
+class TwoStep(Workflow):
+    """The short run the workers execute: two steps, each writing one context key."""
+
+    @step
+    async def first(self, ctx: Context, ev: StartEvent) -> Half:  # type: ignore[type-arg]
+        await ctx.store.set("first", ev["n"])
+        return Half(n=int(ev["n"]))
+
+    @step
+    async def second(self, ctx: Context, ev: Half) -> StopEvent:  # type: ignore[type-arg]
+        await ctx.store.set("second", ev.n * 2)
+        return StopEvent(result=ev.n * 2)
+
+
+# --- stores ----------------------------------------------------------------------------
+
+
+def postgres_wanted(quick: bool) -> bool:
+    """Whether to measure PostgreSQL: ``BENCH_POSTGRES`` decides, else the full mode only."""
+    flag = os.environ.get(POSTGRES_ENV, "").strip().lower()
+    if flag in ("1", "on", "true", "yes"):
+        return True
+    if flag in ("0", "off", "false", "no"):
+        return False
+    return not quick
+
+
+def postgres_info() -> dict[str, str]:
+    """The server's version and commit durability settings; raises if it does not answer."""
+    import psycopg
+
+    try:
+        with psycopg.connect(POSTGRES_URL, connect_timeout=5) as conn:
+            return {
+                name: str(conn.execute(f"SHOW {name}").fetchone()[0])  # type: ignore[index]
+                for name in ("server_version", "synchronous_commit", "fsync")
+            }
+    except psycopg.OperationalError as exc:
+        msg = (
+            f"PostgreSQL does not answer at {POSTGRES_URL} ({exc}); start it with "
+            f"`bash .ci/postgres-up`, or set {POSTGRES_ENV}=0 to measure SQLite only"
+        )
+        raise RuntimeError(msg) from exc
+
+
+@contextlib.contextmanager
+def new_store(backend: Backend, tmp: Path) -> Iterator[str]:
+    """The target of a new, empty store (a file, or a PostgreSQL schema dropped after)."""
+    tag = uuid.uuid4().hex[:12]
+    if backend == "sqlite":
+        yield str(tmp / f"{NAME}-{tag}.db")
+        return
+    import psycopg
+
+    schema = f"bench_{tag}"
+    try:
+        yield f"{POSTGRES_URL}?schema={schema}"
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+# --- part 1: one process ---------------------------------------------------------------
+
+
+def time_flow(cls: type[Workflow], n: int, backend: Backend, tmp: Path) -> float:
+    """Seconds one run of ``cls`` with ``n=n`` takes on a new store of ``backend``."""
+    with new_store(backend, tmp) as target:
+        wf = cls(store=target, timeout=None)
+        try:
+            seconds, _ = run_flow(wf, n)
+        finally:
+            wf.store.close()
+    return seconds
+
+
+# --- part 2: worker processes ----------------------------------------------------------
+
+
+def start_workers(target: str, count: int, poll: float) -> list[subprocess.Popen[str]]:
+    """Starts ``count`` worker processes on ``target`` and waits until each is READY."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *WORKER_CMD, target, str(poll)],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(count)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            line = p.stdout.readline().strip()
+            if line != "READY":
+                msg = f"a worker process said {line!r} instead of READY (exit {p.poll()})"
+                raise RuntimeError(msg)
+    except BaseException:
+        stop_workers(procs)
+        raise
+    return procs
+
+
+def stop_workers(procs: list[subprocess.Popen[str]]) -> list[int | None]:
+    """SIGTERMs the workers, waits for them; returns how many runs each saw end."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    completed: list[int | None] = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        completed.append(json.loads(lines[-1])["completed"] if lines else None)
+    return completed
+
+
+def wait_finished(wf: Workflow, count: int, timeout: float) -> None:
+    """Polls ``wf.runs()`` until ``count`` runs have finished; raises on a failed run or
+    after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        statuses = [r.status for r in wf.runs()]
+        if "failed" in statuses:
+            msg = f"a run failed: {sorted(set(statuses))}"
+            raise RuntimeError(msg)
+        if statuses.count("finished") >= count:
+            return
+        if time.monotonic() > deadline:
+            msg = f"runs not finished in {timeout} s: {dict(Counter(statuses))}"
+            raise RuntimeError(msg)
+        time.sleep(WAIT_POLL_S)
+
+
+def time_workers(
+    backend: Backend, workers: int, runs: int, poll: float, tmp: Path, timeout: float
+) -> tuple[float, list[int | None]]:
+    """Seconds ``workers`` processes take to finish ``runs`` submitted runs, and each
+    worker's count of runs completed."""
+    with new_store(backend, tmp) as target:
+        wf = TwoStep(store=target, timeout=None)
+        try:
+            for i in range(runs):
+                wf.submit(n=i)
+            procs = start_workers(target, workers, poll)
+            try:
+                start = time.perf_counter()
+                for p in procs:
+                    assert p.stdin is not None
+                    p.stdin.write("go\n")
+                    p.stdin.flush()
+                wait_finished(wf, runs, timeout)
+                seconds = time.perf_counter() - start
+            finally:
+                completed = stop_workers(procs)
+        finally:
+            wf.store.close()
+    return seconds, completed
+
+
+def worker_main(target: str, poll: float) -> None:
+    """A worker process: opens the store, says READY, waits for a line, works until SIGTERM,
+    then prints ``{"completed": N}``."""
+    wf = TwoStep(store=target, timeout=None)
+    worker = Worker(wf, concurrency=CONCURRENCY, poll_interval=poll)
+    print("READY", flush=True)
+    sys.stdin.readline()
+    try:
+        completed = asyncio.run(worker.run(handle_signals=True))
+    finally:
+        wf.store.close()
+    print(json.dumps({"completed": completed}), flush=True)
+
+
+# --- the benchmark ---------------------------------------------------------------------
+
+
+def _ratio_cell(ours: Series | None, base: Series | None) -> tuple[str, dict[str, float] | None]:
+    if ours is None or base is None:
+        return "—", None
+    r = ratio_summary(ours, base)
+    return fmt_ratio(r), r
+
+
+def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None) -> dict[str, Any]:
+    """Measures both parts on each backend, prints the tables, writes ``backends.json``."""
+    q = 1 if quick else 0
+    n, k, m, polls, counts = LOOP_N[q], FAN_K[q], RUNS_M[q], POLLS[q], WORKERS[q]
+    backends: list[Backend] = ["sqlite"]
+    pg_info: dict[str, str] | None = None
+    if postgres_wanted(quick):
+        pg_info = postgres_info()
+        backends.append("postgres")
+    flows: dict[str, tuple[type[Workflow], int, str]] = {
+        "loop": (LoopFlow, n, "steps/s"),
+        "fan-out/fan-in": (FanFlow, k, "items/s"),
+    }
+    rates: dict[tuple[str, Backend], Series] = {}
+    secs: dict[tuple[str, Backend], Series] = {}
+    for w, (_, _, unit) in flows.items():
+        for b in backends:
+            rates[w, b] = Series(f"{w} {b}", unit)
+            secs[w, b] = Series(f"{w} {b}", "s")
+    cells = [(b, p, c) for b in backends for p in polls for c in counts]
+    wrates = {key: Series(f"workers {key}", "runs/s") for key in cells}
+    wsecs = {key: Series(f"workers {key}", "s") for key in cells}
+    completed: dict[tuple[Backend, float, int], list[list[int | None]]] = {c: [] for c in cells}
+
+    with scratch_dir() as tmp:
+        for _ in range(repeat):
+            for w, (cls, size, _) in flows.items():
+                for b in backends:
+                    s = time_flow(cls, size, b, tmp)
+                    secs[w, b].add(s)
+                    rates[w, b].add(size / s)
+            for p in polls:
+                for c in counts:
+                    for b in backends:
+                        s, done = time_workers(b, c, m, p, tmp, WAIT_TIMEOUT_S[q])
+                        wsecs[b, p, c].add(s)
+                        wrates[b, p, c].add(m / s)
+                        completed[b, p, c].append(done)
+
+    results: list[dict[str, Any]] = []
+    rows = []
+    for w, (_, size, unit) in flows.items():
+        pg = rates.get((w, "postgres"))
+        text, ratio = _ratio_cell(pg, rates[w, "sqlite"])
+        row: list[Any] = [w, size]
+        for b in ("sqlite", "postgres"):
+            have = b in backends
+            row += [
+                secs[w, b].cell(fmt_s) if have else "—",
+                rates[w, b].cell(fmt_rate) if have else "—",
+            ]
+            if have:
+                results.append(
+                    {
+                        "part": "single-process",
+                        "workload": w,
+                        "size": size,
+                        "backend": b,
+                        "unit": unit,
+                        "seconds": secs[w, b].summary(),
+                        "rate": rates[w, b].summary(),
+                        "postgres_over_sqlite": ratio if b == "postgres" else None,
+                    }
+                )
+        rows.append([*row, text])
+    print_table(
+        f"one process, PostgreSQL vs SQLite; median (min-max) of {repeat}",
+        rows,
+        ["workload", "N/K", "SQLite s", "SQLite rate/s", "PG s", "PG rate/s", "PG/SQLite rate"],
+    )
+
+    rows = []
+    for b, p, c in cells:
+        speedup = ratio_summary(wrates[b, p, c], wrates[b, p, 1])
+        pg_text, pg_ratio = ("—", None)
+        if b == "postgres":
+            pg_text, pg_ratio = _ratio_cell(wrates[b, p, c], wrates["sqlite", p, c])
+        rows.append(
+            [
+                LABEL[b],
+                p,
+                c,
+                wsecs[b, p, c].cell(fmt_s),
+                wrates[b, p, c].cell(fmt_rate),
+                fmt_ratio(speedup),
+                pg_text,
+            ]
+        )
+        results.append(
+            {
+                "part": "workers",
+                "workload": "two-step runs",
+                "backend": b,
+                "poll_interval_s": p,
+                "workers": c,
+                "concurrency": CONCURRENCY,
+                "runs": m,
+                "seconds": wsecs[b, p, c].summary(),
+                "rate": wrates[b, p, c].summary(),
+                "speedup_over_1_worker": speedup,
+                "postgres_over_sqlite": pg_ratio,
+                "completed_per_worker": completed[b, p, c],
+            }
+        )
+    print_table(
+        f"{m} two-step runs by worker processes (concurrency {CONCURRENCY} each), "
+        f"go to all finished; median (min-max) of {repeat}",
+        rows,
+        ["store", "poll s", "workers", "wall s", "runs/s", "vs 1 worker", "PG/SQLite"],
+    )
+
+    data = report(
+        NAME,
+        quick=quick,
+        repeat=repeat,
+        params={
+            "loop_n": n,
+            "fan_k": k,
+            "runs_m": m,
+            "workers": list(counts),
+            "concurrency": CONCURRENCY,
+            "poll_intervals_s": list(polls),
+            "backends": list(backends),
+            "postgres": pg_info,
+        },
+        results=results,
+    )
+    write_results(NAME, data, out_dir)
+    return data
+
+
+def _entry(argv: list[str]) -> None:
+    """``python -m benchmarks.backends worker STORE [POLL]``: one worker process.
+
+    Runs as ``__main__``, so it calls the importable module's :func:`worker_main`: the
+    runs' logs name the classes of ``benchmarks.backends``, not of ``__main__``.
+    """
+    if len(argv) not in (2, 3) or argv[0] != "worker":
+        sys.exit("usage: python -m benchmarks.backends worker STORE [POLL]")
+    module = importlib.import_module("benchmarks.backends")
+    run: Callable[[str, float], None] = module.worker_main
+    run(argv[1], float(argv[2]) if len(argv) == 3 else POLLS[0][0])
+
+
+if __name__ == "__main__":
+    _entry(sys.argv[1:])
