@@ -2,7 +2,8 @@
 
 Read commands (``runs``, ``history``, ``checkpoints``, ``state``, ``diff``, ``timeline``)
 open a store read-only and need no user code; ``resume``, ``fork``, ``send`` and ``graph``
-import the workflow the user names with ``--workflow module:Class``.
+import the workflow the user names with ``--workflow module:Class``, as do ``verify`` and
+``worker``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 # Importing the command modules registers their commands on the group.
 from . import _actions as _actions
 from . import _graph as _graph
+from . import _ops as _ops
 from . import _timeline as _timeline
 from ._app import cli, main
 

@@ -1,0 +1,100 @@
+"""The operating commands: ``workflow verify`` and ``workflow worker``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.flows import ReportFlow
+from tests.test_workers import Doubler
+from workflow.cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def recorded(db: Path) -> str:
+    wf = ReportFlow(store=db)
+    h = wf.run()
+    with pytest.raises(ValueError, match="var"):
+        await h
+    await wf.resume(h.run_id, updates={"var": 1})
+    wf.store.close()
+    return h.run_id
+
+
+async def test_verify_passes_for_today_s_code(tmp_path: Path) -> None:
+    """verify with the code that recorded the run passes and exits 0."""
+    db = tmp_path / "v.db"
+    run_id = await recorded(db)
+    result = CliRunner().invoke(
+        cli, ["verify", str(db), run_id, "--workflow", "tests.flows:ReportFlow", "--reexecute"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "verified 1 run(s)" in result.output
+    assert result.output.strip().endswith(": ok")
+
+
+async def test_verify_reports_divergence_and_fails(tmp_path: Path) -> None:
+    """verify with changed code lists the divergence and exits 1; --json says the same."""
+    db = tmp_path / "v.db"
+    run_id = await recorded(db)
+    spec = "tests.test_verify:NewProcess"
+    result = CliRunner().invoke(cli, ["verify", str(db), "--workflow", spec, "--reexecute"])
+    assert result.exit_code == 1
+    assert "[divergence]" in result.output
+    assert "process" in result.output
+    as_json = CliRunner().invoke(
+        cli, ["verify", str(db), run_id, "--workflow", spec, "--reexecute", "--json"]
+    )
+    data = json.loads(as_json.output)
+    assert data["ok"] is False
+    assert data["problems"][0]["kind"] == "divergence"
+
+
+def test_worker_command_runs_submitted_runs_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """`workflow worker` executes submitted runs and exits cleanly on SIGTERM."""
+    db = tmp_path / "w.db"
+    wf = Doubler(store=db, timeout=None)
+    ids = [wf.submit(n=i) for i in range(10)]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workflow",
+            "worker",
+            "--store",
+            str(db),
+            "--workflow",
+            "tests.test_workers:Doubler",
+            "--poll",
+            "0.05",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while {r.status for r in wf.runs()} != {"finished"}:
+            assert time.monotonic() < deadline, "runs not finished in time"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert "worker stopped after 10 run(s)" in err
+    assert [wf.state_at(i).result for i in ids] == [2 * n for n in range(10)]
