@@ -928,3 +928,10 @@ flowchart TD
     step_publish -->|StopEvent| wf_stop
 """,
 }
+
+
+def test_readme_shows_these_outputs() -> None:
+    """The README's "Debugging a run" shows exactly the outputs checked above."""
+    text = _no_times((Path(__file__).resolve().parent.parent / "README.md").read_text())
+    for key, block in README.items():
+        assert _no_times(block).strip() in text, f"README block {key!r} is not the output"
