@@ -454,8 +454,11 @@ class Writer:
                 [(last, i) for i in commit.inbox_taken],
             )
         if commit.snapshot is not None:
+            # Delete first: the insert then reuses the old row's pages, so replacing the
+            # cache never leaves its previous size behind as free pages in the file.
+            self.conn.execute("DELETE FROM snapshots WHERE rid = ?", (rid,))
             self.conn.execute(
-                "INSERT OR REPLACE INTO snapshots (rid, seq, data) VALUES (?, ?, ?)",
+                "INSERT INTO snapshots (rid, seq, data) VALUES (?, ?, ?)",
                 (rid, commit.snapshot[0], commit.snapshot[1]),
             )
         if commit.on_written is not None:
