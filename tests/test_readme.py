@@ -21,6 +21,8 @@ def test_readme_block_runs(
     out = capsys.readouterr().out
     if "# NOTES ON SQLITE" in code:
         assert "NOTES ON SQLITE" in out
+    if "assert_replay_deterministic(Greeter" in code:
+        assert "result 'hello ada'" in out
 
 
 def test_readme_starts_with_the_two_commands() -> None:
