@@ -16,7 +16,7 @@ import orjson
 from eventstore import Codec, CodecError, LogCorruptedError, StoredRecord
 
 from . import _journal as J
-from ._diff import apply_json
+from ._patch import apply_json
 from ._events import StopEvent
 from ._state import TERMINAL, InProgress, RunState, Waiter
 
