@@ -16,8 +16,8 @@ import orjson
 from eventstore import Codec, CodecError, LogCorruptedError, StoredRecord
 
 from . import _journal as J
-from ._patch import apply_json
 from ._events import StopEvent
+from ._patch import apply_json
 from ._state import TERMINAL, InProgress, RunState, Waiter
 
 __all__ = ["Folded", "KeyLog", "dump_folded", "fold", "load_folded", "materialize"]
