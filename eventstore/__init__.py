@@ -13,6 +13,7 @@ from ._errors import (
     RunNotFoundError,
     SchemaVersionError,
     StoreClosedError,
+    StoreUnavailableError,
     UnknownClassError,
     WriterFailedError,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "Seq",
     "StoreClosedError",
     "StoreStats",
+    "StoreUnavailableError",
     "StoredRecord",
     "UnknownClassError",
     "WriterFailedError",

@@ -6,6 +6,7 @@ EventStoreError
   + ConcurrencyError        a commit was refused: stale epoch, or its check failed
   + RunNotFoundError        (also LookupError) no run with that id
   + StoreClosedError        (also RuntimeError) the store was closed
+  + StoreUnavailableError   (also ConnectionError) the database server cannot be reached
   + ReadOnlyStoreError      (also PermissionError) a write on a store opened read-only
   + WriterFailedError       the writer stopped on an error that was no single commit's fault
   + LogCorruptedError       a record that cannot be read back (names the seq)
@@ -29,6 +30,7 @@ __all__ = [
     "RunNotFoundError",
     "SchemaVersionError",
     "StoreClosedError",
+    "StoreUnavailableError",
     "UnknownClassError",
     "WriterFailedError",
 ]
@@ -79,6 +81,10 @@ class RunNotFoundError(EventStoreError, LookupError):
 
 class StoreClosedError(EventStoreError, RuntimeError):
     """The store was closed; open a new one to keep working."""
+
+
+class StoreUnavailableError(EventStoreError, ConnectionError):
+    """The database server cannot be reached (a PostgreSQL store)."""
 
 
 class ReadOnlyStoreError(EventStoreError, PermissionError):

@@ -22,6 +22,7 @@ from ._errors import (
     NotAStoreError,
     RunNotFoundError,
     SchemaVersionError,
+    StoreUnavailableError,
     WriterFailedError,
 )
 from ._records import AppendResult, Commit, RunInfo, Seq, StoredRecord
@@ -116,7 +117,8 @@ def open_database(
     try:
         conn = psycopg.connect(url, autocommit=True)
     except psycopg.Error as exc:
-        raise NotAStoreError(where, f"cannot connect ({exc})") from exc
+        msg = f"cannot connect to PostgreSQL at {where}: {exc}"
+        raise StoreUnavailableError(msg) from exc
     try:
         tables = {
             r[0]

@@ -68,7 +68,7 @@ async def resume(db: str, run_id: str) -> None:
 
 def show(db: str, run_id: str) -> None:
     wf = Report(store=db)
-    print("\nThe run's history (python -m workflow history DB RUN prints the same):")
+    print("\nThe run's history, as the log holds it (`workflow history DB RUN` decodes it):")
     for r in wf.store.records(run_id):
         payload = r.payload if len(r.payload) < 70 else r.payload[:67] + "..."
         print(f"  {r.seq:>3} {r.kind:<14} {r.step or '':<10} {payload}")

@@ -47,7 +47,7 @@ async def test_verify_reports_divergence_and_fails(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     run_id = await recorded(db)
     spec = "tests.test_verify:NewProcess"
-    result = CliRunner().invoke(cli, ["verify", str(db), "--workflow", spec, "--reexecute"])
+    result = CliRunner().invoke(cli, ["verify", str(db), run_id, "--workflow", spec, "--reexecute"])
     assert result.exit_code == 1
     assert "[divergence]" in result.output
     assert "process" in result.output
@@ -98,3 +98,15 @@ def test_worker_command_runs_submitted_runs_and_stops_on_sigterm(tmp_path: Path)
     proc.stderr.close()
     assert "worker stopped after 10 run(s)" in err
     assert [wf.state_at(i).result for i in ids] == [2 * n for n in range(10)]
+
+
+async def test_verify_checks_only_the_named_workflow_s_runs(tmp_path: Path) -> None:
+    """Without run ids, verify checks the runs of the workflow it was given, not others."""
+    db = tmp_path / "mixed.db"
+    await recorded(db)
+    other = Doubler(store=db)
+    other.submit(n=1)
+    other.store.close()
+    result = CliRunner().invoke(cli, ["verify", str(db), "--workflow", "tests.flows:ReportFlow"])
+    assert result.exit_code == 0, result.output
+    assert "verified 1 run(s)" in result.output

@@ -116,13 +116,20 @@ def verify(
 ) -> VerifyReport:
     """Checks recorded runs against ``wf``'s current code; see the module's docstring.
 
-    :param run_ids: the runs to check (all runs of the store if None).
+    :param run_ids: the runs to check (all of this workflow's runs in the store if None).
     :param reexecute: run recorded attempts again and compare what they produce.
     :param progress: called with the number of records read since the last call.
     """
     store = wf.store
     report = VerifyReport()
-    ids = list(run_ids) if run_ids is not None else [r.run_id for r in store.runs()]
+    name = wf._name.split(":")[-1]  # also matches runs recorded under __main__
+    ids = (
+        list(run_ids)
+        if run_ids is not None
+        else [
+            r.run_id for r in store.runs() if str(r.meta.get("workflow", "")).split(":")[-1] == name
+        ]
+    )
     load = wf._codec.load
     steps = wf._graph.steps
     for run_id in ids:
@@ -157,14 +164,14 @@ def verify(
                     if ev_id in emitted_by:
                         continue  # the same event enqueued for several steps
                     emitted_by[ev_id] = head.step
-                    name = dump.get("c") if isinstance(dump, dict) else None
+                    emitted = dump.get("c") if isinstance(dump, dict) else None
                     try:
                         cls = type(load(dump))
                     except Exception:  # reported as a decode problem above
                         continue
                     if not any(issubclass(cls, t) for t in spec.returns):
                         msg = (
-                            f"emitted {name}, which its return annotation no longer declares"
+                            f"emitted {emitted}, which its return annotation no longer declares"
                             f" ({', '.join(t.__name__ for t in spec.returns) or 'None'})"
                         )
                         problems.append(Problem(run_id, r.seq, head.step, "output", msg))

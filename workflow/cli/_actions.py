@@ -168,6 +168,12 @@ def run(
     if is_url(db) or Path(db).exists():
         open_store(db).close()  # refuse a file that is not a store before writing to it
     wf = load_workflow(workflow_spec, db, **({} if timeout is None else {"timeout": timeout}))
+    if run_id is not None and wf.store.get_run(run_id) is not None:
+        click.echo(
+            f"run {run_id} exists already: continuing it (a run starts once; --data is not"
+            " used). Fork it with `workflow fork` to start over with other data.",
+            err=True,
+        )
 
     async def go() -> tuple[str, Any]:
         handler = wf.run(run_id=run_id, **fields)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from typing import Any
 
@@ -117,7 +118,8 @@ def worker(db: str, workflow_spec: str, concurrency: int, poll: float) -> None:
 
     async def go() -> int:
         w = Worker(wf, concurrency=concurrency, poll_interval=poll)
-        click.echo(f"worker on {db}: {workflow_spec}, concurrency {concurrency}", err=True)
+        where = re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", db)  # never print a password
+        click.echo(f"worker on {where}: {workflow_spec}, concurrency {concurrency}", err=True)
         return await w.run(handle_signals=True)
 
     done: Any = asyncio.run(go())
