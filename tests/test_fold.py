@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from eventstore import LogCorruptedError, StoredRecord
+from eventstore import EventStore, LogCorruptedError, StoredRecord
 from tests.flows import Asker
 from tests.test_engine import Appender, Counter, FanOut, Flaky, Linear, Typed
 from workflow import HumanResponseEvent, Workflow
@@ -27,7 +26,7 @@ def capture(wf: Workflow) -> dict[int, dict[str, Any]]:
     return seen
 
 
-async def run_case(name: str, db: Path) -> tuple[Workflow, str, dict[int, dict[str, Any]]]:
+async def run_case(name: str, db: EventStore) -> tuple[Workflow, str, dict[int, dict[str, Any]]]:
     wf: Workflow
     if name == "linear":
         wf = Linear(store=db)
@@ -76,9 +75,9 @@ def sample(seqs: list[int], n: int = 60) -> list[int]:
 
 
 @pytest.mark.parametrize("name", CASES)
-async def test_live_state_equals_state_at_every_commit(name: str, tmp_path: Path) -> None:
+async def test_live_state_equals_state_at_every_commit(name: str, store: EventStore) -> None:
     """The live context after each commit equals state_at(seq) of the log."""
-    wf, run_id, live = await run_case(name, tmp_path / "run.db")
+    wf, run_id, live = await run_case(name, store)
     assert live
     for seq in sample(sorted(live)):
         context = live[seq]
@@ -86,9 +85,9 @@ async def test_live_state_equals_state_at_every_commit(name: str, tmp_path: Path
 
 
 @pytest.mark.parametrize("name", CASES)
-async def test_cached_state_equals_pure_fold_at_every_seq(name: str, tmp_path: Path) -> None:
+async def test_cached_state_equals_pure_fold_at_every_seq(name: str, store: EventStore) -> None:
     """Reading through the cached state gives exactly the pure fold, at every commit."""
-    wf, run_id, _ = await run_case(name, tmp_path / "run.db")
+    wf, run_id, _ = await run_case(name, store)
     store = wf.store
     for seq in sample([c[-1].seq for c in commits(store.records(run_id))]):
         fast = fold_run(store, run_id, seq, cached=True)
@@ -99,18 +98,18 @@ async def test_cached_state_equals_pure_fold_at_every_seq(name: str, tmp_path: P
     )
 
 
-async def test_long_runs_are_cached(tmp_path: Path) -> None:
+async def test_long_runs_are_cached(store: EventStore) -> None:
     """A long run leaves a cached state, and the latest read starts from it."""
-    wf, run_id, _ = await run_case("loop", tmp_path / "run.db")
+    wf, run_id, _ = await run_case("loop", store)
     snap = wf.store.snapshot(run_id)
     assert snap is not None
     assert snap[0] == wf.store.last_seq(run_id)
     assert wf.state_at(run_id).context["items"] == ["x" * 100] * 900
 
 
-async def test_fork_cache_equals_pure_fold(tmp_path: Path) -> None:
+async def test_fork_cache_equals_pure_fold(store: EventStore) -> None:
     """A fork's cached state equals the pure fold of its parent and its own records."""
-    wf, run_id, _ = await run_case("loop", tmp_path / "run.db")
+    wf, run_id, _ = await run_case("loop", store)
     middle = wf.checkpoints(run_id)[len(wf.checkpoints(run_id)) // 2]
     fork = wf.run_from(middle)
     assert await fork == 900
@@ -119,7 +118,7 @@ async def test_fork_cache_equals_pure_fold(tmp_path: Path) -> None:
     )
 
 
-def test_folded_json_round_trip(tmp_path: Path) -> None:
+def test_folded_json_round_trip() -> None:
     """The cached form of a folded state loads back equal."""
     s = Folded("r")
     s.seq, s.next_id, s.status = 7, 3, "waiting"

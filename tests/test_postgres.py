@@ -88,3 +88,45 @@ async def test_resume_fork_and_wait_on_postgres(pg: EventStore) -> None:
     await ha.wait_until_waiting(5)
     asker.send(ha.run_id, HumanResponseEvent(response="pg"))
     assert await asyncio.wait_for(ha, 10) == "hello pg"
+
+
+def test_answer_from_another_host_continues_the_run_promptly(pg: EventStore) -> None:
+    """A human's answer recorded by another process reaches the owner within a second."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    assert pg.path is not None
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.flows", "asker", pg.path, "run"],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root), "ASKER_STAYS": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        run_id = proc.stdout.readline().split()[1]
+        wf = Asker(store=pg)
+        deadline = time.monotonic() + 20
+        while run_id not in {r.run_id for r in wf.runs()} or wf.state_at(run_id).status != (
+            "waiting"
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        sent = time.monotonic()
+        wf.send(run_id, HumanResponseEvent(response="from elsewhere"))
+        out = proc.stdout.read()
+        assert proc.wait(timeout=20) == 0
+        assert "RESULT hello from elsewhere" in out
+        assert time.monotonic() - sent < 5
+        assert wf.state_at(run_id).status == "finished"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
