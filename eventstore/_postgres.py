@@ -198,6 +198,29 @@ _DDL: Final = (
 )
 
 
+def _channel(conn: Any) -> str:
+    """The notification channel of a store: one per schema, so stores never cross-talk."""
+    (schema,) = conn.execute("SELECT current_schema()").fetchone()
+    return f"dw_inbox_{schema}"
+
+
+def listen(target: str, callback: Callable[[str], None], stop: Any) -> None:
+    """Calls ``callback(run_id)`` for every inbox post to the store until ``stop`` is set.
+
+    Runs in a thread of its own: LISTEN needs a connection that waits for the server.
+    """
+    conn = connect(target, readonly=True)
+    try:
+        conn.execute(f'LISTEN "{_channel(conn)}"')
+        while not stop.is_set():
+            for note in conn.notifies(timeout=0.5):
+                callback(note.payload)
+    except psycopg.Error:
+        return  # the server went away: owners still poll their inbox
+    finally:
+        conn.close()
+
+
 def _fatal(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.OperationalError | pg_errors.DiskFull | psycopg.InterfaceError)
 
@@ -391,6 +414,8 @@ class Writer:
             " RETURNING id",
             (run_id, key, payload, now_us()),
         ).fetchone()
+        # Delivered when the transaction commits: wakes the run's owner on any host.
+        self.conn.execute("SELECT pg_notify(%s, %s)", (_channel(self.conn), run_id))
         return int(entry), True
 
 

@@ -150,6 +150,9 @@ class EventStore:
         self._lazy_handle: asyncio.TimerHandle | None = None
         self._operations = 0
         self._transactions = 0
+        self._listeners: list[Callable[[str], None]] = []
+        self._listener: threading.Thread | None = None
+        self._stop_listening = threading.Event()
 
     def __repr__(self) -> str:
         where = ":memory:" if self.memory else self.path
@@ -417,6 +420,31 @@ class EventStore:
         """Gives a lease back (a no-op unless ``owner`` holds it)."""
         self._submit_sync(lambda w: w.release(run_id, owner))
 
+    def on_post(self, callback: Callable[[str], None]) -> None:
+        """Calls ``callback(run_id)`` (from another thread) whenever an event is posted to a
+        run's inbox by any process, on stores that can tell (PostgreSQL's LISTEN/NOTIFY).
+
+        Other stores call nothing; their readers poll the inbox instead.
+        """
+        if self.kind != "postgres":
+            return
+        with self._lock:
+            self._listeners.append(callback)
+            if self._listener is not None:
+                return
+            self._listener = threading.Thread(
+                target=_postgres.listen,
+                args=(self._target, self._notify, self._stop_listening),
+                name="eventstore-listener",
+                daemon=True,
+            )
+            self._listener.start()
+
+    def _notify(self, run_id: str) -> None:
+        for callback in list(self._listeners):
+            with contextlib.suppress(Exception):  # a listener's failure is its own
+                callback(run_id)
+
     def lease_of(self, run_id: str) -> tuple[str, int] | None:
         """Who holds the run's lease and until when (microseconds), if anyone ever did."""
         with self._reading():
@@ -515,6 +543,7 @@ class EventStore:
         """Writes what is queued, stops the writer and closes every connection."""
         if self._closed:
             return
+        self._stop_listening.set()
         if self._pending:
             self._flush_inline()
         if self._inline_writer is not None:
@@ -531,3 +560,5 @@ class EventStore:
             conn.close()
         if self._anchor is not None:
             self._anchor.close()
+        if self._listener is not None:
+            self._listener.join(timeout=2)

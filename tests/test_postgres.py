@@ -130,3 +130,27 @@ def test_answer_from_another_host_continues_the_run_promptly(pg: EventStore) -> 
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_posts_are_notified_to_listeners(pg: EventStore) -> None:
+    """On PostgreSQL every inbox post is announced (LISTEN/NOTIFY) to the store's listeners."""
+    import threading
+    import time
+
+    from eventstore import Commit, NewRun, Record
+
+    pg.append_sync(Commit("r1", [Record("opened", None, "{}")], create=NewRun()))
+    heard: list[str] = []
+    got = threading.Event()
+
+    def listener(run_id: str) -> None:
+        heard.append(run_id)
+        got.set()
+
+    pg.on_post(listener)
+    deadline = time.monotonic() + 10
+    while not got.is_set():
+        pg.post_sync("r1", '{"x": 1}')  # the listener may start listening a moment later
+        got.wait(0.2)
+        assert time.monotonic() < deadline
+    assert "r1" in heard

@@ -37,11 +37,14 @@ class Worker:
         self.poll_interval = poll_interval
         self.completed = 0
         self._active: dict[str, WorkflowHandler] = {}
-        self._stop = asyncio.Event()
+        self._stopping = False
+        self._nudge: asyncio.Event | None = None
 
     def stop(self) -> None:
         """Asks the worker to stop: it takes no new run and leaves running ones unfinished."""
-        self._stop.set()
+        self._stopping = True
+        if self._nudge is not None:
+            self._nudge.set()
 
     def _candidates(self) -> list[str]:
         wf = self.workflow
@@ -79,12 +82,19 @@ class Worker:
         how many runs this worker saw end.
         """
         loop = asyncio.get_running_loop()
+        nudge = self._nudge = asyncio.Event()
+        # An answer posted for a waiting run (any host, on PostgreSQL) wakes the worker.
+        def posted(run_id: str) -> None:
+            if not self._stopping:
+                loop.call_soon_threadsafe(nudge.set)
+
+        self.workflow.store.on_post(posted)
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         tasks: set[asyncio.Task[None]] = set()
         try:
-            while not self._stop.is_set():
+            while not self._stopping:
                 free = self.concurrency - len(self._active)
                 for run_id in self._candidates()[: max(free, 0)]:
                     try:
@@ -99,7 +109,8 @@ class Worker:
                     task.add_done_callback(tasks.discard)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.poll_interval):
-                        await self._stop.wait()
+                        await nudge.wait()
+                nudge.clear()
         finally:
             for handler in list(self._active.values()):
                 executor = handler._executor

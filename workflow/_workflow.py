@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import os
 import threading
@@ -112,6 +113,9 @@ class Workflow:
             sidecar = self._store.path if self._store.kind == "sqlite" else None
             self._owners = Owners(sidecar, memory_key=str(id(self._store)))
         self._name = class_name(type(self))
+        # On PostgreSQL an answer posted on any host wakes the run's owner at once (the
+        # owner also polls, which is all SQLite needs).
+        self._store.on_post(self._posted)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} store={self._store!r}>"
@@ -237,6 +241,12 @@ class Workflow:
         for t in targets:
             x.deliver(t, Delivery(1, start_event))
         x.start_tasks()
+
+    def _posted(self, run_id: str) -> None:
+        live = _live.get((id(self._store), run_id))
+        if live is not None:
+            with contextlib.suppress(RuntimeError):  # its loop has closed
+                live.done.get_loop().call_soon_threadsafe(live.poke)
 
     def _own(self, x: Executor) -> None:
         self._owners.acquire(x.run_id, x.rid)
