@@ -8,7 +8,16 @@ from typing import Any, NamedTuple, NewType
 
 import orjson
 
-__all__ = ["AppendResult", "Commit", "NewRun", "Record", "RunInfo", "Seq", "StoredRecord"]
+__all__ = [
+    "AppendResult",
+    "Commit",
+    "NewRun",
+    "Record",
+    "RunInfo",
+    "Seq",
+    "StoredRecord",
+    "run_info_from_row",
+]
 
 # A position in the log: global, increasing, never reused. A checkpoint is a Seq.
 Seq = NewType("Seq", int)
@@ -102,3 +111,20 @@ class RunInfo:
     parent_seq: Seq | None
     meta: Mapping[str, Any]
     rid: int = 0  # the run's integer key in this store (stable, never reused)
+
+
+def run_info_from_row(row: Sequence[Any]) -> RunInfo:
+    """A RunInfo from a row of the backends' run query (same columns on both)."""
+    return RunInfo(
+        run_id=row[0],
+        status=row[1],
+        epoch=row[2],
+        created=row[3],
+        updated=row[4],
+        first_seq=row[5],
+        last_seq=row[6],
+        parent_run_id=row[7],
+        parent_seq=row[8],
+        meta=orjson.loads(row[9] or "{}"),
+        rid=row[10],
+    )

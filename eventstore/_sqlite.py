@@ -22,7 +22,7 @@ from ._errors import (
     SchemaVersionError,
     WriterFailedError,
 )
-from ._records import AppendResult, Commit, RunInfo, Seq, StoredRecord
+from ._records import AppendResult, Commit, RunInfo, Seq, StoredRecord, run_info_from_row
 
 SCHEMA_VERSION: Final = 2
 READ_ERRORS: Final = (sqlite3.DatabaseError,)  # what a damaged file raises on reads
@@ -521,29 +521,15 @@ _RUN_COLS: Final = (
 )
 
 
-def _run_info(row: Sequence[Any]) -> RunInfo:
-    return RunInfo(
-        run_id=row[0],
-        status=row[1],
-        epoch=row[2],
-        created=row[3],
-        updated=row[4],
-        first_seq=row[5],
-        last_seq=row[6],
-        parent_run_id=row[7],
-        parent_seq=row[8],
-        meta=orjson.loads(row[9] or "{}"),
-        rid=row[10],
-    )
-
-
 def read_run(conn: sqlite3.Connection, run_id: str) -> RunInfo | None:
     row = conn.execute(f"SELECT {_RUN_COLS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-    return None if row is None else _run_info(row)
+    return None if row is None else run_info_from_row(row)
 
 
 def read_runs(conn: sqlite3.Connection) -> list[RunInfo]:
-    return [_run_info(r) for r in conn.execute(f"SELECT {_RUN_COLS} FROM runs ORDER BY rid")]
+    return [
+        run_info_from_row(r) for r in conn.execute(f"SELECT {_RUN_COLS} FROM runs ORDER BY rid")
+    ]
 
 
 def head(conn: sqlite3.Connection) -> Seq:

@@ -22,6 +22,7 @@ from eventstore import (
     EventStore,
     LogCorruptedError,
     NewRun,
+    Record,
     RunInfo,
     UnknownClassError,
     class_name,
@@ -194,34 +195,16 @@ class Workflow:
         run_id = run_id or uuid.uuid4().hex
         if self._store.get_run(run_id) is not None:
             return run_id
-        dump = self._codec.dump(start_event)
-        targets = self._graph.route(type(start_event))
-        records = [
-            J.run_started(
-                self._name,
-                self._graph.fingerprint(),
-                1,
-                start_event,
-                None,
-                self._codec,
-                self._graph.describe(),
-            ),
-            *(J.enqueued(t, 1, dump, J.SRC_START) for t in targets),
-        ]
         self._store.append_sync(
-            Commit(
-                run_id,
-                records,
-                epoch=1,
-                create=NewRun(meta={"workflow": self._name}, status="running"),
-            )
+            Commit(run_id, self._start_records(start_event), epoch=1, create=self._new_run())
         )
         return run_id
 
-    async def _begin(self, x: Executor, start_event: StartEvent) -> None:
+    def _start_records(self, start_event: StartEvent) -> list[Record]:
+        """A new run's first commit: run_started, and the start event for its steps."""
         dump = self._codec.dump(start_event)
         targets = self._graph.route(type(start_event))
-        records = [
+        return [
             J.run_started(
                 self._name,
                 self._graph.fingerprint(),
@@ -233,12 +216,17 @@ class Workflow:
             ),
             *(J.enqueued(t, 1, dump, J.SRC_START) for t in targets),
         ]
-        await x.append(records, create=NewRun(meta={"workflow": self._name}, status="running"))
+
+    def _new_run(self) -> NewRun:
+        return NewRun(meta={"workflow": self._name}, status="running")
+
+    async def _begin(self, x: Executor, start_event: StartEvent) -> None:
+        await x.append(self._start_records(start_event), create=self._new_run())
         info = self._store.run(x.run_id)
         x.rid = info.rid
         self._own(x)
         x.ready.set()
-        for t in targets:
+        for t in self._graph.route(type(start_event)):
             x.deliver(t, Delivery(1, start_event))
         x.start_tasks()
 
