@@ -83,6 +83,7 @@ class Worker:
         """
         loop = asyncio.get_running_loop()
         nudge = self._nudge = asyncio.Event()
+
         # An answer posted for a waiting run (any host, on PostgreSQL) wakes the worker.
         def posted(run_id: str) -> None:
             if not self._stopping:
