@@ -13,7 +13,6 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from eventstore import (
@@ -26,14 +25,12 @@ from eventstore import (
     Record,
     Seq,
     StoredRecord,
-    class_name,
 )
 
 from . import _journal as J
+from ._changes import ContextChanges
 from ._context import COLLECT_PREFIX, Attempt, Context, WaitSuspend, current_attempt
-from ._diff import apply, diff, materialize, ops_to_json, patch_size
 from ._errors import (
-    RecoveryLimitError,
     RunAbandonedError,
     WorkflowCancelledError,
     WorkflowRuntimeError,
@@ -42,6 +39,7 @@ from ._errors import (
 from ._events import Event, InputRequiredEvent, StopEvent
 from ._fold import Folded, dump_folded, fold, result_of
 from ._ownership import LeaseOwners
+from ._waits import Delivery, WaitInfo, WaitsAndInbox
 
 if TYPE_CHECKING:
     from ._step import StepSpec
@@ -51,11 +49,6 @@ __all__ = ["Delivery", "Executor"]
 
 # After this many conflicts in a row an attempt runs holding the run's state lock.
 CONFLICTS_BEFORE_LOCK: Final = 3
-INBOX_POLL_S: Final = 0.1
-# A key's value is written whole again once the patches since its last full write weigh
-# as much as that write: the fold then replays at most the value's size in patches, and
-# the bytes stay linear in the changes (a fixed every-K rule would grow quadratically).
-MIN_FULL_BYTES: Final = 256
 # The folded state is cached once the records since the last cache weigh as much as it
 # (and at least this much): the cache costs amortized O(1) per byte of log.
 SNAPSHOT_MIN_BYTES: Final = 64 * 1024
@@ -75,41 +68,7 @@ class _Conflict(ConcurrencyError):
         super().__init__(f"stale reads of {keys}")
 
 
-@dataclass(slots=True)
-class Delivery:
-    """An event handed to a step's worker: new, or re-delivered by a resume."""
-
-    event_id: int
-    event: Event
-    attempts: int = 0
-    failures: int = 0
-    redelivered: bool = False  # taken before (in progress): no new dequeue record
-    durable: bool = False  # its start is committed before it runs (delivered by a resume)
-
-
-@dataclass(slots=True)
-class _WaitInfo:
-    waiter_id: str
-    step: str
-    event_id: int
-    event: Event
-    awaited: type[Event] | None
-    awaited_name: str
-    requirements: dict[str, Any]
-    deadline: float | None
-    timer: asyncio.TimerHandle | None = None
-
-
-@dataclass(slots=True)
-class _KeyChange:
-    key: str
-    deleted: bool = False
-    full: Any = None  # the new Python value, when written whole
-    ops: list[Any] | None = None  # Python-form ops, when patched
-    size: int = 0  # bytes of its record's payload
-
-
-class Executor:
+class Executor(ContextChanges, WaitsAndInbox):
     """Runs one run in this process until it finishes, fails, is cancelled or suspended."""
 
     def __init__(
@@ -140,7 +99,7 @@ class Executor:
             name: asyncio.Queue() for name in self.graph.steps
         }
         self.buffers: dict[str, dict[str, list[tuple[int, Event]]]] = {}
-        self.waiters: dict[str, _WaitInfo] = {}
+        self.waiters: dict[str, WaitInfo] = {}
         self.answers: dict[str, tuple[int, Event] | None] = {}
         self.unclaimed: dict[int, Event] = {}
         self.next_id = 1
@@ -193,7 +152,7 @@ class Executor:
         for buf, by_type in f.buffers.items():
             self.buffers[buf] = {t: [(e.id, load(e.dump)) for e in es] for t, es in by_type.items()}
         for wid, w in f.waiters.items():
-            self.waiters[wid] = _WaitInfo(
+            self.waiters[wid] = WaitInfo(
                 wid,
                 w.step,
                 w.ev.id,
@@ -344,80 +303,6 @@ class Executor:
     async def append(self, records: list[Record], **kw: Any) -> int:
         res = await self._submit(records, **kw)
         return int(res.last_seq)
-
-    # ------------------------------------------------------------------ context changes
-
-    def _key_changes(self, att: Attempt) -> list[_KeyChange]:
-        out: list[_KeyChange] = []
-        for key, w in att.writes.items():
-            if w.deleted:
-                if key in self.committed:
-                    out.append(_KeyChange(key, deleted=True))
-                continue
-            if w.tracker is not None:
-                ops = w.tracker.ops()
-            else:
-                old = self.committed.get(key, _ABSENT)
-                ops = (
-                    [("replace", (), materialize(w.value))]
-                    if old is _ABSENT
-                    else diff(old, w.value, self.codec)
-                )
-                # The committed value must not share objects with the user's value, which
-                # the step may go on mutating; a tracker's ops are fresh already.
-                ops = copy.deepcopy(ops)
-            if not ops:
-                continue
-            if len(ops) == 1 and ops[0][0] == "replace" and ops[0][1] == ():
-                out.append(_KeyChange(key, full=ops[0][2]))
-            else:
-                out.append(_KeyChange(key, ops=ops))
-        return out
-
-    def _state_records(self, step: str | None, changes: list[_KeyChange]) -> list[Record]:
-        """The records of context changes; each change learns its record's size."""
-        records = []
-        dump = self.codec.dump
-        for ch in changes:
-            if ch.deleted:
-                records.append(J.state_deleted(step, ch.key))
-                continue
-            if ch.ops is not None:
-                ops_json = ops_to_json(ch.ops, self.codec)
-                log = self._keylog.get(ch.key)
-                if log is not None and log[1] + patch_size(ops_json) < max(log[0], MIN_FULL_BYTES):
-                    rec = J.state_set_patch(step, ch.key, ops_json)
-                    ch.size = len(rec.payload)
-                    records.append(rec)
-                    continue
-                # Time to write the value whole again: the new value, fully materialized.
-                base = copy.deepcopy(self.committed[ch.key])
-                ch.full, ch.ops = materialize(apply(base, ch.ops)), None
-            rec = J.state_set_value(step, ch.key, dump(ch.full))
-            ch.size = len(rec.payload)
-            records.append(rec)
-        return records
-
-    def _apply_changes(self, changes: list[_KeyChange], seq: int) -> None:
-        for ch in changes:
-            key = ch.key
-            self.versions[key] = seq
-            if ch.deleted:
-                self.committed.pop(key, None)
-                self._keylog.pop(key, None)
-                continue
-            size = ch.size
-            if ch.ops is not None:
-                current = self.committed[key]
-                if self._pins.get(key):
-                    # Another live attempt reads this value: never change it under it.
-                    current = copy.deepcopy(current)
-                self.committed[key] = apply(current, ch.ops)
-                log = self._keylog.setdefault(key, [size, 0])
-                log[1] += size
-            else:
-                self.committed[key] = materialize(ch.full)
-                self._keylog[key] = [size, 0]
 
     # ------------------------------------------------------------------ the run
 
@@ -700,171 +585,6 @@ class Executor:
         if hook is not None:
             hook(self, seq)
 
-    # ------------------------------------------------------------------ waits
-
-    async def _commit_wait(self, att: Attempt, info: dict[str, Any]) -> None:
-        dump = self.codec.dump
-        awaited: type[Event] = info["awaited"]
-        wev: Event | None = info["waiter_event"]
-        deadline = None if info["timeout"] is None else time.time() + float(info["timeout"])
-        if wev is not None:
-            self.stream_now(wev, att)
-            att.streamed.insert(0, wev)
-        await self.append(
-            [
-                J.waiting(
-                    att.step,
-                    att.event_id,
-                    att.attempt,
-                    info["waiter_id"],
-                    class_name(awaited),
-                    dump(info["requirements"]),
-                    deadline,
-                    None if wev is None else dump(wev),
-                ),
-                *self._streamed(att),
-            ]
-        )
-        w = _WaitInfo(
-            info["waiter_id"],
-            att.step,
-            att.event_id,
-            att.event,
-            awaited,
-            class_name(awaited),
-            info["requirements"],
-            deadline,
-        )
-        self.waiters[w.waiter_id] = w
-        self._arm(w)
-        for ev_id, ev in list(self.unclaimed.items()):
-            if self._matches(w, ev):
-                del self.unclaimed[ev_id]
-                await self._resolve(w, ev_id, ev)
-                break
-
-    def _arm(self, w: _WaitInfo) -> None:
-        if w.deadline is None:
-            return
-        loop = asyncio.get_running_loop()
-        delay = max(0.0, w.deadline - time.time())
-        w.timer = loop.call_later(delay, lambda: self._spawn(self._expire(w)))
-
-    async def _expire(self, w: _WaitInfo) -> None:
-        if self.waiters.get(w.waiter_id) is w:
-            await self._resolve(w, None, None)
-
-    def _matches(self, w: _WaitInfo, ev: Event) -> bool:
-        if w.awaited is not None:
-            if not isinstance(ev, w.awaited):
-                return False
-        elif class_name(type(ev)) != w.awaited_name:
-            return False
-        return all(getattr(ev, k, _ABSENT) == v for k, v in w.requirements.items())
-
-    async def _resolve(
-        self, w: _WaitInfo, ev_id: int | None, ev: Event | None, inbox_id: int | None = None
-    ) -> None:
-        dump = self.codec.dump
-        del self.waiters[w.waiter_id]
-        if w.timer is not None:
-            w.timer.cancel()
-        await self.append(
-            [
-                J.wait_resolved(w.step, w.waiter_id, ev_id, None if ev is None else dump(ev)),
-                J.enqueued(w.step, w.event_id, dump(w.event), J.SRC_WAITER),
-            ],
-            inbox_taken=[inbox_id] if inbox_id is not None else None,
-        )
-        self.answers[w.waiter_id] = None if ev is None or ev_id is None else (ev_id, ev)
-        self.deliver(w.step, Delivery(w.event_id, w.event))
-
-    # ------------------------------------------------------------------ external events
-
-    def poke(self) -> None:
-        self._poke.set()
-
-    def send_external_nowait(self, event: Event) -> None:
-        """Takes an event from outside any step (``ctx.send_event`` on ``handler.ctx``)."""
-        self._spawn(self.take_external(event, None))
-
-    async def take_external(
-        self, ev: Event, inbox_id: int | None, src: str = J.SRC_EXTERNAL
-    ) -> None:
-        if self._closing:
-            return
-        ev_id = self.new_event_id()
-        for w in list(self.waiters.values()):
-            if self._matches(w, ev):
-                await self._resolve(w, ev_id, ev, inbox_id)
-                return
-        dump = self.codec.dump(ev)
-        targets = self.graph.route(type(ev))
-        records = [J.enqueued(t, ev_id, dump, src) for t in targets] or [
-            J.enqueued(None, ev_id, dump, src)
-        ]
-        await self.append(records, inbox_taken=[inbox_id] if inbox_id is not None else None)
-        if not targets:
-            self.unclaimed[ev_id] = ev
-        for t in targets:
-            self.deliver(t, Delivery(ev_id, ev))
-
-    async def take_inbox(self) -> None:
-        for entry in self.store.inbox(self.run_id):
-            if entry.id in self._taken_inbox or self._closing:
-                continue
-            self._taken_inbox.add(entry.id)
-            ev = self.codec.decode(entry.payload)
-            await self.take_external(ev, entry.id)
-
-    async def _inbox_loop(self) -> None:
-        # A timer pokes too, so another process's send is taken in within the interval.
-        # (Not asyncio.wait_for: on Python 3.11 cancelling it can hang the task.)
-        loop = asyncio.get_running_loop()
-        while True:
-            timer = loop.call_later(INBOX_POLL_S, self._poke.set)
-            try:
-                await self._poke.wait()
-            finally:
-                timer.cancel()
-            self._poke.clear()
-            await self.take_inbox()
-
-    async def operator_update(
-        self, updates: dict[str, Any], deletes: list[str] | None = None
-    ) -> int:
-        """Records operator writes (``updates`` of ``resume``/``run_from``, ``handler.ctx``)."""
-        await self.wait_ready()
-        changes: list[_KeyChange] = []
-        for path, value in updates.items():
-            if "." in path:
-                msg = f"operator updates take top-level keys, not the path {path!r}"
-                raise WorkflowRuntimeError(msg)
-            self.codec.dump(value)  # refuse what cannot be stored before writing anything
-            old = self.committed.get(path, _ABSENT)
-            ops = [("replace", (), value)] if old is _ABSENT else diff(old, value, self.codec)
-            if not ops:
-                continue
-            if len(ops) == 1 and ops[0][0] == "replace" and ops[0][1] == ():
-                changes.append(_KeyChange(path, full=value))
-            else:
-                changes.append(_KeyChange(path, ops=ops))
-        changes.extend(_KeyChange(k, deleted=True) for k in deletes or () if k in self.committed)
-        if not changes:
-            return 0
-        records = self._state_records(None, changes)
-        written = [c.key for c in changes]
-
-        def on_written(seq: Any) -> None:
-            for k in written:
-                self._wversions[k] = int(seq)
-
-        async with self.state_lock:
-            seq = await self.append(records, on_written=on_written)
-        self._apply_changes(changes, seq)
-        self._observe(seq)
-        return seq
-
     # ------------------------------------------------------------------ time
 
     def only_waiters(self) -> bool:
@@ -1005,18 +725,3 @@ class Executor:
                     self.write_snapshot(lazy=False)
         finally:
             self.wf._release(self)
-
-
-class _Absent:
-    def __repr__(self) -> str:
-        return "<absent>"
-
-
-_ABSENT: Final[Any] = _Absent()
-
-
-def check_recovery(step: str, run_id: str, attempts: int, failures: int, limit: int) -> None:
-    """Refuses to deliver an input again that was started ``limit`` times without ending."""
-    crashes = attempts - failures
-    if crashes >= limit:
-        raise RecoveryLimitError(run_id, step, crashes, limit)

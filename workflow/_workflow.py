@@ -41,9 +41,10 @@ from ._graph import Graph
 from ._handler import WorkflowHandler
 from ._ownership import LeaseOwners, Owners
 from ._read import RunSummary, checkpoints, fold_run, live_status, run_info, run_summaries
-from ._runner import Delivery, Executor
+from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
 from ._step import collect_steps
+from ._waits import Delivery
 
 __all__ = ["RunSummary", "Workflow"]
 
