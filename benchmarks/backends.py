@@ -48,6 +48,7 @@ from typing import Any, Literal
 
 from workflow import Context, Event, StartEvent, StopEvent, Worker, Workflow, step
 
+from . import _peers
 from ._common import (
     ROOT,
     Series,
@@ -56,6 +57,7 @@ from ._common import (
     print_table,
     ratio_summary,
     report,
+    run_child,
     scratch_dir,
     write_results,
 )
@@ -207,6 +209,20 @@ def time_flow(cls: type[Workflow], n: int, backend: Backend, tmp: Path) -> float
     return seconds
 
 
+def time_dbos_postgres(n: int, python: Path) -> float:
+    """Seconds DBOS takes for the loop on a fresh PostgreSQL system database (peers venv)."""
+    import psycopg
+
+    name = f"bench_dbos_{uuid.uuid4().hex[:12]}"
+    url = POSTGRES_URL.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        out = run_child([_peers.script("dbos_loop.py"), "run", str(n), url], python=python)
+        return float(out["seconds"])
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 # --- part 2: worker processes ----------------------------------------------------------
 
 
@@ -344,6 +360,9 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
     wsecs = {key: Series(f"workers {key}", "s") for key in cells}
     completed: dict[tuple[Backend, float, int], list[list[int | None]]] = {c: [] for c in cells}
 
+    # DBOS on PostgreSQL is the natural peer of ours on PostgreSQL (full mode, peers venv).
+    peers_python = _peers.ensure(install=False) if "postgres" in backends and not quick else None
+    dbos_secs = Series("DBOS loop postgres", "s")
     with scratch_dir() as tmp:
         for _ in range(repeat):
             for w, (cls, size, _) in flows.items():
@@ -351,6 +370,8 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
                     s = time_flow(cls, size, b, tmp)
                     secs[w, b].add(s)
                     rates[w, b].add(size / s)
+            if peers_python is not None:
+                dbos_secs.add(time_dbos_postgres(n, peers_python))
             for p in polls:
                 for c in counts:
                     for b in backends:
@@ -390,6 +411,25 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
         rows,
         ["workload", "N/K", "SQLite s", "SQLite rate/s", "PG s", "PG rate/s", "PG/SQLite rate"],
     )
+
+    if peers_python is not None:
+        ratio = ratio_summary(dbos_secs, secs["loop", "postgres"])
+        print_table(
+            f"loop N={n} on PostgreSQL, ours vs DBOS (its PostgreSQL system database);"
+            f" median (min-max) of {repeat}",
+            [[secs["loop", "postgres"].cell(fmt_s), dbos_secs.cell(fmt_s), fmt_ratio(ratio)]],
+            ["ours s", "DBOS s", "DBOS time / ours"],
+        )
+        results.append(
+            {
+                "part": "dbos-postgres",
+                "workload": "loop",
+                "size": n,
+                "ours_seconds": secs["loop", "postgres"].summary(),
+                "dbos_seconds": dbos_secs.summary(),
+                "dbos_over_ours": ratio,
+            }
+        )
 
     rows = []
     for b, p, c in cells:

@@ -59,7 +59,8 @@ def main() -> None:
     DBOS(
         config={
             "name": "bench-loop",
-            "system_database_url": f"sqlite:///{args.db}",
+            # DB is a SQLite file, or a PostgreSQL URL (DBOS on its usual database).
+            "system_database_url": args.db if "://" in args.db else f"sqlite:///{args.db}",
             "log_level": "WARNING",
         }
     )
@@ -78,7 +79,7 @@ def main() -> None:
         out["seconds"] = time.perf_counter() - start
     assert result == args.n, result
     DBOS.destroy()
-    out["bytes"] = db_bytes(args.db)
+    out["bytes"] = db_bytes(args.db) if "://" not in args.db else 0
     print(json.dumps(out), flush=True)
 
 
