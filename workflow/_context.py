@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from eventstore import EncodeError, class_name
 
-from ._diff import Tracker, materialize
+from ._diff import TrackedList, Tracker, materialize
 from ._errors import WorkflowRuntimeError, WorkflowTimeoutError
 from ._events import Event
 
@@ -84,7 +84,7 @@ def _step_into(obj: Any, part: str) -> Any:
             return obj[part]
         except (KeyError, TypeError, IndexError):
             pass
-    if isinstance(obj, list | tuple) or type(obj).__name__ == "TrackedList":
+    if isinstance(obj, list | tuple | TrackedList):
         return obj[int(part)]
     return getattr(obj, part)
 
@@ -172,7 +172,7 @@ class ContextStore(Generic[S]):
             self._check_encodable(path, value)
             if isinstance(parent, Event) or not hasattr(parent, "__setitem__"):
                 setattr(parent, last, value)
-            elif type(parent).__name__ == "TrackedList" or isinstance(parent, list):
+            elif isinstance(parent, list | TrackedList):
                 parent[int(last)] = value
             else:
                 parent[last] = value

@@ -21,6 +21,7 @@ from eventstore import (
     ConcurrencyError,
     EncodeError,
     EventStoreError,
+    LogCorruptedError,
     NewRun,
     Record,
     Seq,
@@ -147,7 +148,11 @@ class Executor(ContextChanges, WaitsAndInbox):
     def _load(self, f: Folded) -> None:
         load = self.codec.load
         for key, entry in f.context.items():
-            self.committed[key] = load(entry.dump)
+            try:
+                self.committed[key] = load(entry.dump)
+            except CodecError as exc:  # refused with the record named, before any work
+                msg = f"record seq {entry.seq} of run {f.run_id!r}: context key {key!r}: {exc}"
+                raise LogCorruptedError(msg, seq=entry.seq) from exc
             self._keylog[key] = [entry.full_bytes, entry.patch_bytes]
         for buf, by_type in f.buffers.items():
             self.buffers[buf] = {t: [(e.id, load(e.dump)) for e in es] for t, es in by_type.items()}

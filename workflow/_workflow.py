@@ -145,6 +145,15 @@ class Workflow:
 
     # ------------------------------------------------------------------ starting runs
 
+    def _start_event(self, given: StartEvent | None, fields: dict[str, Any]) -> StartEvent:
+        """The start event: the one given, or the start step's class built from ``fields``."""
+        if given is None:
+            return self._start_event_type()(**fields)
+        if fields:
+            msg = "pass either start_event= or keyword fields for the start event, not both"
+            raise WorkflowRuntimeError(msg)
+        return given
+
     def _start_event_type(self) -> type[StartEvent]:
         for spec in self._graph.steps.values():
             for t in spec.accepted:
@@ -165,11 +174,7 @@ class Workflow:
         already exists starts nothing: it is resumed (or its stored result returned).
         """
         _require_loop("run")
-        if start_event is None:
-            start_event = self._start_event_type()(**kwargs)
-        elif kwargs:
-            msg = "pass either start_event= or keyword fields for the start event, not both"
-            raise WorkflowRuntimeError(msg)
+        start_event = self._start_event(start_event, kwargs)
         run_id = run_id or uuid.uuid4().hex
         if self._store.get_run(run_id) is not None:
             return self.resume(run_id)
@@ -188,11 +193,7 @@ class Workflow:
         any other that shares the store) claims it. A ``run_id`` that exists is returned
         as it is (a run is submitted once).
         """
-        if start_event is None:
-            start_event = self._start_event_type()(**kwargs)
-        elif kwargs:
-            msg = "pass either start_event= or keyword fields for the start event, not both"
-            raise WorkflowRuntimeError(msg)
+        start_event = self._start_event(start_event, kwargs)
         run_id = run_id or uuid.uuid4().hex
         if self._store.get_run(run_id) is not None:
             return run_id
@@ -288,12 +289,6 @@ class Workflow:
             msg = f"run {run_id!r} was cancelled; resume(run_id, cancelled=True) continues it"
             raise WorkflowRuntimeError(msg)
         self._check_stranded(run_id, folded, allow_stranded)
-        for key, entry in folded.context.items():
-            try:  # refused here, with the record named, rather than inside the executor
-                self._codec.load(copy.deepcopy(entry.dump))
-            except CodecError as exc:
-                msg = f"record seq {entry.seq} of run {run_id!r}: context key {key!r}: {exc}"
-                raise LogCorruptedError(msg, seq=entry.seq) from exc
         self._owners.acquire(run_id, info.rid)
         try:
             x = Executor(self, run_id, info.rid, 0, folded)
