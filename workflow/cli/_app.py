@@ -49,7 +49,7 @@ _HELP = """Inspect, debug and continue durable workflow runs in an event store.
 
 DB is an SQLite file (or a PostgreSQL URL). Read commands open it read-only (safe beside
 a running process) and need no user code; add --workflow MODULE:CLASS to see typed
-values. run, resume, fork and send run the workflow.
+values. run, resume, recover, fork and send run the workflow.
 """
 
 
