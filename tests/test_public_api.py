@@ -37,3 +37,16 @@ def test_design_names_are_exported() -> None:
         Workflow,
         step,
     )
+
+
+def test_recovery_is_a_frozen_public_type() -> None:
+    """workflow exports Recovery, recover()'s per-run report, and it cannot be changed."""
+    import dataclasses
+
+    from workflow import Recovery
+
+    assert "Recovery" in workflow.__all__
+    r = Recovery("run-1", "resumed")
+    assert (r.run_id, r.outcome, r.handler, r.error) == ("run-1", "resumed", None, None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.outcome = "failed"  # type: ignore[misc]

@@ -399,8 +399,9 @@ async def test_suspend_leaves_a_resumable_waiting_run(tmp_path: Path) -> None:
     assert wf.state_at(h.run_id).status == "waiting"
     assert wf.pending_runs() == [h.run_id]
     wf.send(h.run_id, HumanResponseEvent(response="eve"))
-    handlers = wf.recover()
-    assert [await x for x in handlers] == ["hello eve"]
+    found = wf.recover()
+    assert [(r.run_id, r.outcome) for r in found] == [(h.run_id, "resumed")]
+    assert [await r.handler for r in found if r.handler] == ["hello eve"]
 
 
 class ReportFlowV2(Workflow):

@@ -19,6 +19,7 @@ from ._errors import (
 )
 from ._events import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
 from ._handler import WorkflowHandler
+from ._recover import Recovery
 from ._state import Checkpoint, InProgress, RunState, Waiter
 from ._step import (
     ConstantDelayRetryPolicy,
@@ -40,6 +41,7 @@ __all__ = [
     "HumanResponseEvent",
     "InProgress",
     "InputRequiredEvent",
+    "Recovery",
     "RecoveryLimitError",
     "RetryPolicy",
     "RunAbandonedError",

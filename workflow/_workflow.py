@@ -30,7 +30,6 @@ from eventstore import (
 
 from . import _journal as J
 from ._errors import (
-    RecoveryLimitError,
     RunFinishedError,
     WorkflowChangedError,
     WorkflowRuntimeError,
@@ -41,6 +40,8 @@ from ._graph import Graph
 from ._handler import WorkflowHandler
 from ._ownership import LeaseOwners, Owners
 from ._read import RunSummary, checkpoints, fold_run, live_status, run_info, run_summaries
+from ._recover import Recovery, over_recovery_limit
+from ._recover import recover as recover_runs
 from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
 from ._step import collect_steps
@@ -389,15 +390,15 @@ class Workflow:
             await x.operator_update(updates)
         failed = folded.status == "failed"
         steps = self._graph.steps
+        exc = over_recovery_limit(x.run_id, folded, steps, self._max_recovery)
+        if exc is not None:
+            await x.append([J.run_failed(exc.step, exc)], status="failed")
+            x._end_with(exc)
+            return
         for step, progs in folded.in_progress.items():
             if step not in steps:
                 continue  # stranded, and the caller said to proceed without it
             for p in progs.values():
-                if p.crashes >= self._max_recovery:
-                    exc = RecoveryLimitError(x.run_id, step, p.crashes, self._max_recovery)
-                    await x.append([J.run_failed(step, exc)], status="failed")
-                    x._end_with(exc)
-                    return
                 x.deliver(
                     step,
                     Delivery(
@@ -503,15 +504,19 @@ class Workflow:
             and (id(self._store), r.run_id) not in _live
         ]
 
-    def recover(self) -> list[WorkflowHandler]:
-        """Resumes every pending run (what a service does at startup); returns handlers."""
-        handlers = []
-        for run_id in self.pending_runs():
-            try:
-                handlers.append(self.resume(run_id))
-            except Exception:
-                continue
-        return handlers
+    def recover(self) -> list[Recovery]:
+        """Resumes every pending run (what a service does at startup); call it in async code.
+
+        Returns what happened to each run that :meth:`pending_runs` lists, in that order:
+        a :class:`Recovery` whose ``outcome`` is ``resumed`` (await its ``handler``),
+        ``owned`` (another live process holds it), ``stranded`` (the log no longer fits
+        this code), ``recovery_limit`` (its input kept killing the process; the run is now
+        failed) or ``failed`` (resuming raised; ``error`` says what). One run's problem
+        never stops the others. Each outcome is also logged on the ``workflow`` logger
+        (``resumed`` and ``owned`` at INFO, ``stranded`` at WARNING, the rest at ERROR).
+        """
+        _require_loop("recover")
+        return recover_runs(self)
 
     def send(self, run_id: str, event: Event, idempotency_key: str | None = None) -> int:
         """Records an external event for a run, whether or not a process runs it now.

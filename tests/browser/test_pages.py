@@ -89,6 +89,29 @@ def test_selecting_a_seq_shows_state_and_diff(
     assert {b[1] for b in bars} == {"start", "process", "finish"}
 
 
+def test_failed_attempt_shows_its_traceback(
+    report: tuple[Path, str, str], chromium: Chromium
+) -> None:
+    """At a failed attempt's seq the page shows its stored traceback; at the seq where the
+    run failed, the state shows the failed step's traceback open."""
+    db, run, _ = report
+    with EventStore(db, readonly=True) as store:
+        [failed] = list(store.records(run, kinds=["step_failed"]))
+        [ended] = list(store.records(run, kinds=["run_failed"]))
+    stored = json.loads(failed.payload)["traceback"]
+    assert "raise ValueError(msg)" in stored
+    page = (db.parent / f"{run}.html").as_uri()
+    diff = element(chromium.dom(f"{page}#seq={failed.seq}"), "section", "diff")
+    assert "Traceback of finish #3" in text(diff)
+    shown = re.search(r'<pre class="traceback">(.*?)</pre>', diff, re.S)
+    assert shown is not None
+    assert html.unescape(shown.group(1)) == stored
+    state = element(chromium.dom(f"{page}#seq={ended.seq}"), "section", "state")
+    assert re.search(r'<details class="traceback" open="[^"]*"><summary>', state)
+    assert "traceback of finish #3: ValueError: var is not set" in text(state)
+    assert "raise ValueError(msg)" in text(state)
+
+
 def test_context_changes_old_to_new(tmp_path: Path, chromium: Chromium) -> None:
     """A commit that changes a context key shows its old and new values."""
     db = tmp_path / "t.db"

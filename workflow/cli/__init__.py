@@ -1,9 +1,9 @@
 """The command line: ``python -m workflow`` (and the ``workflow`` script).
 
 Read commands (``runs``, ``history``, ``checkpoints``, ``state``, ``diff``, ``timeline``)
-open a store read-only and need no user code; ``resume``, ``fork``, ``send`` and ``graph``
-import the workflow the user names with ``--workflow module:Class``, as do ``verify`` and
-``worker``.
+open a store read-only and need no user code; ``run``, ``resume``, ``recover``, ``fork``,
+``send`` and ``graph`` import the workflow the user names with ``--workflow module:Class``,
+as do ``verify`` and ``worker``.
 """
 
 from __future__ import annotations

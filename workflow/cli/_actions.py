@@ -1,4 +1,4 @@
-"""The commands that change a store: ``resume``, ``fork`` and ``send``.
+"""The commands that change a store: ``run``, ``resume``, ``recover``, ``fork`` and ``send``.
 
 They import the user's workflow (``--workflow module:Class``), the one place the command
 line runs user code, because running it is what the user asked for.
@@ -7,6 +7,9 @@ line runs user code, because running it is what the user asked for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -19,14 +22,15 @@ from .._errors import RunSuspendedError, WorkflowRuntimeError
 from .._events import Event
 from .._handler import WorkflowHandler
 from .._read import run_info
+from .._recover import Recovery
 from .._state import TERMINAL
 from .._workflow import Workflow
 from ._app import cli
 from ._common import emit_json, import_object, json_option, load_workflow
 from ._inspect import check_seq, is_url, open_store
-from ._render import show_dump, show_typed
+from ._render import short_class, show_dump, show_typed, table
 
-__all__ = ["fork", "parse_sets", "resume", "run", "send"]
+__all__ = ["fork", "parse_sets", "recover", "resume", "run", "send"]
 
 
 def _workflow_required(f: Any) -> Any:
@@ -230,6 +234,104 @@ def resume(
         _report(wf, run, asyncio.run(go()), as_json, db)
     finally:
         wf.store.close()
+
+
+# Recoveries that need a person: the run was not resumed, or it ended failed.
+_NOT_RESUMED: Final = frozenset({"stranded", "recovery_limit", "failed"})
+
+
+@contextlib.contextmanager
+def _quiet_log() -> Iterator[None]:
+    """Keeps the ``workflow`` logger's records off stderr where nobody configured logging:
+    the command prints every outcome itself."""
+    log = logging.getLogger("workflow")
+    null = logging.NullHandler()
+    log.addHandler(null)
+    try:
+        yield
+    finally:
+        log.removeHandler(null)
+
+
+def _error_text(exc: BaseException | None) -> str:
+    return "" if exc is None else f"{type(exc).__name__}: {exc}"
+
+
+@cli.command()
+@click.argument("db")
+@_workflow_required
+@_timeout_option
+@json_option
+def recover(db: str, workflow_spec: str, timeout: float | None, as_json: bool) -> None:
+    """Resume every pending run of the workflow here (wf.recover()) and wait for each.
+
+    Prints a line a run: its id, what recover did (resumed, owned, stranded,
+    recovery_limit, failed) with how a resumed run ended, and its result or error. A run
+    left waiting for an event stays resumable. Exit status 1 when a run could not be
+    resumed or failed.
+    """
+    wf = _build(db, workflow_spec, timeout)
+
+    async def settle(r: Recovery) -> tuple[str, Any] | None:
+        return None if r.handler is None else await _outcome(r.handler, wf.store)
+
+    async def go() -> tuple[list[Recovery], list[tuple[str, Any] | None]]:
+        with _quiet_log():
+            found = wf.recover()
+        return found, list(await asyncio.gather(*map(settle, found)))
+
+    try:
+        found, ends = asyncio.run(go())
+        rows = [_recovery_row(wf, r, end) for r, end in zip(found, ends, strict=True)]
+    finally:
+        wf.store.close()
+    if as_json:
+        emit_json([row for row, _ in rows])
+    elif rows:
+        lines = [(row["run_id"], _shown_outcome(row), text) for row, text in rows]
+        click.echo(table(lines, ["run", "outcome", "result or error"]))
+    counts: dict[str, int] = {}
+    for row, _ in rows:
+        counts[row["outcome"]] = counts.get(row["outcome"], 0) + 1
+    listed = ", ".join(f"{n} {outcome}" for outcome, n in counts.items())
+    click.echo(f"{len(rows)} pending run(s): {listed}" if rows else "no pending runs", err=True)
+    if any(row["outcome"] in _NOT_RESUMED or row["status"] == "failed" for row, _ in rows):
+        raise click.exceptions.Exit(1)
+
+
+def _shown_outcome(row: dict[str, Any]) -> str:
+    """``resumed, finished``: what recover did, and how a resumed run ended."""
+    if row["outcome"] == "resumed":
+        return f"resumed, {row['status']}"
+    return str(row["outcome"])
+
+
+def _recovery_row(
+    wf: Workflow, r: Recovery, end: tuple[str, Any] | None
+) -> tuple[dict[str, Any], str]:
+    """One run's recovery as JSON-native data, and its result or error as text."""
+    error = _error_text(r.error)
+    row: dict[str, Any] = {
+        "run_id": r.run_id,
+        "outcome": r.outcome,
+        "status": "failed" if r.outcome == "recovery_limit" else None,
+        "result": None,
+        "error": error or None,
+        "waiting_for": [],
+    }
+    text = error
+    if r.outcome == "resumed" and end is not None:
+        status, value = end
+        row["status"] = status
+        if status == "finished":
+            row["result"] = wf._codec.dump(value)
+            text = show_typed(value, 2000)
+        elif status == "failed":
+            row["error"] = text = _error_text(value)
+        else:
+            row["waiting_for"] = [w.awaited for w in wf.state_at(r.run_id).waiters]
+            text = "for " + ", ".join(short_class(a) for a in row["waiting_for"])
+    return row, text
 
 
 @cli.command()

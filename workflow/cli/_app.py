@@ -33,13 +33,16 @@ from ._inspect import (
     Viewer,
     describe,
     diff,
+    error_json,
     event_types_upto,
+    failed_attempts,
     fold_at,
     note_event,
     owners,
     record_json,
     state_json,
     status_of,
+    traceback_lines,
 )
 from ._render import clip, fmt_time, short_class, table, terminal_width
 
@@ -49,7 +52,7 @@ _HELP = """Inspect, debug and continue durable workflow runs in an event store.
 
 DB is an SQLite file (or a PostgreSQL URL). Read commands open it read-only (safe beside
 a running process) and need no user code; add --workflow MODULE:CLASS to see typed
-values. run, resume, fork and send run the workflow.
+values. run, resume, recover, fork and send run the workflow.
 """
 
 
@@ -68,6 +71,15 @@ def _short(name: str | None) -> str:
     if not name:
         return ""
     return name.rsplit(":", 1)[-1]
+
+
+def _traceback_option(f: Any) -> Any:
+    return click.option(
+        "--traceback",
+        "show_tb",
+        is_flag=True,
+        help="Also show the stored traceback of each failed attempt.",
+    )(f)
 
 
 # ---------------------------------------------------------------------------- runs
@@ -138,6 +150,7 @@ def _history_records(
 @click.option("--from", "from_seq", type=int, metavar="SEQ", help="From this seq on.")
 @click.option("--to", "to_seq", type=int, metavar="SEQ", help="Up to this seq.")
 @click.option("--full", is_flag=True, help="Do not cut lines to the terminal's width.")
+@_traceback_option
 @workflow_option
 @json_option
 def history(
@@ -148,10 +161,15 @@ def history(
     from_seq: int | None,
     to_seq: int | None,
     full: bool,
+    show_tb: bool,
     workflow_spec: str | None,
     as_json: bool,
 ) -> None:
-    """Print the log of RUN, a line a record: seq, commit, time, kind, step, event, payload."""
+    """Print the log of RUN, a line a record: seq, commit, time, kind, step, event, payload.
+
+    With --traceback each failed attempt's stored traceback follows its line (--json
+    always has it, in the payload).
+    """
     store, view, _ = reader(db, workflow_spec)
     info = run_info(store, run)
     if from_seq is not None and to_seq is not None and from_seq > to_seq:
@@ -182,7 +200,7 @@ def history(
     if as_json:
         _history_json(selected())
         return
-    _history_text(store, run, info.created, upto, selected(), view, full)
+    _history_text(store, run, info.created, upto, selected(), view, full, show_tb)
 
 
 def _history_json(items: Iterator[tuple[StoredRecord, Any, str]]) -> None:
@@ -203,6 +221,7 @@ def _history_text(
     items: Iterator[tuple[StoredRecord, Any, str]],
     view: Viewer,
     full: bool,
+    show_tb: bool = False,
 ) -> None:
     steps = [
         row[0]
@@ -235,6 +254,9 @@ def _history_text(
             clip(text, payload_w),
         ]
         click.echo(_line(cells, widths))
+        if show_tb and r.kind == J.STEP_FAILED:
+            # Under the line it belongs to, whole: its last lines say where it failed.
+            click.echo("\n".join(traceback_lines(p, " " * (num_w + 2))))
     if empty:
         click.echo("no records match", err=True)
 
@@ -291,23 +313,37 @@ def checkpoints(
 @click.argument("db")
 @click.argument("run")
 @click.option("--at", "at", type=int, metavar="SEQ", help="The seq to look at (default: now).")
+@_traceback_option
 @workflow_option
 @json_option
-def state(db: str, run: str, at: int | None, workflow_spec: str | None, as_json: bool) -> None:
-    """Show RUN's state at a seq: status, queues, steps in progress, context and waiters."""
+def state(
+    db: str, run: str, at: int | None, show_tb: bool, workflow_spec: str | None, as_json: bool
+) -> None:
+    """Show RUN's state at a seq: status, queues, steps in progress, context and waiters.
+
+    With --traceback, also the last failed attempt of each step in progress, with its
+    stored traceback (--json always has them, as "failed_attempts" and "error").
+    """
     store, view, wf = reader(db, workflow_spec)
     s = fold_at(store, run, at, progress(store, run, "folding"))
     status = status_of(store, s)
+    failed = failed_attempts(store, s) if as_json or show_tb else []
     if wf is not None and as_json:
         # What wf.state_at(run, at) gives, decoded by the user's classes (which fails
-        # loudly if the log no longer fits them), without its ownership probe's lock file.
-        emit_json(materialize(s, wf._codec, status).to_json())
+        # loudly if the log no longer fits them), without its ownership probe's lock file;
+        # and beside it the failed attempts' tracebacks, which a RunState does not hold.
+        data = materialize(s, wf._codec, status).to_json()
+        data["error"] = error_json(s, failed)
+        data["failed_attempts"] = failed
+        emit_json(data)
         return
     inbox = len(store.inbox(run))
     if as_json:
-        emit_json(state_json(s, status, inbox))
+        emit_json(state_json(s, status, inbox, failed))
         return
     click.echo(state_text(s, status, inbox, view))
+    if show_tb:
+        click.echo("\n" + failures_text(failed))
 
 
 def _section(title: str, rows: list[tuple[Any, ...]], headers: list[str], none: str) -> str:
@@ -371,6 +407,21 @@ def state_text(s: Folded, status: str, inbox: int, view: Viewer) -> str:
         lines += ["", f"stream: {len(s.stream)} events"]
     if inbox:
         lines += ["", f"inbox: {inbox} external event(s) not yet taken in (resume takes them)"]
+    return "\n".join(lines)
+
+
+def failures_text(failed: list[dict[str, Any]]) -> str:
+    """The failed attempts of the steps in progress, each with its traceback."""
+    if not failed:
+        return "failed attempts: none"
+    lines = ["failed attempts:"]
+    for f in failed:
+        retry = " (will retry)" if f["retry"] else ""
+        lines.append(
+            f"  {f['step']} #{f['event_id']} attempt {f['attempt']} at seq {f['seq']}:"
+            f" {f['error']}: {f['message']}{retry}"
+        )
+        lines += traceback_lines(f, "    ")
     return "\n".join(lines)
 
 

@@ -29,12 +29,14 @@ __all__ = [
     "check_seq",
     "describe",
     "diff",
+    "failed_attempts",
     "fold_at",
     "is_owned",
     "is_url",
     "open_store",
     "owners",
     "state_json",
+    "traceback_lines",
 ]
 
 # Wraps the records a fold reads (with a progress bar).
@@ -256,17 +258,91 @@ def record_json(r: StoredRecord) -> dict[str, Any]:
     }
 
 
+def traceback_lines(p: Any, indent: str) -> list[str]:
+    """A ``step_failed`` payload's stored traceback as indented lines (all of it)."""
+    tb = p.get("traceback") if isinstance(p, dict) else None
+    if not tb:
+        return [f"{indent}(no traceback recorded)"]
+    return [f"{indent}{line}".rstrip() for line in str(tb).rstrip("\n").split("\n")]
+
+
 # ---------------------------------------------------------------------------- state
 
 
-def state_json(s: Folded, status: str, inbox: int = 0) -> dict[str, Any]:
-    """The folded state as JSON, shaped like ``RunState.to_json()`` plus event ids."""
+def _failure(r: StoredRecord, p: Any) -> dict[str, Any]:
+    return {
+        "step": r.step,
+        "event_id": p.get("id"),
+        "attempt": p.get("attempt"),
+        "seq": r.seq,
+        "error": p.get("error"),
+        "module": p.get("module"),
+        "message": p.get("message"),
+        "retry": p.get("retry"),
+        "traceback": p.get("traceback"),
+    }
+
+
+def failed_attempts(store: EventStore, s: Folded) -> list[dict[str, Any]]:
+    """The last failed attempt of each event still in progress at ``s.seq``, oldest first:
+    its step, event id, attempt, seq, error and stored traceback.
+
+    Only the log after the oldest such event was enqueued is read (and a fork's parent's,
+    for events it was given by its parent), so the cost is that of the failures' stretch.
+    """
+    # Each event's enqueue seq (global, so it bounds the parent's log too): its failures follow.
+    missing = {
+        (step, i): p.ev.seq
+        for step, ps in s.in_progress.items()
+        for i, p in ps.items()
+        if p.failures
+    }
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    run_id, upto = s.run_id, s.seq
+    while missing:
+        after = max(0, min(missing.values()) - 1)
+        here: dict[tuple[str, int], dict[str, Any]] = {}
+        for r in store.records(run_id, after=after, upto=upto, kinds=[J.STEP_FAILED]):
+            p = r.data()
+            key = (r.step or "", p.get("id") if isinstance(p, dict) else None)
+            if key in missing:
+                here[key] = _failure(r, p)  # a later failure of the same event replaces it
+        found.update(here)
+        for key in here:
+            del missing[key]
+        info = run_info(store, run_id)
+        if not missing or info.parent_run_id is None or info.parent_seq is None:
+            break
+        # Events a fork was given in progress may have failed in its parent.
+        run_id, upto = info.parent_run_id, info.parent_seq
+    return sorted(found.values(), key=lambda f: f["seq"])
+
+
+def error_json(s: Folded, failed: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's error with the traceback of the attempt that failed it, when one did."""
+    if s.error is None:
+        return None
+    tb = None
+    for f in failed:
+        same = (f["error"], f["message"]) == (s.error.get("error"), s.error.get("message"))
+        if f["step"] == s.error.get("step") and same:
+            tb = f["traceback"]
+    return {**s.error, "traceback": tb}
+
+
+def state_json(
+    s: Folded, status: str, inbox: int = 0, failed: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The folded state as JSON, shaped like ``RunState.to_json()`` plus event ids and,
+    given them, the failed attempts (with tracebacks) of the events in progress."""
+    failed = failed or []
     return {
         "run_id": s.run_id,
         "seq": s.seq,
         "status": status,
         "result": s.result,
-        "error": s.error,
+        "error": error_json(s, failed),
+        "failed_attempts": failed,
         "queues": {k: [e.dump for e in q.values()] for k, q in s.queues.items() if q},
         "queue_ids": {k: list(q) for k, q in s.queues.items() if q},
         "in_progress": {

@@ -73,6 +73,10 @@ td.v { word-break: break-word; }
 .empty { color: var(--muted); font-style: italic; }
 .add { color: var(--ok); } .del { color: var(--failed); } .chg { color: #b54708; }
 .error { color: var(--failed); }
+pre.traceback { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
+  font-size: 12px; background: var(--alt); border-left: 3px solid var(--failed);
+  padding: 6px 8px; margin: 4px 0 8px; overflow: auto; max-height: 28em; white-space: pre; }
+details.traceback summary { cursor: pointer; color: var(--failed); }
 </style>
 </head>
 <body data-ready="0">
@@ -123,6 +127,8 @@ const firstSeq = ci => R.seq[C.first[ci]];
 const secs = ms => "+" + (ms / 1000).toFixed(3) + " s";
 const evText = id => (D.events[id] || ["", "#" + id])[1];
 const evType = id => short((D.events[id] || ["?"])[0]);
+// A failed attempt's stored traceback, as a block (none for i < 0: nothing was recorded).
+const tbHtml = i => i >= 0 ? `<pre class="traceback">${esc(D.tb[i])}</pre>` : "";
 
 // The commit a seq belongs to by the checkpoint rule: the last one begun at or before it.
 function commitAt(seq) {
@@ -141,7 +147,7 @@ function baseState() {
     ctx: new Map(), w: new Map(), u: b.u.slice(), b: new Map()};
   for (const [s, ids] of Object.entries(b.q)) st.q.set(s, ids.slice());
   for (const [s, list] of Object.entries(b.p))
-    st.p.set(s, new Map(list.map(([id, a, f]) => [id, {a: a, f: f, c: 0, err: null}])));
+    st.p.set(s, new Map(list.map(([id, a, f]) => [id, {a: a, f: f, c: 0, err: null, tb: -1}])));
   for (const [k, v] of Object.entries(b.ctx)) st.ctx.set(k, v);
   for (const [wid, s, id, aw] of b.w) st.w.set(wid, {s: s, id: id, aw: aw});
   for (const [buf, types] of Object.entries(b.b))
@@ -161,12 +167,12 @@ function apply(st, i) {
       const q = st.q.get(s) || [], j = q.indexOf(a[0]);
       if (j >= 0) q.splice(j, 1);
       if (!st.p.has(s)) st.p.set(s, new Map());
-      st.p.get(s).set(a[0], {a: 0, f: 0, c: 0, err: null});
+      st.p.get(s).set(a[0], {a: 0, f: 0, c: 0, err: null, tb: -1});
       break;
     }
     case "step_started": { const e = prog(st, s, a[0]); if (e) e.a = a[1]; break; }
     case "step_finished": { const m = st.p.get(s); if (m) m.delete(a[0]); break; }
-    case "step_failed": { const e = prog(st, s, a[0]); if (e) { e.f++; e.err = a[1]; } break; }
+    case "step_failed": { const e = prog(st, s, a[0]); if (e) { e.f++; e.err = a[1]; e.tb = a[3]; } break; }
     case "step_conflicted": { const e = prog(st, s, a[0]); if (e) e.c++; break; }
     case "waiting": {
       const m = st.p.get(s); if (m) m.delete(a[0]);
@@ -337,6 +343,8 @@ function stateHtml(st, ci) {
     ([s, id]) => `<tr><td>${esc(s)}</td><td>#${id}</td><td>${esc(evType(id))}</td><td class="v">${esc(evText(id))}</td></tr>`, "empty");
   h += `<h3>In progress</h3>` + tableOf(["step", "event", "attempts", "failures", "value"], p,
     ([s, id, e]) => `<tr><td>${esc(s)}</td><td>#${id} ${esc(evType(id))}</td><td>${e.a}</td><td>${e.f}${e.err ? ` <span class="error">${esc(e.err)}</span>` : ""}</td><td class="v">${esc(evText(id))}</td></tr>`, "nothing");
+  // The last failure of each step in progress, open once the run has failed of it.
+  for (const [s, id, e] of p) if (e.tb >= 0) h += `<details class="traceback"${st.status === "failed" ? " open" : ""}><summary>traceback of ${esc(s)} #${id}: ${esc(e.err)}</summary>${tbHtml(e.tb)}</details>`;
   const ctx = [...st.ctx];
   h += `<h3>Context</h3>` + tableOf(["key", "value"], ctx,
     ([k, v]) => `<tr><td>${esc(k)}</td><td class="v">${esc(v)}</td></tr>`, "empty");
@@ -353,6 +361,10 @@ function diffHtml(before, after, ci) {
   let h = `<h2>What commit seq ${C.seq[ci]} changed</h2>`;
   h += tableOf(["seq", "kind", "step", "what"], recs,
     i => `<tr><td>${R.seq[i]}</td><td>${esc(K[R.k[i]])}</td><td>${esc(stepOf(i) || "")}</td><td class="v">${esc(R.x[i])}</td></tr>`, "");
+  for (const i of recs) {
+    if (K[R.k[i]] === "step_failed" && R.a[i][3] >= 0)
+      h += `<h3>Traceback of ${esc(stepOf(i))} #${R.a[i][0]}</h3>` + tbHtml(R.a[i][3]);
+  }
   // The commit's own records say which keys it wrote: texts are cut short, so a change
   // past what they show (an append to a long list) would look like no change at all.
   const keys = [];

@@ -33,6 +33,9 @@ __all__ = ["render_page", "timeline", "timeline_data"]
 # Characters of text kept per value and per record: enough to recognise a value, small
 # enough that 10,000 commits make a page of a few megabytes.
 TEXT: Final = 160
+# Characters kept of a traceback (its end, which says where it failed). Each different
+# traceback is embedded once: retries that fail alike share it.
+TRACEBACK: Final = 20_000
 # Attempt outcomes, as the page draws them.
 OK, FAILED, CONFLICT, WAIT, LOST, CANCELLED, OPEN = (
     "ok",
@@ -58,6 +61,8 @@ class _Builder:
         self.commit_first: list[int] = []
         self.attempts: list[list[Any]] = []
         self.waits: list[list[Any]] = []
+        self.tracebacks: list[str] = []
+        self._tb_index: dict[str, int] = {}
         self._open: dict[tuple[str, int], int] = {}
         self._waiting: dict[str, int] = {}
 
@@ -69,6 +74,19 @@ class _Builder:
     def event(self, ev_id: int, dump: Any) -> None:
         t = str(dump.get("c", "")) if isinstance(dump, dict) else type(dump).__name__
         self.events[ev_id] = [t, self.view.show(dump, TEXT)]
+
+    def traceback(self, p: Any) -> int:
+        """The index of a failure's traceback in ``tb`` (-1 when none was recorded)."""
+        tb = p.get("traceback")
+        if not isinstance(tb, str) or not tb:
+            return -1
+        if len(tb) > TRACEBACK:
+            tb = "…\n" + tb[-TRACEBACK:]
+        i = self._tb_index.get(tb)
+        if i is None:
+            i = self._tb_index[tb] = len(self.tracebacks)
+            self.tracebacks.append(tb)
+        return i
 
     def seed(self, s: Folded) -> dict[str, Any]:
         """The state a fork starts from, in the page's compact form."""
@@ -145,7 +163,7 @@ class _Builder:
             self.attempts.append([self.step(step), p["id"], p["attempt"], ci, -1, OPEN, ""])
         elif k == J.STEP_FAILED:
             error = f"{p.get('error')}: {p.get('message')}"
-            args = [p["id"], error, 1 if p.get("retry") else 0]
+            args = [p["id"], error, 1 if p.get("retry") else 0, self.traceback(p)]
             self._close(key, ci, FAILED, error + (" (retried)" if p.get("retry") else ""))
         elif k == J.WAITING:
             awaited = short_class(str(p.get("awaited")))
@@ -226,7 +244,9 @@ def timeline_data(
     ``commits`` the last seq and first record of each commit; ``attempts`` one bar per step
     attempt ``[step, event id, attempt, first commit, last commit or -1, outcome, note,
     row]``; ``waits`` ``[step, event id, first commit, last commit or -1, awaited, row]``;
-    ``base`` the state a fork starts from; ``events`` each event id's class and text.
+    ``base`` the state a fork starts from; ``events`` each event id's class and text;
+    ``tb`` the failed attempts' tracebacks, each once (a ``step_failed`` record's fourth
+    argument is its index there, -1 when it has none).
     """
     view = view or Viewer()
     info = run_info(store, run_id)
@@ -277,6 +297,7 @@ def timeline_data(
         "waits": b.waits,
         "base": base,
         "events": {str(k): v for k, v in b.events.items()},
+        "tb": b.tracebacks,
     }
 
 

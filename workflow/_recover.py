@@ -1,0 +1,134 @@
+"""Recovery at startup: what ``Workflow.recover()`` did with each pending run, and why.
+
+A service's first act is to continue the runs a dead process left behind. Each pending run
+gets a :class:`Recovery` saying what happened to it, and each is logged on the ``workflow``
+logger, so that a startup can report what it resumed and what needs a person.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Literal
+
+from eventstore import UnknownClassError
+
+from ._errors import RecoveryLimitError, RunOwnedError, WorkflowChangedError
+
+if TYPE_CHECKING:
+    from ._fold import Folded
+    from ._handler import WorkflowHandler
+    from ._workflow import Workflow
+
+__all__ = ["Recovery", "RecoveryOutcome", "over_recovery_limit", "recover"]
+
+# What recover() did with a run: see Recovery.
+RecoveryOutcome = Literal["resumed", "owned", "stranded", "recovery_limit", "failed"]
+
+_log: Final = logging.getLogger("workflow")
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What :meth:`Workflow.recover` did with one pending run.
+
+    ``outcome`` is one of:
+
+    - ``"resumed"``: the run continues in this process; await ``handler`` for its result.
+    - ``"owned"``: another live executor (another process) took the run after it was
+      listed as pending; it was left to it. ``error`` is the :class:`RunOwnedError`.
+    - ``"stranded"``: the log holds work or classes this code cannot take: queued or
+      in-progress events for steps that no longer exist or no longer accept them
+      (:class:`WorkflowChangedError` lists them), or a class that does not resolve
+      (:class:`~eventstore.UnknownClassError` names it). Nothing was changed; run code
+      that fits, or resume with ``allow_stranded=True``.
+    - ``"recovery_limit"``: an input was started ``max_recovery_attempts`` times without
+      ever ending (it probably kills the process); the run is now recorded as failed.
+      ``error`` is the :class:`RecoveryLimitError` that awaiting ``handler`` raises.
+    - ``"failed"``: resuming raised anything else (a damaged record, an I/O error);
+      ``error`` says what. Nothing was changed.
+    """
+
+    run_id: str
+    outcome: RecoveryOutcome
+    handler: WorkflowHandler | None = None
+    error: BaseException | None = None
+
+
+def over_recovery_limit(
+    run_id: str, folded: Folded, steps: Mapping[str, object], limit: int
+) -> RecoveryLimitError | None:
+    """The error that ends a run whose in-progress input was started ``limit`` times
+    without ending (each start a process died in), or None."""
+    for step, progs in folded.in_progress.items():
+        if step not in steps:
+            continue  # stranded work the caller chose to leave undone
+        for p in progs.values():
+            if p.crashes >= limit:
+                return RecoveryLimitError(run_id, step, p.crashes, limit)
+    return None
+
+
+def _unresolved(exc: BaseException) -> bool:
+    """Whether a class the log names does not resolve, whatever error carries that."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, UnknownClassError):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _recover_one(wf: Workflow, run_id: str) -> Recovery:
+    try:
+        handler = wf.resume(run_id)
+    except RunOwnedError as exc:  # another executor took it since it was listed
+        return Recovery(run_id, "owned", error=exc)
+    except WorkflowChangedError as exc:
+        return Recovery(run_id, "stranded", error=exc)
+    except Exception as exc:
+        if _unresolved(exc):
+            return Recovery(run_id, "stranded", error=exc)
+        return Recovery(run_id, "failed", error=exc)
+    x = handler._executor
+    if x is not None:
+        # The resume ends such a run itself (once it holds it); say so now.
+        limit = over_recovery_limit(run_id, x._folded, wf._graph.steps, wf._max_recovery)
+        if limit is not None:
+            return Recovery(run_id, "recovery_limit", handler, limit)
+    return Recovery(run_id, "resumed", handler)
+
+
+def _log_one(r: Recovery) -> None:
+    if r.outcome == "resumed":
+        _log.info("recover: run %s resumed", r.run_id)
+    elif r.outcome == "owned":
+        _log.info("recover: run %s left to its live owner: %s", r.run_id, r.error)
+    elif r.outcome == "stranded":
+        _log.warning("recover: run %s not resumed, stranded: %s", r.run_id, _text(r.error))
+    elif r.outcome == "recovery_limit":
+        _log.error("recover: run %s failed: %s", r.run_id, _text(r.error))
+    else:
+        # Not an error of the run's code or of a changed workflow: keep the traceback.
+        _log.error("recover: run %s not resumed: %s", r.run_id, _text(r.error), exc_info=r.error)
+
+
+def _text(exc: BaseException | None) -> str:
+    return "" if exc is None else f"{type(exc).__name__}: {exc}"
+
+
+def recover(wf: Workflow) -> list[Recovery]:
+    """Resumes every pending run of ``wf``; one :class:`Recovery` per run, each logged."""
+    done = []
+    for run_id in wf.pending_runs():
+        r = _recover_one(wf, run_id)
+        _log_one(r)
+        done.append(r)
+    if done:
+        counts: dict[str, int] = {}
+        for r in done:
+            counts[r.outcome] = counts.get(r.outcome, 0) + 1
+        summary = ", ".join(f"{n} {outcome}" for outcome, n in counts.items())
+        _log.info("recover: %d pending run(s) of %s: %s", len(done), wf._name, summary)
+    return done
