@@ -295,7 +295,8 @@ def test_two_processes_racing_to_resume_one_run(tmp_path: Path) -> None:
     first = spawn("slow", db, "contested")
     wait_line(first, "START")
     deadline = time.monotonic() + 10
-    while not Path(str(db) + ".effects").exists():  # the step has begun
+    # The step has begun once its effect line is written (the file exists a moment before).
+    while not read_effects(db):
         assert time.monotonic() < deadline
         time.sleep(0.01)
     first.send_signal(signal.SIGKILL)
