@@ -1,4 +1,6 @@
 # Each target creates .venv when missing and installs the project with its dev extras.
+# The editable install is a plain .pth ([tool.setuptools] in pyproject.toml), which mypy and
+# pyright follow like any installed package.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python

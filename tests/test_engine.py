@@ -185,6 +185,9 @@ async def test_no_lost_updates_with_concurrent_workers(store: EventStore) -> Non
 
 
 class Barrier(Workflow):
+    inside: int  # set by the test
+    all_in: asyncio.Event
+
     @step
     async def start(self, ctx: Context, ev: StartEvent) -> Item | None:
         for i in range(4):
@@ -211,8 +214,8 @@ class Barrier(Workflow):
 async def test_writers_of_different_keys_run_in_parallel(store: EventStore) -> None:
     """Four attempts writing different keys are inside the step at the same time."""
     wf = Barrier(store=store, timeout=10)
-    wf.inside = 0  # type: ignore[attr-defined]
-    wf.all_in = asyncio.Event()  # type: ignore[attr-defined]
+    wf.inside = 0
+    wf.all_in = asyncio.Event()
     assert await wf.run() == [0, 1, 2, 3]
 
 
@@ -403,6 +406,8 @@ async def test_typed_state_with_edit_state(store: EventStore) -> None:
 
 
 class Appender(Workflow):
+    n: int  # set by the test
+
     @step
     async def start(self, ctx: Context, ev: StartEvent) -> Item:
         await ctx.store.set("items", [])
@@ -421,7 +426,7 @@ class Appender(Workflow):
 async def test_appends_cost_the_change_in_bytes(store: EventStore) -> None:
     """Appending to a growing list writes patches about the size of the item."""
     wf = Appender(store=store)
-    wf.n = 300  # type: ignore[attr-defined]
+    wf.n = 300
     h = wf.run()
     assert await h == 300
     sizes = [len(r.payload) for r in wf.store.records(h.run_id, kinds=["state_set"])]

@@ -50,7 +50,7 @@ async def run_case(name: str, db: EventStore) -> tuple[Workflow, str, dict[int, 
         h = wf.run(name="ada")
     elif name == "loop":
         wf = Appender(store=db)
-        wf.n = 900  # type: ignore[attr-defined] # enough to rewrite values and cache state
+        wf.n = 900  # enough to rewrite values and cache state
         live = capture(wf)
         h = wf.run()
     else:

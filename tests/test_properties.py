@@ -499,7 +499,7 @@ class Asker(Workflow):
     async def ask(self, ctx: Context[Any], ev: StartEvent) -> StopEvent:
         answer = await ctx.wait_for_event(
             HumanResponseEvent,
-            waiter_event=InputRequiredEvent(prefix="name?"),  # type: ignore[call-arg]
+            waiter_event=InputRequiredEvent(prefix="name?"),
         )
         return StopEvent(result=f"hello {answer.response}")
 
@@ -560,7 +560,7 @@ class EngineMachine(RuleBasedStateMachine):
     def send_to_ended_run(self, run_id: str) -> None:
         which = self.expect[run_id][0]
         with pytest.raises(WorkflowRuntimeError, match="nothing would take the event in"):
-            self.flows[which].send(run_id, HumanResponseEvent(response="late"))  # type: ignore[call-arg]
+            self.flows[which].send(run_id, HumanResponseEvent(response="late"))
 
     @rule(target=checkpoints, run_id=runs, data=st.data())
     def take_checkpoint(self, run_id: str, data: st.DataObject) -> Checkpoint:
@@ -604,7 +604,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(run_id=consumes(asks), answer=st.sampled_from(["ada", "bob"]))
     def answer(self, run_id: str, answer: str) -> None:
-        self.asker.send(run_id, HumanResponseEvent(response=answer))  # type: ignore[call-arg]
+        self.asker.send(run_id, HumanResponseEvent(response=answer))
         _, (result, error) = self.runner.run(started(lambda: self.asker.resume(run_id)))
         assert error is None
         assert result == f"hello {answer}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from types import ModuleType
 
 import pytest
 
@@ -11,7 +12,7 @@ import workflow
 
 
 @pytest.mark.parametrize("module", [eventstore, workflow], ids=lambda m: m.__name__)
-def test_all_is_sorted_and_complete(module: object) -> None:
+def test_all_is_sorted_and_complete(module: ModuleType) -> None:
     """__all__ is sorted and names every public attribute the package exports."""
     names = module.__all__
     assert names == sorted(names)

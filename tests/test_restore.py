@@ -250,7 +250,9 @@ def test_input_that_always_kills_is_counted(tmp_path: Path) -> None:
     # ten resumes die and the eleventh refuses (max_recovery_attempts=10).
     assert len(codes) == 11
     assert AlwaysDies(store=db).state_at(run_id).status == "failed"
-    assert AlwaysDies(store=db).state_at(run_id).error["error"] == RecoveryLimitError.__name__
+    error = AlwaysDies(store=db).state_at(run_id).error
+    assert error is not None
+    assert error["error"] == RecoveryLimitError.__name__
 
 
 def test_live_owner_refuses_other_executors(tmp_path: Path) -> None:
@@ -277,7 +279,7 @@ def test_live_owner_refuses_other_executors(tmp_path: Path) -> None:
         async def resume_short() -> str:
             wf = Sleeper(store=db)
             handler = wf.resume(run_id)
-            handler._executor.wf  # noqa: B018 - the executor exists at once
+            assert handler._executor is not None  # the executor exists at once
             return str(await handler)
 
         # The re-delivered attempt sleeps its 60 s again: cancel after it started.

@@ -211,7 +211,7 @@ def asker_answered(db: Path) -> str:
         handler = wf.run(run_id="ask")
         await handler.wait_until_waiting(10)
         await handler.suspend()
-        wf.send("ask", HumanResponseEvent(response="Ada"))  # type: ignore[call-arg]
+        wf.send("ask", HumanResponseEvent(response="Ada"))
         await wf.resume("ask")
         wf.store.close()
 

@@ -26,14 +26,14 @@ async def test_unchanged_code_verifies(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     run_id = await recorded_report(db)
     wf = Appender(store=tmp_path / "a.db")
-    wf.n = 50  # type: ignore[attr-defined]
+    wf.n = 50
     h = wf.run()
     await h
     report = verify(ReportFlow(store=db), [run_id], reexecute=True)
     assert report.ok, report.problems
     assert report.attempts_reexecuted >= 3
     wf2 = Appender(store=tmp_path / "a.db")
-    wf2.n = 50  # type: ignore[attr-defined]
+    wf2.n = 50
     report2 = verify(wf2, reexecute=True)
     assert report2.ok, report2.problems
     assert report2.attempts_reexecuted == 51

@@ -12,7 +12,9 @@ import contextvars
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic
+
+from typing_extensions import TypeVar
 
 from eventstore import EncodeError, class_name
 
@@ -25,7 +27,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Attempt", "Context", "ContextStore", "WaitSuspend"]
 
-S = TypeVar("S")
+# The typed state of Context[MyState]; a bare ``Context`` (LlamaIndex's usual spelling) is
+# Context[Any] under mypy --strict too, by PEP 696's default.
+S = TypeVar("S", default=Any)
 _MISSING: Any = object()
 COLLECT_PREFIX = "\x00collect:"
 

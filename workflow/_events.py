@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -17,6 +17,15 @@ class Event(BaseModel):
     """
 
     model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
+
+    if TYPE_CHECKING:
+        # What type checkers see of the extra fields: pydantic declares its own __init__
+        # and __getattr__ only at run time, so without these ``StartEvent(topic=...)`` and
+        # ``ev.topic`` would be errors under mypy and pyright. At run time pydantic's own
+        # __getattr__ still raises AttributeError for a name that is neither field nor extra.
+        def __init__(self, **data: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
 
     def __getitem__(self, key: str) -> Any:
         try:
@@ -35,16 +44,32 @@ class Event(BaseModel):
 class StartEvent(Event):
     """Starts a run; the keyword arguments of ``Workflow.run(**kwargs)`` are its fields."""
 
+    if TYPE_CHECKING:  # its fields are all extra: type checkers would synthesize no parameters
+
+        def __init__(self, **data: Any) -> None: ...
+
 
 class StopEvent(Event):
     """Ends a run: awaiting the handler returns ``result`` (or the event, for a subclass)."""
 
     result: Any = None
 
+    if TYPE_CHECKING:
+
+        def __init__(self, result: Any = None, **data: Any) -> None: ...
+
 
 class InputRequiredEvent(Event):
     """A question to a human, usually streamed while a step waits for the answer."""
 
+    if TYPE_CHECKING:  # its fields are all extra: type checkers would synthesize no parameters
+
+        def __init__(self, **data: Any) -> None: ...
+
 
 class HumanResponseEvent(Event):
     """A human's answer, sent into the run with ``send`` / ``handler.send_event``."""
+
+    if TYPE_CHECKING:  # its fields are all extra: type checkers would synthesize no parameters
+
+        def __init__(self, **data: Any) -> None: ...

@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
-from tabulate import tabulate  # type: ignore[import-untyped]  # ships no stubs
+from tabulate import tabulate
 
 __all__ = [
     "Show",
