@@ -130,11 +130,10 @@ async def test_script_run_recovers_in_an_importer(script: Path) -> None:
     """``recover()`` of an importer picks up the script's run and finishes it."""
     db = crashed_script_run(script)
     wf = imported().flow(db)
-    recovered = wf.recover()
-    # recover() returns handlers (or records that carry them): the run must be among them.
-    handlers = [getattr(r, "handler", r) for r in recovered]
-    assert len(handlers) == 1
-    assert await handlers[0] == EXPECTED
+    [recovery] = wf.recover()
+    assert (recovery.run_id, recovery.outcome, recovery.error) == ("r1", "resumed", None)
+    assert recovery.handler is not None
+    assert await recovery.handler == EXPECTED
 
 
 async def test_importer_run_resumes_under_the_script(
@@ -176,6 +175,16 @@ def test_cli_resumes_a_script_run(script: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert (out["status"], out["result"]) == ("finished", EXPECTED)
+
+
+def test_cli_recovers_a_script_run(script: Path) -> None:
+    """``workflow recover --workflow mainflow:Flow`` finishes a run of ``python mainflow.py``."""
+    db = crashed_script_run(script)
+    proc = run_cli(script, "recover", str(db), "--workflow", "mainflow:Flow", "--json")
+    assert proc.returncode == 0, proc.stderr
+    [row] = json.loads(proc.stdout)
+    assert (row["run_id"], row["outcome"], row["status"]) == ("r1", "resumed", "finished")
+    assert row["result"] == EXPECTED
 
 
 def test_cli_forks_a_script_run(script: Path) -> None:
@@ -345,6 +354,9 @@ async def test_unknown_context_class_fails_at_resume(script: Path) -> None:
     ):
         wf.resume("main-run")
     assert wf.runs()[0].status == "interrupted"  # nothing was taken over or changed
+    [recovery] = wf.recover()
+    assert recovery.outcome == "stranded"
+    assert "Workflow(types=[Vanished])" in str(recovery.error)
 
 
 async def test_unknown_event_class_fails_at_resume(script: Path) -> None:
