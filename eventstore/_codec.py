@@ -28,6 +28,7 @@ attrs classes are rebuilt by calling the class, and pydantic models by ``model_c
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -53,6 +54,7 @@ from ._errors import CodecError, DecodeError, EncodeError, UnknownClassError
 __all__ = ["Codec", "class_name", "default_codec"]
 
 TAG: Final = "$t"
+_MAIN: Final = "__main__"  # the module name of the script Python runs
 _ROOT: Final = "value"  # how error paths name the value given to encode()
 _I64: Final = range(-(2**63), 2**63)
 _FLOATS: Final = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -165,12 +167,29 @@ class Codec:
 
     :param allow_pickle: store values of unsupported types as base64 pickles. Off by default,
         because unpickling a log runs whatever code the log names.
+    :param how_to_register: how a user registers a class, for the error that names a class
+        the codec cannot resolve (``{name}`` is replaced by its qualified name).
+
+    A name ``module:Qual`` resolves to the class registered (or encoded) under that name,
+    else to the class ``Qual`` of ``module`` if that module is imported. ``__main__`` is a
+    script's name for itself: ``python app.py`` records ``__main__:X`` where a program that
+    imports ``app`` records ``app:X``. So ``__main__:X`` also resolves, in this order, to a
+    registered ``X`` of a module given to :meth:`alias_main`, to ``X`` of this process's
+    ``__main__``, to the only registered ``X`` of any module, to ``X`` of an aliased module;
+    and where this process's ``__main__`` is the file of ``app``, ``app:X`` resolves to its
+    registered (or imported) ``__main__:X`` first.
     """
 
-    def __init__(self, *, allow_pickle: bool = False) -> None:
+    def __init__(
+        self, *, allow_pickle: bool = False, how_to_register: str = "Codec.register({name})"
+    ) -> None:
         self.allow_pickle = allow_pickle
         self._pickle_warned = False
-        self._classes: dict[str, type] = {}
+        self._how_to_register = how_to_register
+        self._classes: dict[str, type] = {}  # registered (or encoded) classes by their name
+        self._by_qualname: dict[str, dict[str, type]] = {}  # the same, by qualified name
+        self._resolved: dict[str, type] = {}  # names resolved to a class of some module
+        self._main_aliases: list[str] = []
         self._builders: dict[str, tuple[str | None, _Handler]] = {}
         self._zones: dict[str, zoneinfo.ZoneInfo] = {}
         seq, b64 = self._dump_seq, base64.b64encode
@@ -231,14 +250,42 @@ class Codec:
                 continue
             seen.add(cls)
             self._register_one(cls)
+            hints: list[Any] = []
+            # Unresolvable forward references: register what resolves.
+            with contextlib.suppress(Exception):
+                hints.extend(typing.get_type_hints(cls, include_extras=True).values())
             if kind == "model":
-                hints: Iterable[Any] = [f.annotation for f in cls.model_fields.values()]  # type: ignore[attr-defined]
-            else:
-                try:
-                    hints = typing.get_type_hints(cls, include_extras=True).values()
-                except Exception:  # unresolvable forward references: register what resolves
-                    hints = ()
+                # Resolved by pydantic where get_type_hints fails; a model not yet complete
+                # holds forward references here, which get_type_hints resolved above.
+                hints.extend(f.annotation for f in cls.model_fields.values())  # type: ignore[attr-defined]
             stack.extend((c, False) for hint in hints for c in _classes_in(hint))
+
+    def alias_main(self, *modules: str) -> None:
+        """Reads names recorded under ``__main__`` as names of ``modules`` too.
+
+        A script run as ``python app.py`` records its classes as ``__main__:X``; a program
+        that imports ``app`` and calls ``alias_main("app")`` reads them back as ``app.X``
+        (registered classes of ``app`` first, then the classes of the imported module).
+        The other direction needs no call: a process whose ``__main__`` is the file of
+        ``app`` reads ``app:X`` as its own ``__main__:X``.
+        """
+        for module in modules:
+            if module != _MAIN and module not in self._main_aliases:
+                self._main_aliases.append(module)
+                self._forget(lambda name: name.startswith(_MAIN + ":"))
+
+    def resolve(self, name: str) -> type:
+        """The class that ``name`` (``"module:Qual.Name"``, as the log writes it) stands for.
+
+        Never imports a module; see the class's docstring for the order of the search.
+
+        :raises UnknownClassError: no allowed class of that name is registered or imported;
+            the message says how to register it.
+        """
+        cls = self._classes.get(name) or self._resolved.get(name)
+        if cls is None:
+            cls = self._resolved[name] = self._find(name)
+        return cls
 
     def encode(self, value: object) -> str:
         """Return ``value`` as compact JSON text that :meth:`decode` turns back into it.
@@ -255,8 +302,9 @@ class Codec:
     def decode(self, text: str | bytes) -> Any:
         """Return the value that :meth:`encode` wrote as ``text``, with its exact types.
 
-        Never imports a module: classes resolve only among registered classes and allowed
-        classes (dataclass, attrs, pydantic model, Enum) of modules already imported.
+        Never imports a module: classes resolve (:meth:`resolve`) only among registered
+        classes and allowed classes (dataclass, attrs, pydantic model, Enum) of modules
+        already imported.
 
         :raises DecodeError: ``text`` is not a value this codec wrote.
         :raises UnknownClassError: ``text`` names a class that is not allowed here.
@@ -489,7 +537,7 @@ class Codec:
         name = _get(x, "c", str)
         entry = self._builders.get(name)
         if entry is None:
-            cls = self._resolve(name)
+            cls = self.resolve(name)
             entry = self._builders[name] = (_kind(cls), self._class_builder(cls))
         if entry[0] != x[TAG]:
             msg = f"{name!r} is tagged {x[TAG]!r} but the class is of kind {entry[0]!r}"
@@ -539,50 +587,101 @@ class Codec:
         name = class_name(cls)
         if self._classes.get(name) is not cls:
             self._classes[name] = cls
-            self._builders.pop(name, None)
+            self._by_qualname.setdefault(cls.__qualname__, {})[name] = cls
+            # What resolved to another class of this qualified name may resolve to this now.
+            qualname = cls.__qualname__
+            self._forget(lambda n: n.partition(":")[2] == qualname)
 
-    def _main_twin(self, module_name: str, qualname: str) -> type | None:
-        """A registered class that is the same class under ``__main__`` and its module name.
+    def _forget(self, which: Callable[[str], bool]) -> None:
+        for cache in (self._resolved, self._builders):
+            for name in [n for n in cache if which(n)]:
+                del cache[name]
 
-        A script run as ``python app.py`` writes ``__main__:Event``; the same code imported
-        as ``app`` reads it back (and the other way round). Only a unique registered class
-        of that qualified name qualifies.
-        """
-        found = [
-            cls
-            for cls in self._classes.values()
-            if cls.__qualname__ == qualname
-            and "__main__" in (module_name, cls.__module__)
-            and cls.__module__ != module_name
-        ]
-        return found[0] if len(found) == 1 else None
-
-    def _resolve(self, name: str) -> type:
-        cls = self._classes.get(name)
-        if cls is not None:
-            return cls
+    def _find(self, name: str) -> type:
         module_name, _, qualname = name.partition(":")
-        twin = self._main_twin(module_name, qualname)
-        if twin is not None:
-            return twin
-        module = sys.modules.get(module_name)
-        if module is None or not qualname:
-            msg = f"module {module_name!r} is not imported and the class is not registered"
-            raise UnknownClassError(name, msg + "; decoding never imports modules")
-        obj: Any = module
+        if not module_name or not qualname:
+            raise UnknownClassError(name, "not a class name (module:QualName)")
+        # Where to look, in order: registered classes (a list: one is the answer, several
+        # are ambiguous) and the names of modules already imported.
+        found = self._by_qualname.get(qualname, {})
+        others: list[type] = []
+        places: list[list[type] | str]
+        if module_name == _MAIN:
+            # Written by a script: here, most likely the module of one of our workflows.
+            others = [c for c in found.values() if c.__module__ != _MAIN]
+            ours = [c for c in others if c.__module__ in self._main_aliases]
+            places = [ours, _MAIN, others, *self._main_aliases]
+        elif module_name in _main_names():
+            # This process runs that very module as its script.
+            twin = found.get(f"{_MAIN}:{qualname}")
+            places = [[twin] if twin is not None else [], _MAIN, module_name]
+        else:
+            places = [module_name]
+        for place in places:
+            if isinstance(place, list):
+                if len(place) == 1:
+                    return place[0]
+                continue
+            cls = self._lookup(name, place, qualname)
+            if cls is not None:
+                return cls
+        imported = [p for p in places if isinstance(p, str) and p in sys.modules]
+        if len(others) > 1:
+            names = ", ".join(sorted(map(class_name, others)))
+            why = f"several registered classes are named {qualname!r} ({names})"
+        elif not imported:
+            why = f"module {module_name!r} is not imported and no class of it is registered"
+        else:
+            why = f"{' nor '.join(imported)} has no {qualname!r}"
+            if "<locals>" in qualname:
+                why += " (classes in functions must be registered)"
+        how = self._how_to_register.format(name=qualname)
+        msg = f"{why}; register it with {how} (decoding never imports modules)"
+        raise UnknownClassError(name, msg)
+
+    @staticmethod
+    def _lookup(name: str, module_name: str, qualname: str) -> type | None:
+        """The allowed class ``qualname`` of an imported module; None if it has none."""
+        obj: Any = sys.modules.get(module_name)
+        if obj is None:
+            return None
         for part in qualname.split("."):
             try:  # vars(), not getattr(): a module __getattr__ could run code, even import
                 obj = vars(obj)[part]
             except (KeyError, TypeError):
-                msg = f"{module_name} has no {qualname!r} (classes in functions must be registered)"
-                raise UnknownClassError(name, msg) from None
+                return None
         if not isinstance(obj, type):
             raise UnknownClassError(name, f"not a class but {type(obj)!r}")
         if _kind(obj) is None:
             msg = "only dataclasses, attrs classes, pydantic models and Enums are rebuilt"
             raise UnknownClassError(name, msg)
-        self._classes[name] = obj
         return obj
+
+
+def _main_names() -> set[str]:
+    """The module names under which this process's ``__main__`` could be imported.
+
+    ``python -m app`` says it in ``__spec__``; ``python app.py`` only gives the file, which
+    is module ``app`` (or ``pkg.app``) for each ``sys.path`` entry it is under.
+    """
+    main = sys.modules.get(_MAIN)
+    names: set[str] = set()
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and isinstance(spec.name, str):
+        names.add(spec.name)
+    file = getattr(main, "__file__", None)
+    if isinstance(file, str) and file.endswith(".py"):
+        stem = os.path.realpath(file)[:-3]
+        for entry in sys.path:
+            root = os.path.join(os.path.realpath(entry or os.curdir), "")
+            if stem.startswith(root):
+                parts = stem[len(root) :].split(os.sep)
+                if parts[-1] == "__init__":
+                    parts.pop()
+                if parts and all(p.isidentifier() for p in parts):
+                    names.add(".".join(parts))
+    names.discard(_MAIN)
+    return names
 
 
 default_codec: Final[Codec] = Codec()

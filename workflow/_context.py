@@ -18,6 +18,7 @@ from typing_extensions import TypeVar
 
 from eventstore import EncodeError, class_name
 
+from . import _journal as J
 from ._diff import TrackedList, Tracker, materialize
 from ._errors import WorkflowRuntimeError, WorkflowTimeoutError
 from ._events import Event
@@ -68,7 +69,8 @@ class Attempt:
     writes: dict[str, Write] = field(default_factory=dict)
     sent: list[tuple[Event, str | None]] = field(default_factory=list)
     streamed: list[Event] = field(default_factory=list)
-    collects: list[tuple[str, tuple[int, Event] | None, list[str] | None]] = field(
+    # (buffer key, buffer id, event put in, names taken out) of each collect_events change
+    collects: list[tuple[str, str, tuple[int, Event] | None, list[str] | None]] = field(
         default_factory=list
     )
     buffers: dict[str, dict[str, list[tuple[int, Event]]]] = field(default_factory=dict)
@@ -332,19 +334,36 @@ class Context(Generic[S]):
         if att is not None:
             att.streamed.append(event)
 
-    def collect_events(self, event: Event, expected: list[type[Event]]) -> list[Event] | None:
-        """Buffers ``event``; once one of each ``expected`` class is in, returns them in order."""
+    def collect_events(
+        self, event: Event, expected: list[type[Event]], buffer_id: str | None = None
+    ) -> list[Event] | None:
+        """Buffers ``event``; once one of each ``expected`` class is in, returns them in order.
+
+        An event of a class not in ``expected`` is not buffered. Each step has its own
+        buffers: one per ``buffer_id``, or without it one per list of expected classes.
+        """
         att = self._attempt("collect_events")
-        buf_key = f"{att.step}:" + ",".join(class_name(t) for t in expected)
-        buf = self._x.read_buffer(att, buf_key)
+        if not expected:
+            return []
+        names = [t.__qualname__ for t in expected]
+        if len(set(names)) != len(set(expected)):
+            clash = sorted(class_name(t) for t in set(expected) if names.count(t.__qualname__) > 1)
+            msg = f"collect_events: {', '.join(clash)} have the same name; rename one of them"
+            raise WorkflowRuntimeError(msg)
+        if type(event) not in expected:
+            return None
+        # Ids name no module: a run of `python app.py` (classes of __main__) continues in a
+        # program that imports app.
+        bid = J.default_buffer_id(att.step, names) if buffer_id is None else buffer_id
+        key = J.buffer_key(att.step, bid)
+        buf = self._x.read_buffer(att, key)
         ev_id = att.event_id if event is att.event else self._x.new_event_id()
-        buf.setdefault(class_name(type(event)), []).append((ev_id, event))
-        att.collects.append((buf_key, (ev_id, event), None))
-        names = [class_name(t) for t in expected]
+        buf.setdefault(type(event).__qualname__, []).append((ev_id, event))
+        att.collects.append((key, bid, (ev_id, event), None))
         if any(len(buf.get(n, ())) < names.count(n) for n in set(names)):
             return None
         taken = [buf[n].pop(0)[1] for n in names]
-        att.collects.append((buf_key, None, names))
+        att.collects.append((key, bid, None, names))
         return taken
 
     async def wait_for_event(

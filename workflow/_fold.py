@@ -202,19 +202,23 @@ def _state_deleted(s: Folded, r: StoredRecord, p: Any) -> None:
 
 
 def _collected(s: Folded, r: StoredRecord, p: Any) -> None:
-    buf = s.buffers.setdefault(p["buf"], {})
+    # Buffers and the events in them go by names without modules, in every payload shape:
+    # a class is the same class under __main__ and under the module name it is imported as.
+    key = J.collect_key(_step_of(r), p)
+    buf = s.buffers.setdefault(key, {})
     put = p.get("put")
     if put is not None:
         ev = Ev(put["id"], put["event"], r.seq)
-        buf.setdefault(ev.type, []).append(ev)
-    for t in p.get("take") or ():
+        buf.setdefault(J.class_qualname(ev.type), []).append(ev)
+    for name in p.get("take") or ():
+        t = J.class_qualname(name)
         events = buf.get(t)
         if events:
             events.pop(0)
             if not events:
                 del buf[t]
     if not buf:
-        del s.buffers[p["buf"]]
+        del s.buffers[key]
 
 
 def _waiting(s: Folded, r: StoredRecord, p: Any) -> None:
@@ -428,7 +432,7 @@ def dump_folded(s: Folded) -> bytes:
     """The folded state as JSON, for the snapshot cache."""
     return orjson.dumps(
         {
-            "v": 2,
+            "v": 3,  # 3: buffers keyed as J.buffer_key, events by qualified name
             "run_id": s.run_id,
             "seq": s.seq,
             "first_seq": s.first_seq,
@@ -477,6 +481,23 @@ def dump_folded(s: Folded) -> bytes:
     )
 
 
+def _legacy_buffers(raw: dict[str, dict[str, list[Any]]]) -> dict[str, dict[str, list[Ev]]]:
+    """Buffers of a cached state written before v3, keyed as the fold keys them now.
+
+    Buffers that differed only by module names (``__main__`` and its imported name) are
+    one buffer now: their events are merged in the order the log holds them.
+    """
+    out: dict[str, dict[str, list[Ev]]] = {}
+    for b, by in raw.items():
+        buf = out.setdefault(J.legacy_buffer_key(b), {})
+        for t, es in by.items():
+            buf.setdefault(J.class_qualname(t), []).extend(Ev(*e) for e in es)
+    for buf in out.values():
+        for es in buf.values():
+            es.sort(key=lambda e: e.seq)
+    return out
+
+
 def load_folded(data: str | bytes) -> Folded:
     """A folded state back from :func:`dump_folded`."""
     d = orjson.loads(data)
@@ -495,9 +516,12 @@ def load_folded(data: str | bytes) -> Folded:
         for k, v in d["in_progress"].items()
     }
     s.context = {k: KeyLog(*v) for k, v in d["context"].items()}
-    s.buffers = {
-        b: {t: [Ev(*e) for e in es] for t, es in by.items()} for b, by in d["buffers"].items()
-    }
+    if d.get("v", 1) >= 3:
+        s.buffers = {
+            b: {t: [Ev(*e) for e in es] for t, es in by.items()} for b, by in d["buffers"].items()
+        }
+    else:
+        s.buffers = _legacy_buffers(d["buffers"])
     s.waiters = {
         w[0]: WaitRec(w[0], w[1], Ev(w[2], w[3], w[8]), w[4], w[5], w[6], w[7])
         for w in d["waiters"]

@@ -75,10 +75,14 @@ class Graph:
                     raise WorkflowValidationError(msg)
 
     def fingerprint(self) -> str:
-        """A short hash of the steps and the event classes between them."""
+        """A short hash of the steps and the event classes between them.
+
+        Classes count by qualified name without module: a script run as ``python app.py``
+        (module ``__main__``) and the same code imported as ``app`` have one fingerprint.
+        """
         lines = sorted(
-            f"{n}:{','.join(sorted(map(class_name, s.accepted)))}"
-            f"->{','.join(sorted(map(class_name, s.returns)))}"
+            f"{n}:{','.join(sorted(t.__qualname__ for t in s.accepted))}"
+            f"->{','.join(sorted(t.__qualname__ for t in s.returns))}"
             for n, s in self.steps.items()
         )
         return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]

@@ -6,6 +6,7 @@ event reads as ``{"$t": "model", "c": "module:Class", "v": {...fields}}``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -193,8 +194,49 @@ def state_deleted(step: str | None, key: str) -> Record:
 
 
 def collected(step: str, buffer: str, put: Any | None, take: Sequence[str] | None) -> Record:
-    """A collect buffer changed: an event put in, or one event of each type taken out."""
-    return _rec(COLLECTED, step, {"buf": buffer, "put": put, "take": list(take) if take else None})
+    """A collect buffer changed: an event put in, or one event of each type taken out.
+
+    ``buffer`` is the buffer's id within its step (:func:`buffer_key`); ``take`` names the
+    classes by their qualified names without module. ``"v": 2`` tells these apart from
+    the records written before, whose ids and names carried modules (:func:`collect_key`).
+    """
+    payload = {"buf": buffer, "put": put, "take": list(take) if take else None, "v": 2}
+    return _rec(COLLECTED, step, payload)
+
+
+def class_qualname(name: str) -> str:
+    """A class name as the log writes it (``module:Qual.Name``) without its module."""
+    return name.rpartition(":")[2]
+
+
+def default_buffer_id(step: str, qualnames: Sequence[str]) -> str:
+    """The id of a collect buffer given no ``buffer_id=``: a digest of the step and the
+    expected classes' qualified names, the same whatever module they were imported as."""
+    text = step + "\n" + ",".join(qualnames)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def buffer_key(step: str, buffer: str) -> str:
+    """Where the fold and the executor keep a step's buffer: ids are per step, as in LlamaIndex."""
+    return f"{step}:{buffer}"
+
+
+def collect_key(step: str, payload: dict[str, Any]) -> str:
+    """The :func:`buffer_key` of the buffer a ``collected`` record changes, in every shape.
+
+    Records before ``"v": 2`` named the buffer ``step:mod:A,mod:B`` (by full class names):
+    the same buffer as the default id of those classes' qualified names.
+    """
+    buf = payload["buf"]
+    if payload.get("v") is None:
+        return legacy_buffer_key(buf)
+    return buffer_key(step, buf)
+
+
+def legacy_buffer_key(buf: str) -> str:
+    """The :func:`buffer_key` of a buffer id written before ``"v": 2`` (``step:mod:A,...``)."""
+    step, _, names = buf.partition(":")
+    return buffer_key(step, default_buffer_id(step, [class_qualname(n) for n in names.split(",")]))
 
 
 def waiting(

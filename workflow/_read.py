@@ -5,10 +5,10 @@ Shared by :class:`Workflow` and the command line, which reads stores without use
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from eventstore import EventStore, RunInfo, StoredRecord, class_name
+from eventstore import EventStore, RunInfo, StoredRecord, UnknownClassError, class_name
 
 from . import _journal as J
 from ._errors import CheckpointNotFoundError, RunNotFoundError
@@ -128,11 +128,20 @@ def event_type(r: StoredRecord) -> str | None:
 
 
 def checkpoints(
-    store: EventStore, run_id: str, *, step: str | None = None, event: type | str | None = None
+    store: EventStore,
+    run_id: str,
+    *,
+    step: str | None = None,
+    event: type | str | None = None,
+    resolve: Callable[[str], type] | None = None,
 ) -> list[Checkpoint]:
-    """One checkpoint per commit of the run, filtered by step and by event class or name."""
+    """One checkpoint per commit of the run, filtered by step and by event class or name.
+
+    With ``resolve`` (a codec's), a class also matches the names it is recorded under in
+    another process (``__main__:X`` for ``app:X``).
+    """
     run_info(store, run_id)
-    want = None if event is None else (class_name(event) if isinstance(event, type) else event)
+    wanted = None if event is None else _event_filter(event, resolve)
     out: list[Checkpoint] = []
     for commit in commits(store.records(run_id)):
         head = commit[0]
@@ -144,7 +153,7 @@ def checkpoints(
                 t = event_type(r)
                 if t and t not in types:
                     types.append(t)
-        if want is not None and not any(t == want or t.split(":")[-1] == want for t in types):
+        if wanted is not None and not any(map(wanted, types)):
             continue
         out.append(
             Checkpoint(
@@ -152,6 +161,28 @@ def checkpoints(
             )
         )
     return out
+
+
+def _event_filter(
+    event: type | str, resolve: Callable[[str], type] | None
+) -> Callable[[str], bool]:
+    """Whether a recorded class name is ``event``: a name (``module:Class`` or ``Class``), or a
+    class, which ``resolve`` also finds under the other names of its module."""
+    if isinstance(event, str):
+        return lambda t: t == event or t.split(":")[-1] == event
+    seen = {class_name(event): True}
+
+    def is_event(t: str) -> bool:
+        found = seen.get(t)
+        if found is None:
+            try:
+                found = resolve is not None and resolve(t) is event
+            except UnknownClassError:  # a class this program lacks is not the one asked for
+                found = False
+            seen[t] = found
+        return found
+
+    return is_event
 
 
 def run_summaries(store: EventStore, owners: Owners | LeaseOwners) -> list[RunSummary]:

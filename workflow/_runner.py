@@ -13,7 +13,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from eventstore import (
     CodecError,
@@ -26,6 +26,7 @@ from eventstore import (
     Record,
     Seq,
     StoredRecord,
+    UnknownClassError,
 )
 
 from . import _journal as J
@@ -150,6 +151,9 @@ class Executor(ContextChanges, WaitsAndInbox):
         for key, entry in f.context.items():
             try:
                 self.committed[key] = load(entry.dump)
+            except UnknownClassError as exc:  # not damage: a class this program lacks
+                exc.add_note(f"in record seq {entry.seq} of run {f.run_id!r}, context key {key!r}")
+                raise
             except CodecError as exc:  # refused with the record named, before any work
                 msg = f"record seq {entry.seq} of run {f.run_id!r}: context key {key!r}: {exc}"
                 raise LogCorruptedError(msg, seq=entry.seq) from exc
@@ -162,7 +166,8 @@ class Executor(ContextChanges, WaitsAndInbox):
                 w.step,
                 w.ev.id,
                 load(w.ev.dump),
-                None,
+                # The class, not its name: an answer matches whatever module it came under.
+                cast("type[Event]", self.codec.resolve(w.awaited)),
                 w.awaited,
                 load(w.requirements) or {},
                 w.deadline,
@@ -480,7 +485,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         deliveries: list[tuple[str, Delivery]] = []
         stop: tuple[int, StopEvent] | None = None
         body: list[Record] = self._state_records(att.step, changes)
-        for buf, put, take in att.collects:
+        for _, buf, put, take in att.collects:
             body.append(
                 J.collected(
                     att.step,

@@ -63,7 +63,8 @@ class RunState:
 
     ``queues[step]`` are the events enqueued and not yet taken, in order;
     ``in_progress[step]`` the events taken and not finished; ``context`` the latest value
-    of each key; ``collected`` the collect buffers (step -> event class -> events);
+    of each key; ``collected`` the collect buffers (``"step:buffer id"`` -> event class's
+    qualified name -> events; the id is ``buffer_id=`` or a digest of the expected classes);
     ``waiters`` the suspended waits; ``stream`` what steps wrote to the stream.
     """
 

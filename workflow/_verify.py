@@ -15,9 +15,10 @@ import concurrent.futures
 import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from eventstore import StoredRecord
+from eventstore import StoredRecord, UnknownClassError, class_name
 
 from . import _journal as J
 from ._context import Attempt, current_attempt
@@ -86,6 +87,14 @@ def _payload_values(r: StoredRecord) -> Iterable[tuple[str, Any]]:
         yield "answer", p["event"]
 
 
+def _as_named_now(wf: Workflow, name: str) -> str:
+    """A recorded class name as this program names the class (``__main__:X`` is ``app:X``)."""
+    try:
+        return class_name(wf._codec.resolve(name))
+    except UnknownClassError:
+        return name
+
+
 def _graph_problems(run_id: str, recorded: dict[str, Any] | None, wf: Workflow) -> list[Problem]:
     if not recorded:
         return []
@@ -100,7 +109,8 @@ def _graph_problems(run_id: str, recorded: dict[str, Any] | None, wf: Workflow) 
     )
     for name in sorted(set(now) & set(recorded)):
         for part in ("accepts", "returns"):
-            before, after = sorted(recorded[name].get(part, [])), now[name][part]
+            before = sorted(map(partial(_as_named_now, wf), recorded[name].get(part, [])))
+            after = now[name][part]
             if before != after:
                 msg = f"{part} changed: {before} -> {after}"
                 out.append(Problem(run_id, None, name, "graph", msg))

@@ -103,11 +103,19 @@ class Workflow:
         self._timeout = timeout
         self._verbose = verbose
         self._max_recovery = max_recovery_attempts
-        self._codec = Codec()
+        self._codec = Codec(how_to_register="Workflow(types=[{name}])")
         self._codec.register(*self._graph.event_types(), *types)
         self._state_type: type | None = self._find_state_type()
         if self._state_type is not None:
             self._codec.register(self._state_type)
+        # A run of `python flows.py` records this module's classes as __main__:X.
+        self._codec.alias_main(
+            *(
+                c.__module__
+                for c in type(self).__mro__
+                if issubclass(c, Workflow) and c is not Workflow
+            )
+        )
         # Kernel locks need a file (one machine); a shared PostgreSQL store needs leases.
         self._owners: Owners | LeaseOwners
         if self._store.kind == "postgres":
@@ -488,7 +496,7 @@ class Workflow:
         :param event: only commits that enqueue (or finish with) this event class; a class
             or a name (qualified ``module:Class`` or plain ``Class``).
         """
-        return checkpoints(self._store, run_id, step=step, event=event)
+        return checkpoints(self._store, run_id, step=step, event=event, resolve=self._codec.resolve)
 
     def runs(self) -> list[RunSummary]:
         """Every run in the store with its status (``interrupted``: unfinished, no owner)."""

@@ -184,10 +184,10 @@ class _Builder:
             put = p.get("put")
             if put:
                 self.event(put["id"], put["event"])
-            args = [
-                p["buf"],
+            args = [  # buffers and the events in them as the fold keys them
+                J.collect_key(step or "", p),
                 put["id"] if put else None,
-                list(p.get("take") or ()),
+                [J.class_qualname(t) for t in p.get("take") or ()],
             ]
         elif k == J.RUN_STARTED:
             start = p.get("start")
