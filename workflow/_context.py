@@ -314,7 +314,12 @@ class Context(Generic[S]):
         return att
 
     def send_event(self, event: Event, step: str | None = None) -> None:
-        """Emits an event (to ``step`` only, if given) when the attempt commits."""
+        """Emits an event (to ``step`` only, if given) when the attempt commits.
+
+        Outside a step (``handler.ctx.send_event``, LlamaIndex's way to answer a question)
+        the event is taken into the run at once: it answers a wait it matches, or reaches
+        its steps once its commit is durable, or waits for a wait that wants it.
+        """
         if not isinstance(event, Event):
             msg = f"send_event takes an Event, not {type(event).__name__}"
             raise WorkflowRuntimeError(msg)
@@ -379,7 +384,8 @@ class Context(Generic[S]):
         The attempt ends here and its buffered writes are dropped; when a matching event
         arrives (now, or after a restart and a resume) the step runs again from the start
         with the same input, and this call returns the event. Code before the wait runs
-        again. ``waiter_event`` is streamed to consumers (a question for a human).
+        again. ``waiter_event`` (a question for a human) is streamed to consumers once the
+        wait is durable, unless an event taken in before already answers it.
 
         :raises WorkflowTimeoutError: no matching event came within ``timeout`` seconds.
         """

@@ -69,8 +69,9 @@ class WorkflowHandler:
         """Yields the events steps write to the stream, live, then the stop event.
 
         A handler obtained by ``resume`` yields only new events, unless ``replay=True``
-        (then the events recorded before come first); a question a step still waits on is
-        asked again either way.
+        (then the events recorded before come first); a question a step still waits on
+        once the inbox is taken in is asked again first (with ``replay``, it is among the
+        recorded events).
         """
         if replay:
             for ev in self._recorded:
@@ -84,7 +85,7 @@ class WorkflowHandler:
                     yield StopEvent(result=value)
             return
         # With the recorded stream replayed, the pending questions are in it already.
-        queue = self._executor.subscribe(skip=self._executor.reasked if replay else 0)
+        queue = self._executor.subscribe(replay=replay)
         while True:
             item = await queue.get()
             if item is None:

@@ -104,6 +104,8 @@ class Executor(ContextChanges, WaitsAndInbox):
         self.waiters: dict[str, WaitInfo] = {}
         self.answers: dict[str, tuple[int, Event] | None] = {}
         self.unclaimed: dict[int, Event] = {}
+        self._early: list[tuple[Event, Any]] = []
+        self._taking = False
         self.next_id = 1
         self.done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.status = "running"
@@ -118,6 +120,10 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._taken_inbox: set[int] = set()
         self._subscribers: list[asyncio.Queue[Event | None]] = []
         self._history: list[Event] = []
+        # The questions a resumed run asks again (None until the inbox is taken in), and
+        # the consumers subscribed before that, who are to be asked.
+        self._reasks: list[Event] | None = None if folded is not None else []
+        self._askees: list[asyncio.Queue[Event | None]] = []
         self.origins: dict[int, tuple[weakref.ref[Event], tuple[str, int, int]]] = {}
         self._exec_before = 0.0
         self._clock_start: float | None = None
@@ -129,7 +135,6 @@ class Executor(ContextChanges, WaitsAndInbox):
             # Live values must never share objects with the fold's JSON, which the
             # executor goes on folding its commits into (the codec does not copy).
             self._load(copy.deepcopy(folded))
-        self.reasked = len(self._history)  # pending questions streamed again on resume
 
     # ------------------------------------------------------------------ state from the log
 
@@ -144,7 +149,6 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._history.clear()
         self._folded = folded
         self._load(copy.deepcopy(folded))
-        self.reasked = len(self._history)
 
     def _load(self, f: Folded) -> None:
         load = self.codec.load
@@ -171,10 +175,8 @@ class Executor(ContextChanges, WaitsAndInbox):
                 w.awaited,
                 load(w.requirements) or {},
                 w.deadline,
+                None if w.waiter_event is None else load(w.waiter_event),
             )
-            if w.waiter_event is not None:
-                # A consumer of the resumed run is asked the pending question again.
-                self._history.append(load(w.waiter_event))
         for wid, ans in f.answers.items():
             self.answers[wid] = None if ans is None else (ans.id, load(ans.dump))
         self.unclaimed = {i: load(e.dump) for i, e in f.unclaimed.items()}
@@ -218,15 +220,42 @@ class Executor(ContextChanges, WaitsAndInbox):
         for q in self._subscribers:
             q.put_nowait(event)
 
-    def subscribe(self, skip: int = 0) -> asyncio.Queue[Event | None]:
+    def subscribe(self, *, replay: bool = False) -> asyncio.Queue[Event | None]:
+        """A queue of the run's stream from this executor's start, then live events.
+
+        Without ``replay`` (whose recorded stream holds them already) a consumer of a
+        resumed run is first asked the questions still unanswered (:meth:`ask_again`).
+        """
         q: asyncio.Queue[Event | None] = asyncio.Queue()
-        for ev in self._history[skip:]:
+        if not replay:
+            if self._reasks is None:
+                self._askees.append(q)
+            else:
+                for ev in self._reasks:
+                    q.put_nowait(ev)
+        for ev in self._history:
             q.put_nowait(ev)
         if self._closing:
             q.put_nowait(None)
         else:
             self._subscribers.append(q)
         return q
+
+    def ask_again(self) -> None:
+        """Asks the questions of waits still unanswered once the inbox is taken in (resume).
+
+        A wait answered by the inbox, or by an event sent as the run resumed, is not asked.
+        """
+        now = time.time()
+        self._reasks = [
+            w.question
+            for w in self.waiters.values()
+            if w.question is not None and (w.deadline is None or w.deadline > now)
+        ]
+        for q in self._askees:
+            for ev in self._reasks:
+                q.put_nowait(ev)
+        self._askees.clear()
 
     # ------------------------------------------------------------------ committing
 
@@ -484,6 +513,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         ids: list[int] = []
         deliveries: list[tuple[str, Delivery]] = []
         stop: tuple[int, StopEvent] | None = None
+        asked: list[Event] = []  # questions no step takes: streamed once this commit is durable
         body: list[Record] = self._state_records(att.step, changes)
         for _, buf, put, take in att.collects:
             body.append(
@@ -506,8 +536,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                 and target is None
                 and not self.graph.route(type(ev))
             ):
-                att.streamed.append(ev)
-                self.stream_now(ev, att)
+                asked.append(ev)
                 continue
             targets = (target,) if target is not None else self.graph.route(type(ev))
             try:
@@ -534,6 +563,9 @@ class Executor(ContextChanges, WaitsAndInbox):
         )
         records.extend(body)
         records.extend(self._streamed(att))
+        # Recorded as streamed by this commit only: a conflicted or failed attempt never
+        # asked them.
+        records.extend(J.streamed(att.step, att.event_id, att.attempt, dump(q)) for q in asked)
         if stop is not None:
             records.append(J.run_finished(dump(stop[1]), stop[0]))
         written = [c.key for c in changes]
@@ -582,9 +614,11 @@ class Executor(ContextChanges, WaitsAndInbox):
                 and not isinstance(ev, StopEvent | InputRequiredEvent)
                 and not self.graph.route(type(ev))
             ):
-                self.unclaimed[ev_id] = ev
+                self.park(ev_id, ev)  # it may answer a wait of another step
         for step, d in deliveries:
             self.deliver(step, d)
+        for ev in asked:
+            self.stream_now(ev, att)
         self._observe(seq)
         if stop is not None:
             self._finish(stop[1])

@@ -3,17 +3,24 @@
 ``wait_for_event`` ends an attempt with a ``waiting`` record; an event taken in from the
 inbox (or the waiter's deadline) resolves the wait and delivers the step's input again.
 Events that no step takes and no waiter wants stay ``unclaimed`` until one does.
+
+Matching is atomic on the event loop: a wait is registered, and an event from outside is
+matched or parked, synchronously, in the same turn as its commit is queued. Commits are
+written in the order they are queued, so whatever the interleaving, a wait meets every event
+taken in before it and every event taken in after it meets the wait, and the answer's commit
+follows the wait's. Effects (the step running again, an event reaching its step) wait for
+their commit to be durable.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from eventstore import EventStore, Record, class_name
+from eventstore import ConcurrencyError, EventStore, Record, class_name
 
 from . import _journal as J
 from ._events import Event
@@ -44,6 +51,8 @@ class Delivery:
 
 @dataclass(slots=True)
 class WaitInfo:
+    """A wait of the run: what it awaits, and the step input it delivers again when answered."""
+
     waiter_id: str
     step: str
     event_id: int
@@ -52,7 +61,19 @@ class WaitInfo:
     awaited_name: str
     requirements: dict[str, Any]
     deadline: float | None
+    question: Event | None = None  # the waiter event, streamed to ask for the answer
     timer: asyncio.TimerHandle | None = None
+    # Whether its ``waiting`` record is written (False while that commit is in flight): an
+    # answer's commit checks it in the writer, so it never lands without the wait.
+    written: bool = True
+
+
+class _Unrecorded(ConcurrencyError):
+    """An answer's commit refused because the wait it answers was never written."""
+
+    def __init__(self, run_id: str, waiter_id: str) -> None:
+        msg = f"run {run_id!r}: wait {waiter_id!r} was not recorded; its answer is not either"
+        super().__init__(msg, run_id=run_id)
 
 
 class WaitsAndInbox:
@@ -69,10 +90,15 @@ class WaitsAndInbox:
     _taken_inbox: set[int]
     _poke: asyncio.Event
     _closing: bool
+    # Events sent from outside before the executor holds the run, taken in once it does.
+    _early: list[tuple[Event, Any]]
+    _taking: bool
 
     if TYPE_CHECKING:
 
-        async def append(self, records: list[Record], **kw: Any) -> int: ...
+        def _submit(self, records: list[Record], **kw: Any) -> asyncio.Future[Any]: ...
+
+        def _end_with(self, exc: BaseException) -> None: ...
 
         def deliver(self, step: str, d: Delivery) -> None: ...
 
@@ -80,35 +106,35 @@ class WaitsAndInbox:
 
         def new_event_id(self) -> int: ...
 
-        def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
-
         def _streamed(self, att: Attempt) -> list[Record]: ...
+
+    def _then(self, fut: asyncio.Future[Any], effect: Callable[[], None]) -> None:
+        """Runs ``effect`` once the commit of ``fut`` is durable; a failed commit ends the run."""
+
+        def done(f: asyncio.Future[Any]) -> None:
+            if f.cancelled():
+                return
+            exc = f.exception()
+            if exc is None:
+                effect()
+            elif not self._closing and not isinstance(exc, _Unrecorded):
+                # (An unrecorded wait's own commit failed first and ends the run with that.)
+                self._end_with(exc)
+
+        fut.add_done_callback(done)
 
     # ------------------------------------------------------------------ waits
 
     async def _commit_wait(self, att: Attempt, info: dict[str, Any]) -> None:
+        """Ends an attempt in a wait; the wait is matched from the moment its commit is queued.
+
+        The question (the waiter event) is streamed once the wait is durable, unless the
+        wait was answered by then.
+        """
         dump = self.codec.dump
         awaited: type[Event] = info["awaited"]
-        wev: Event | None = info["waiter_event"]
+        question: Event | None = info["waiter_event"]
         deadline = None if info["timeout"] is None else time.time() + float(info["timeout"])
-        if wev is not None:
-            self.stream_now(wev, att)
-            att.streamed.insert(0, wev)
-        await self.append(
-            [
-                J.waiting(
-                    att.step,
-                    att.event_id,
-                    att.attempt,
-                    info["waiter_id"],
-                    class_name(awaited),
-                    dump(info["requirements"]),
-                    deadline,
-                    None if wev is None else dump(wev),
-                ),
-                *self._streamed(att),
-            ]
-        )
         w = WaitInfo(
             info["waiter_id"],
             att.step,
@@ -118,25 +144,64 @@ class WaitsAndInbox:
             class_name(awaited),
             info["requirements"],
             deadline,
+            question,
+            written=False,
         )
-        self.waiters[w.waiter_id] = w
-        self._arm(w)
-        for ev_id, ev in list(self.unclaimed.items()):
-            if self._matches(w, ev):
-                del self.unclaimed[ev_id]
-                await self._resolve(w, ev_id, ev)
-                break
+        # An event taken in before the wait began answers it at once: nobody is asked.
+        early = next(((i, ev) for i, ev in self.unclaimed.items() if self._matches(w, ev)), None)
+        ask = question if early is None else None
+        if ask is not None:
+            att.streamed.insert(0, ask)
+        records = [
+            J.waiting(
+                att.step,
+                att.event_id,
+                att.attempt,
+                w.waiter_id,
+                w.awaited_name,
+                dump(info["requirements"]),
+                deadline,
+                None if question is None else dump(question),
+            ),
+            *self._streamed(att),
+        ]
+
+        def written(seq: Any) -> None:
+            w.written = True
+
+        fut = self._submit(records, on_written=written)
+        # Nothing awaited since the match above: the wait and the events are still as seen.
+        if early is not None:
+            del self.unclaimed[early[0]]
+            self._resolve(w, early[0], early[1])
+        else:
+            self.waiters[w.waiter_id] = w
+            self._arm(w)
+        try:
+            await fut
+        except BaseException:
+            if self.waiters.get(w.waiter_id) is w:
+                del self.waiters[w.waiter_id]
+                if w.timer is not None:
+                    w.timer.cancel()
+            raise
+        if ask is not None and self.waiters.get(w.waiter_id) is w:
+            self.stream_now(ask, att)
 
     def _arm(self, w: WaitInfo) -> None:
         if w.deadline is None:
             return
         loop = asyncio.get_running_loop()
         delay = max(0.0, w.deadline - time.time())
-        w.timer = loop.call_later(delay, lambda: self._spawn(self._expire(w)))
+        w.timer = loop.call_later(delay, self._expire, w)
 
-    async def _expire(self, w: WaitInfo) -> None:
-        if self.waiters.get(w.waiter_id) is w:
-            await self._resolve(w, None, None)
+    def _expire(self, w: WaitInfo) -> None:
+        if self.waiters.get(w.waiter_id) is not w or self._closing:
+            return
+        try:
+            self._resolve(w, None, None)
+        except Exception as exc:  # a timer callback: nobody else would see it
+            self._end_with(exc)
 
     def _matches(self, w: WaitInfo, ev: Event) -> bool:
         if w.awaited is not None:
@@ -146,22 +211,47 @@ class WaitsAndInbox:
             return False
         return all(getattr(ev, k, _ABSENT) == v for k, v in w.requirements.items())
 
-    async def _resolve(
+    def _waiter_for(self, ev: Event) -> WaitInfo | None:
+        return next((w for w in self.waiters.values() if self._matches(w, ev)), None)
+
+    def _resolve(
         self, w: WaitInfo, ev_id: int | None, ev: Event | None, inbox_id: int | None = None
-    ) -> None:
+    ) -> asyncio.Future[Any]:
+        """Answers a wait (``ev`` None: its deadline passed) now; its step runs again once
+        the answer is durable. Returns the answer's commit."""
         dump = self.codec.dump
-        del self.waiters[w.waiter_id]
+        self.waiters.pop(w.waiter_id, None)
         if w.timer is not None:
             w.timer.cancel()
-        await self.append(
+
+        def recorded() -> None:
+            if not w.written:
+                raise _Unrecorded(self.run_id, w.waiter_id)
+
+        fut = self._submit(
             [
                 J.wait_resolved(w.step, w.waiter_id, ev_id, None if ev is None else dump(ev)),
                 J.enqueued(w.step, w.event_id, dump(w.event), J.SRC_WAITER),
             ],
             inbox_taken=[inbox_id] if inbox_id is not None else None,
+            check=None if w.written else recorded,
         )
-        self.answers[w.waiter_id] = None if ev is None or ev_id is None else (ev_id, ev)
-        self.deliver(w.step, Delivery(w.event_id, w.event))
+        answer = None if ev is None or ev_id is None else (ev_id, ev)
+
+        def run_again() -> None:
+            self.answers[w.waiter_id] = answer
+            self.deliver(w.step, Delivery(w.event_id, w.event))
+
+        self._then(fut, run_again)
+        return fut
+
+    def park(self, ev_id: int, ev: Event) -> None:
+        """An event no step takes (already in the log): it answers a wait, or waits for one."""
+        w = self._waiter_for(ev)
+        if w is not None:
+            self._resolve(w, ev_id, ev)
+        else:
+            self.unclaimed[ev_id] = ev
 
     # ------------------------------------------------------------------ external events
 
@@ -169,37 +259,68 @@ class WaitsAndInbox:
         self._poke.set()
 
     def send_external_nowait(self, event: Event) -> None:
-        """Takes an event from outside any step (``ctx.send_event`` on ``handler.ctx``)."""
-        self._spawn(self.take_external(event, None))
+        """Takes an event from outside any step (``ctx.send_event`` on ``handler.ctx``) now.
 
-    async def take_external(
-        self, ev: Event, inbox_id: int | None, src: str = J.SRC_EXTERNAL
-    ) -> None:
-        if self._closing:
+        Before the executor holds the run it is kept, in order, and taken in right after
+        the inbox. A value the codec cannot store is refused here.
+        """
+        dumped = self.codec.dump(event)
+        if not self._taking:
+            self._early.append((event, dumped))
             return
+        self.take_external(event, None, dumped=dumped)
+
+    def start_taking(self) -> None:
+        """From now on events from outside are taken in as they come; the early ones first."""
+        self._taking = True
+        early, self._early = self._early, []
+        for ev, dumped in early:
+            self.take_external(ev, None, dumped=dumped)
+
+    def take_external(
+        self,
+        ev: Event,
+        inbox_id: int | None,
+        src: str = J.SRC_EXTERNAL,
+        *,
+        dumped: Any = _ABSENT,
+    ) -> asyncio.Future[Any] | None:
+        """Takes an event into the run, deciding now where it goes; returns its commit.
+
+        A waiter it matches is answered; otherwise its steps get it once its commit is
+        durable, or, if no step takes it, it is parked at once, so a wait that begins
+        before that commit is durable still finds it.
+        """
+        if self._closing:
+            return None
+        dump = self.codec.dump(ev) if dumped is _ABSENT else dumped
         ev_id = self.new_event_id()
-        for w in list(self.waiters.values()):
-            if self._matches(w, ev):
-                await self._resolve(w, ev_id, ev, inbox_id)
-                return
-        dump = self.codec.dump(ev)
+        w = self._waiter_for(ev)
+        if w is not None:
+            return self._resolve(w, ev_id, ev, inbox_id)
         targets = self.graph.route(type(ev))
         records = [J.enqueued(t, ev_id, dump, src) for t in targets] or [
             J.enqueued(None, ev_id, dump, src)
         ]
-        await self.append(records, inbox_taken=[inbox_id] if inbox_id is not None else None)
+        fut = self._submit(records, inbox_taken=[inbox_id] if inbox_id is not None else None)
         if not targets:
             self.unclaimed[ev_id] = ev
-        for t in targets:
-            self.deliver(t, Delivery(ev_id, ev))
 
-    async def take_inbox(self) -> None:
+        def reach_steps() -> None:
+            for t in targets:
+                self.deliver(t, Delivery(ev_id, ev))
+
+        self._then(fut, reach_steps)
+        return fut
+
+    def take_inbox(self) -> None:
+        """Takes in the inbox's new entries, in order (their commits are queued in order)."""
         for entry in self.store.inbox(self.run_id):
             if entry.id in self._taken_inbox or self._closing:
                 continue
             self._taken_inbox.add(entry.id)
             ev = self.codec.decode(entry.payload)
-            await self.take_external(ev, entry.id)
+            self.take_external(ev, entry.id)
 
     async def _inbox_loop(self) -> None:
         # A timer pokes too, so another process's send is taken in within the interval.
@@ -212,4 +333,4 @@ class WaitsAndInbox:
             finally:
                 timer.cancel()
             self._poke.clear()
-            await self.take_inbox()
+            self.take_inbox()

@@ -239,6 +239,7 @@ class Workflow:
         x.ready.set()
         for t in self._graph.route(type(start_event)):
             x.deliver(t, Delivery(1, start_event))
+        x.start_taking()
         x.start_tasks()
 
     def _posted(self, run_id: str) -> None:
@@ -424,7 +425,9 @@ class Workflow:
                 x.deliver(step, Delivery(ev.id, self._codec.load(ev.dump), durable=resumed))
         for w in x.waiters.values():
             x._arm(w)
-        await x.take_inbox()
+        x.take_inbox()
+        x.start_taking()  # what was sent as the run resumed follows its inbox
+        x.ask_again()
         x.start_tasks()
 
     def _check_stranded(self, run_id: str, folded: Folded, allow: bool) -> None:
