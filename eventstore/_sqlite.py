@@ -5,7 +5,10 @@ The append path uses :mod:`sqlite3` directly; sqlite-utils creates and migrates 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +33,10 @@ APP_ID: Final = "durable-workflows/eventstore"
 SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS: Final = 10_000
 PAGE_SIZE: Final = 2_000
+# New stores give the pages of deleted rows back to the filesystem on request
+# (PRAGMA incremental_vacuum); it can only be chosen before the first table exists.
+AUTO_VACUUM: Final = "INCREMENTAL"
+_AUTO_VACUUM_INCREMENTAL: Final = 2  # what PRAGMA auto_vacuum reads back for it
 
 # SQLite result codes (the primary code is the low byte of an extended code) that mean the
 # database as a whole is unwell rather than one commit being wrong.
@@ -70,6 +77,8 @@ def _inspect(conn: sqlite3.Connection, where: str) -> int | None:
     try:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", None) == _READONLY_ROLLBACK:
+            raise _HotJournalError(str(exc)) from exc
         raise NotAStoreError(where, f"SQLite cannot read it ({exc})") from exc
     if not tables:
         return None
@@ -120,7 +129,10 @@ def open_database(
     """Validates (and for a writable store, creates or migrates) the database.
 
     Returns the connection target and whether it is a URI. Foreign files are refused before
-    anything is written, so they stay byte-for-byte as they were.
+    anything is written, so they stay byte-for-byte as they were. A new store is built
+    beside its path and published whole (:func:`_create`), so a process killed while it
+    creates one leaves no half-made store behind; one left by an earlier version (an
+    interrupted switch to WAL) is recognised and finished.
     """
     if path is None:
         target, uri = f"file:/{memory_name}?vfs=memdb", True
@@ -131,31 +143,209 @@ def open_database(
     exists = _check_file(file)
     if not exists and readonly:
         raise NotAStoreError(path, "no such file (a read-only store is never created)")
-    if exists:
-        probe = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            version = _inspect(probe, path)
-        finally:
-            probe.close()
-    else:
-        version = None
-        # The log holds user data: readable by its owner only.
-        try:
-            fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            os.close(fd)
-        except FileExistsError:
-            pass  # another process created it a moment ago: it initialises it, or we do
+    if not exists:
+        # Made where a symbolic link points, if the path is one, so that the link names it.
+        _create(Path(os.path.realpath(file)))
+        if not _check_file(file):
+            raise NotAStoreError(path, "it was removed while the store was being created")
+    version = _probe(file, path, repair=not readonly)
     if readonly:
         if version is None:
             raise NotAStoreError(path, "an empty SQLite database, not yet an event store")
         return f"{file.resolve().as_uri()}?mode=ro", True
     conn = connect(str(file), uri=False, readonly=False, durability=durability, memory=False)
     try:
-        _set_wal(conn)
+        if version is None:
+            _prepare_in_place(conn)
+        else:
+            _set_wal(conn)
         _migrate(conn, version)
     finally:
         conn.close()
+    _sweep(Path(os.path.realpath(file)))
     return str(file), False
+
+
+# ------------------------------------------------------------------ creating a store
+#
+# SQLite's switch of a new file to WAL is a rollback-journal transaction: a process killed
+# during it leaves a hot journal, which the read-only probe every open starts with cannot
+# roll back. So a new store is built in a temporary file beside its path (schema, WAL mode,
+# meta) and published with os.link, which never replaces a file: the path holds either
+# nothing or a whole store, and of several processes creating one store at once the first
+# link wins and the others open that one.
+
+_READONLY_ROLLBACK: Final = 776  # SQLITE_READONLY_ROLLBACK: a hot journal, seen read-only
+_JOURNAL_MAGIC: Final = bytes.fromhex("d9d505f920a163d7")
+_TEMP_SUFFIXES: Final = ("", "-wal", "-shm", "-journal")
+# A temporary file is needed for the milliseconds of one creation; older ones were left by
+# killed creators and are removed.
+STALE_TEMP_S: Final = 60.0
+
+
+class _HotJournalError(Exception):
+    """The read-only probe met a hot rollback journal that it cannot roll back."""
+
+
+def _temp_name(file: Path) -> Path:
+    return file.with_name(f".{file.name}.{os.getpid()}.{secrets.token_hex(4)}.new")
+
+
+def _temp_pattern(file: Path) -> re.Pattern[str]:
+    return re.compile(rf"\.{re.escape(file.name)}\.\d+\.[0-9a-f]{{8}}\.new(?:-wal|-shm|-journal)?")
+
+
+def _create(file: Path) -> None:
+    """Builds a new store beside ``file`` and publishes it under that name in one step.
+
+    When the filesystem has no hard links, the store is created in place instead, which a
+    kill can interrupt; :func:`_probe` repairs what that leaves.
+    """
+    temp = _temp_name(file)
+    # The log holds user data: readable by its owner only (SQLite gives -wal and -shm the
+    # same mode).
+    try:
+        os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as exc:  # no such directory, no permission: name the store, not the temp
+        raise type(exc)(exc.errno, exc.strerror, str(file)) from None
+    try:
+        _build(temp)
+        try:
+            os.link(temp, file)
+        except FileExistsError:
+            return  # another process published its store first: that one is used
+        except OSError:
+            _create_empty(file)  # no hard links here (some network and FUSE filesystems)
+            return
+        _sync_dir(file.parent)
+    finally:
+        for suffix in _TEMP_SUFFIXES:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{temp}{suffix}")
+
+
+def _build(temp: Path) -> None:
+    """Makes ``temp`` a whole, empty store in WAL mode, all of it in the main file."""
+    conn = sqlite3.connect(temp, isolation_level=None)
+    try:
+        # auto_vacuum takes effect only if set before the first table is created.
+        conn.execute(f"PRAGMA auto_vacuum = {AUTO_VACUUM}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        _migrate(conn, None)
+        # Everything into the main file (synced): the published file is the store alone.
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+
+
+def _create_empty(file: Path) -> None:
+    """Creates an empty file at ``file`` (mode 0600) unless something is there already."""
+    # Another process may have created it a moment ago: it initialises it, or we do.
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+def _sync_dir(directory: Path) -> None:
+    """Makes a new name in ``directory`` durable (where directories can be synced)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # not every filesystem syncs directories; the link is made all the same
+    finally:
+        os.close(fd)
+
+
+def _prepare_in_place(conn: sqlite3.Connection) -> None:
+    """Readies an existing database without tables (an empty file) to become a store."""
+    conn.execute(f"PRAGMA auto_vacuum = {AUTO_VACUUM}")
+    _set_wal(conn)
+    # An earlier version switched to WAL before anything else: its page 1 was written
+    # without auto_vacuum, which a VACUUM of the empty database still sets.
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != _AUTO_VACUUM_INCREMENTAL:
+        with contextlib.suppress(sqlite3.OperationalError):  # locked: another opener did it
+            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+                conn.execute("VACUUM")
+
+
+def _probe(file: Path, where: str, *, repair: bool) -> int | None:
+    """The existing database's schema version (:func:`_inspect`), read without writing.
+
+    A hot rollback journal over an empty database is what a creation killed by an earlier
+    version left; with ``repair`` it is rolled back (to the empty file it was) and the
+    creation finishes. Any other hot journal is not ours: event stores run in WAL mode.
+    """
+    try:
+        return _inspect_readonly(file, where)
+    except _HotJournalError as exc:
+        if not _interrupted_creation(file):
+            reason = (
+                "it has a hot rollback journal (a crashed writer's unfinished transaction),"
+                " which event stores never leave"
+            )
+            raise NotAStoreError(where, reason) from exc
+        if not repair:
+            reason = (
+                "its creation was interrupted before it held anything; open it once without"
+                " readonly=True to finish creating it"
+            )
+            raise NotAStoreError(where, reason) from exc
+    conn = sqlite3.connect(file, isolation_level=None)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # rolls the journal back
+    finally:
+        conn.close()
+    return _inspect_readonly(file, where)
+
+
+def _inspect_readonly(file: Path, where: str) -> int | None:
+    probe = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return _inspect(probe, where)
+    finally:
+        probe.close()
+
+
+def _interrupted_creation(file: Path) -> bool:
+    """Whether ``file``'s hot journal began on an empty database: rolling it back loses nothing.
+
+    A journal's header records the database's size in pages before the transaction.
+    """
+    try:
+        with open(f"{file}-journal", "rb") as fh:
+            header = fh.read(20)
+    except OSError:
+        return False
+    if header[:8] != _JOURNAL_MAGIC:
+        return file.stat().st_size == 0
+    return int.from_bytes(header[16:20], "big") == 0
+
+
+def _sweep(file: Path) -> None:
+    """Removes temporary files that killed creators of ``file`` left beside it.
+
+    They are never opened (closing a file descriptor would drop this process's SQLite locks
+    on it): one with a second link is a published store's other name, and one old enough
+    cannot belong to a creation still going on.
+    """
+    pattern = _temp_pattern(file)
+    prefix = f".{file.name}."
+    now = time.time()
+    try:
+        entries = list(os.scandir(file.parent))
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(prefix) or not pattern.fullmatch(entry.name):
+            continue
+        with contextlib.suppress(OSError):
+            st = entry.stat(follow_symlinks=False)
+            if st.st_nlink > 1 or now - st.st_mtime > STALE_TEMP_S:
+                os.unlink(entry.path)
 
 
 def _set_wal(conn: sqlite3.Connection) -> None:
