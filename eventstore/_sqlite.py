@@ -20,6 +20,7 @@ import sqlite_utils
 
 from ._errors import (
     ConcurrencyError,
+    LogCorruptedError,
     NotAStoreError,
     RunNotFoundError,
     SchemaVersionError,
@@ -28,7 +29,8 @@ from ._errors import (
 from ._records import AppendResult, Commit, RunInfo, Seq, StoredRecord, run_info_from_row
 
 SCHEMA_VERSION: Final = 2
-READ_ERRORS: Final = (sqlite3.DatabaseError,)  # what a damaged file raises on reads
+# What a damaged file raises on reads (SQLite's message can quote text that is not UTF-8).
+READ_ERRORS: Final = (sqlite3.DatabaseError, UnicodeDecodeError)
 APP_ID: Final = "durable-workflows/eventstore"
 SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS: Final = 10_000
@@ -80,13 +82,17 @@ def _inspect(conn: sqlite3.Connection, where: str) -> int | None:
         if getattr(exc, "sqlite_errorcode", None) == _READONLY_ROLLBACK:
             raise _HotJournalError(str(exc)) from exc
         raise NotAStoreError(where, f"SQLite cannot read it ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        # SQLite's message quotes the damaged schema text, which then is not even UTF-8.
+        reason = f"its schema (sqlite_master, on page 1) is damaged: text that is not UTF-8 ({exc})"
+        raise NotAStoreError(where, reason) from exc
     if not tables:
         return None
     if "meta" not in tables:
         raise NotAStoreError(where, "an SQLite database without the event store's tables")
     try:
         rows = dict(conn.execute("SELECT key, value FROM meta"))
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         raise NotAStoreError(where, f"its meta table is unreadable ({exc})") from exc
     if rows.get("app") != APP_ID:
         raise NotAStoreError(where, "an SQLite database made by another application")
@@ -700,6 +706,9 @@ class Writer:
 # --------------------------------------------------------------------------- the read side
 
 _RECORD_COLS: Final = "log.seq, ?, log.kind, log.step, log.payload, log.commit_seq, log.ts"
+_ALL_RECORD_COLS: Final = (
+    "log.seq, runs.run_id, log.kind, log.step, log.payload, log.commit_seq, log.ts"
+)
 # A run's extent is read from the log's (rid, seq) index rather than kept up to date in
 # the runs row: that would cost an UPDATE per commit on the append path.
 _RUN_COLS: Final = (
@@ -752,17 +761,13 @@ def iter_records(
     if kinds:
         where.append(f"log.kind IN ({', '.join('?' * len(kinds))})")
     if run_id is None:
-        sql = (
-            "SELECT log.seq, runs.run_id, log.kind, log.step, log.payload, log.commit_seq, log.ts"
-            " FROM log JOIN runs ON runs.rid = log.rid"
-        )
+        cols, source = _ALL_RECORD_COLS, "log JOIN runs ON runs.rid = log.rid"
     else:
-        sql = f"SELECT {_RECORD_COLS} FROM log"
-    sql += f" WHERE {' AND '.join(where)} ORDER BY log.seq LIMIT ?"
+        cols, source = _RECORD_COLS, "log"
+    rest = f" FROM {source} WHERE {' AND '.join(where)} ORDER BY log.seq LIMIT ?"
     cursor = after
     while True:
-        params: list[Any] = [] if run_id is None else [run_id]
-        params.append(cursor)
+        params: list[Any] = [cursor]
         if rid is not None:
             params.append(rid)
         if upto is not None:
@@ -770,11 +775,49 @@ def iter_records(
         if kinds:
             params.extend(kinds)
         params.append(page)
-        rows = connect_reader().execute(sql, params).fetchall()
+        head = [] if run_id is None else [run_id]
+        reader = connect_reader()
+        try:
+            rows = reader.execute(f"SELECT {cols}{rest}", head + params).fetchall()
+        except READ_ERRORS as exc:
+            yield from _until_damaged(reader, run_id, f"SELECT log.seq{rest}", params, exc)
+            raise  # no single record is to blame: the file is damaged elsewhere
         yield from map(StoredRecord._make, rows)
         if len(rows) < page:
             return
         cursor = rows[-1][0]
+
+
+def _until_damaged(
+    conn: sqlite3.Connection, run_id: str | None, seqs_sql: str, params: list[Any], exc: Exception
+) -> Iterator[StoredRecord]:
+    """The records of a page that failed to read, one by one, up to the one that fails.
+
+    Raises :class:`LogCorruptedError` naming that record's seq, so that a reader can report
+    it and go on after it; returns when every record reads alone (the caller re-raises).
+    """
+    try:
+        seqs = [row[0] for row in conn.execute(seqs_sql, params)]
+    except READ_ERRORS:
+        return  # even the seqs cannot be read: nothing to pin on one record
+    if run_id is None:
+        one = (
+            f"SELECT {_ALL_RECORD_COLS} FROM log JOIN runs ON runs.rid = log.rid WHERE log.seq = ?"
+        )
+    else:
+        one = f"SELECT {_RECORD_COLS} FROM log WHERE log.seq = ?"
+    head = [] if run_id is None else [run_id]
+    try:
+        conn.execute(one, [*head, -1]).fetchall()  # reads no record: is the query itself sound?
+    except READ_ERRORS:
+        return  # the schema is damaged (a column SQLite no longer finds), not one record
+    for seq in seqs:
+        try:
+            row = conn.execute(one, [*head, seq]).fetchone()
+        except READ_ERRORS as bad:
+            msg = f"record seq {seq} cannot be read back ({bad}); the file may be damaged"
+            raise LogCorruptedError(msg, seq=seq) from bad
+        yield StoredRecord._make(row)
 
 
 def read_inbox(conn: sqlite3.Connection, run_id: str) -> list[tuple[int, str, str | None]]:
