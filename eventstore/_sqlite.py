@@ -5,7 +5,10 @@ The append path uses :mod:`sqlite3` directly; sqlite-utils creates and migrates 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -17,6 +20,7 @@ import sqlite_utils
 
 from ._errors import (
     ConcurrencyError,
+    LogCorruptedError,
     NotAStoreError,
     RunNotFoundError,
     SchemaVersionError,
@@ -25,11 +29,16 @@ from ._errors import (
 from ._records import AppendResult, Commit, RunInfo, Seq, StoredRecord, run_info_from_row
 
 SCHEMA_VERSION: Final = 2
-READ_ERRORS: Final = (sqlite3.DatabaseError,)  # what a damaged file raises on reads
+# What a damaged file raises on reads (SQLite's message can quote text that is not UTF-8).
+READ_ERRORS: Final = (sqlite3.DatabaseError, UnicodeDecodeError)
 APP_ID: Final = "durable-workflows/eventstore"
 SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS: Final = 10_000
 PAGE_SIZE: Final = 2_000
+# New stores give the pages of deleted rows back to the filesystem on request
+# (PRAGMA incremental_vacuum); it can only be chosen before the first table exists.
+AUTO_VACUUM: Final = "INCREMENTAL"
+_AUTO_VACUUM_INCREMENTAL: Final = 2  # what PRAGMA auto_vacuum reads back for it
 
 # SQLite result codes (the primary code is the low byte of an extended code) that mean the
 # database as a whole is unwell rather than one commit being wrong.
@@ -70,14 +79,20 @@ def _inspect(conn: sqlite3.Connection, where: str) -> int | None:
     try:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", None) == _READONLY_ROLLBACK:
+            raise _HotJournalError(str(exc)) from exc
         raise NotAStoreError(where, f"SQLite cannot read it ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        # SQLite's message quotes the damaged schema text, which then is not even UTF-8.
+        reason = f"its schema (sqlite_master, on page 1) is damaged: text that is not UTF-8 ({exc})"
+        raise NotAStoreError(where, reason) from exc
     if not tables:
         return None
     if "meta" not in tables:
         raise NotAStoreError(where, "an SQLite database without the event store's tables")
     try:
         rows = dict(conn.execute("SELECT key, value FROM meta"))
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         raise NotAStoreError(where, f"its meta table is unreadable ({exc})") from exc
     if rows.get("app") != APP_ID:
         raise NotAStoreError(where, "an SQLite database made by another application")
@@ -120,7 +135,10 @@ def open_database(
     """Validates (and for a writable store, creates or migrates) the database.
 
     Returns the connection target and whether it is a URI. Foreign files are refused before
-    anything is written, so they stay byte-for-byte as they were.
+    anything is written, so they stay byte-for-byte as they were. A new store is built
+    beside its path and published whole (:func:`_create`), so a process killed while it
+    creates one leaves no half-made store behind; one left by an earlier version (an
+    interrupted switch to WAL) is recognised and finished.
     """
     if path is None:
         target, uri = f"file:/{memory_name}?vfs=memdb", True
@@ -131,31 +149,209 @@ def open_database(
     exists = _check_file(file)
     if not exists and readonly:
         raise NotAStoreError(path, "no such file (a read-only store is never created)")
-    if exists:
-        probe = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            version = _inspect(probe, path)
-        finally:
-            probe.close()
-    else:
-        version = None
-        # The log holds user data: readable by its owner only.
-        try:
-            fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            os.close(fd)
-        except FileExistsError:
-            pass  # another process created it a moment ago: it initialises it, or we do
+    if not exists:
+        # Made where a symbolic link points, if the path is one, so that the link names it.
+        _create(Path(os.path.realpath(file)))
+        if not _check_file(file):
+            raise NotAStoreError(path, "it was removed while the store was being created")
+    version = _probe(file, path, repair=not readonly)
     if readonly:
         if version is None:
             raise NotAStoreError(path, "an empty SQLite database, not yet an event store")
         return f"{file.resolve().as_uri()}?mode=ro", True
     conn = connect(str(file), uri=False, readonly=False, durability=durability, memory=False)
     try:
-        _set_wal(conn)
+        if version is None:
+            _prepare_in_place(conn)
+        else:
+            _set_wal(conn)
         _migrate(conn, version)
     finally:
         conn.close()
+    _sweep(Path(os.path.realpath(file)))
     return str(file), False
+
+
+# ------------------------------------------------------------------ creating a store
+#
+# SQLite's switch of a new file to WAL is a rollback-journal transaction: a process killed
+# during it leaves a hot journal, which the read-only probe every open starts with cannot
+# roll back. So a new store is built in a temporary file beside its path (schema, WAL mode,
+# meta) and published with os.link, which never replaces a file: the path holds either
+# nothing or a whole store, and of several processes creating one store at once the first
+# link wins and the others open that one.
+
+_READONLY_ROLLBACK: Final = 776  # SQLITE_READONLY_ROLLBACK: a hot journal, seen read-only
+_JOURNAL_MAGIC: Final = bytes.fromhex("d9d505f920a163d7")
+_TEMP_SUFFIXES: Final = ("", "-wal", "-shm", "-journal")
+# A temporary file is needed for the milliseconds of one creation; older ones were left by
+# killed creators and are removed.
+STALE_TEMP_S: Final = 60.0
+
+
+class _HotJournalError(Exception):
+    """The read-only probe met a hot rollback journal that it cannot roll back."""
+
+
+def _temp_name(file: Path) -> Path:
+    return file.with_name(f".{file.name}.{os.getpid()}.{secrets.token_hex(4)}.new")
+
+
+def _temp_pattern(file: Path) -> re.Pattern[str]:
+    return re.compile(rf"\.{re.escape(file.name)}\.\d+\.[0-9a-f]{{8}}\.new(?:-wal|-shm|-journal)?")
+
+
+def _create(file: Path) -> None:
+    """Builds a new store beside ``file`` and publishes it under that name in one step.
+
+    When the filesystem has no hard links, the store is created in place instead, which a
+    kill can interrupt; :func:`_probe` repairs what that leaves.
+    """
+    temp = _temp_name(file)
+    # The log holds user data: readable by its owner only (SQLite gives -wal and -shm the
+    # same mode).
+    try:
+        os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as exc:  # no such directory, no permission: name the store, not the temp
+        raise type(exc)(exc.errno, exc.strerror, str(file)) from None
+    try:
+        _build(temp)
+        try:
+            os.link(temp, file)
+        except FileExistsError:
+            return  # another process published its store first: that one is used
+        except OSError:
+            _create_empty(file)  # no hard links here (some network and FUSE filesystems)
+            return
+        _sync_dir(file.parent)
+    finally:
+        for suffix in _TEMP_SUFFIXES:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{temp}{suffix}")
+
+
+def _build(temp: Path) -> None:
+    """Makes ``temp`` a whole, empty store in WAL mode, all of it in the main file."""
+    conn = sqlite3.connect(temp, isolation_level=None)
+    try:
+        # auto_vacuum takes effect only if set before the first table is created.
+        conn.execute(f"PRAGMA auto_vacuum = {AUTO_VACUUM}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        _migrate(conn, None)
+        # Everything into the main file (synced): the published file is the store alone.
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+
+
+def _create_empty(file: Path) -> None:
+    """Creates an empty file at ``file`` (mode 0600) unless something is there already."""
+    # Another process may have created it a moment ago: it initialises it, or we do.
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+def _sync_dir(directory: Path) -> None:
+    """Makes a new name in ``directory`` durable (where directories can be synced)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # not every filesystem syncs directories; the link is made all the same
+    finally:
+        os.close(fd)
+
+
+def _prepare_in_place(conn: sqlite3.Connection) -> None:
+    """Readies an existing database without tables (an empty file) to become a store."""
+    conn.execute(f"PRAGMA auto_vacuum = {AUTO_VACUUM}")
+    _set_wal(conn)
+    # An earlier version switched to WAL before anything else: its page 1 was written
+    # without auto_vacuum, which a VACUUM of the empty database still sets.
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != _AUTO_VACUUM_INCREMENTAL:
+        with contextlib.suppress(sqlite3.OperationalError):  # locked: another opener did it
+            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+                conn.execute("VACUUM")
+
+
+def _probe(file: Path, where: str, *, repair: bool) -> int | None:
+    """The existing database's schema version (:func:`_inspect`), read without writing.
+
+    A hot rollback journal over an empty database is what a creation killed by an earlier
+    version left; with ``repair`` it is rolled back (to the empty file it was) and the
+    creation finishes. Any other hot journal is not ours: event stores run in WAL mode.
+    """
+    try:
+        return _inspect_readonly(file, where)
+    except _HotJournalError as exc:
+        if not _interrupted_creation(file):
+            reason = (
+                "it has a hot rollback journal (a crashed writer's unfinished transaction),"
+                " which event stores never leave"
+            )
+            raise NotAStoreError(where, reason) from exc
+        if not repair:
+            reason = (
+                "its creation was interrupted before it held anything; open it once without"
+                " readonly=True to finish creating it"
+            )
+            raise NotAStoreError(where, reason) from exc
+    conn = sqlite3.connect(file, isolation_level=None)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # rolls the journal back
+    finally:
+        conn.close()
+    return _inspect_readonly(file, where)
+
+
+def _inspect_readonly(file: Path, where: str) -> int | None:
+    probe = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return _inspect(probe, where)
+    finally:
+        probe.close()
+
+
+def _interrupted_creation(file: Path) -> bool:
+    """Whether ``file``'s hot journal began on an empty database: rolling it back loses nothing.
+
+    A journal's header records the database's size in pages before the transaction.
+    """
+    try:
+        with open(f"{file}-journal", "rb") as fh:
+            header = fh.read(20)
+    except OSError:
+        return False
+    if header[:8] != _JOURNAL_MAGIC:
+        return file.stat().st_size == 0
+    return int.from_bytes(header[16:20], "big") == 0
+
+
+def _sweep(file: Path) -> None:
+    """Removes temporary files that killed creators of ``file`` left beside it.
+
+    They are never opened (closing a file descriptor would drop this process's SQLite locks
+    on it): one with a second link is a published store's other name, and one old enough
+    cannot belong to a creation still going on.
+    """
+    pattern = _temp_pattern(file)
+    prefix = f".{file.name}."
+    now = time.time()
+    try:
+        entries = list(os.scandir(file.parent))
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(prefix) or not pattern.fullmatch(entry.name):
+            continue
+        with contextlib.suppress(OSError):
+            st = entry.stat(follow_symlinks=False)
+            if st.st_nlink > 1 or now - st.st_mtime > STALE_TEMP_S:
+                os.unlink(entry.path)
 
 
 def _set_wal(conn: sqlite3.Connection) -> None:
@@ -510,6 +706,9 @@ class Writer:
 # --------------------------------------------------------------------------- the read side
 
 _RECORD_COLS: Final = "log.seq, ?, log.kind, log.step, log.payload, log.commit_seq, log.ts"
+_ALL_RECORD_COLS: Final = (
+    "log.seq, runs.run_id, log.kind, log.step, log.payload, log.commit_seq, log.ts"
+)
 # A run's extent is read from the log's (rid, seq) index rather than kept up to date in
 # the runs row: that would cost an UPDATE per commit on the append path.
 _RUN_COLS: Final = (
@@ -562,17 +761,13 @@ def iter_records(
     if kinds:
         where.append(f"log.kind IN ({', '.join('?' * len(kinds))})")
     if run_id is None:
-        sql = (
-            "SELECT log.seq, runs.run_id, log.kind, log.step, log.payload, log.commit_seq, log.ts"
-            " FROM log JOIN runs ON runs.rid = log.rid"
-        )
+        cols, source = _ALL_RECORD_COLS, "log JOIN runs ON runs.rid = log.rid"
     else:
-        sql = f"SELECT {_RECORD_COLS} FROM log"
-    sql += f" WHERE {' AND '.join(where)} ORDER BY log.seq LIMIT ?"
+        cols, source = _RECORD_COLS, "log"
+    rest = f" FROM {source} WHERE {' AND '.join(where)} ORDER BY log.seq LIMIT ?"
     cursor = after
     while True:
-        params: list[Any] = [] if run_id is None else [run_id]
-        params.append(cursor)
+        params: list[Any] = [cursor]
         if rid is not None:
             params.append(rid)
         if upto is not None:
@@ -580,11 +775,49 @@ def iter_records(
         if kinds:
             params.extend(kinds)
         params.append(page)
-        rows = connect_reader().execute(sql, params).fetchall()
+        head = [] if run_id is None else [run_id]
+        reader = connect_reader()
+        try:
+            rows = reader.execute(f"SELECT {cols}{rest}", head + params).fetchall()
+        except READ_ERRORS as exc:
+            yield from _until_damaged(reader, run_id, f"SELECT log.seq{rest}", params, exc)
+            raise  # no single record is to blame: the file is damaged elsewhere
         yield from map(StoredRecord._make, rows)
         if len(rows) < page:
             return
         cursor = rows[-1][0]
+
+
+def _until_damaged(
+    conn: sqlite3.Connection, run_id: str | None, seqs_sql: str, params: list[Any], exc: Exception
+) -> Iterator[StoredRecord]:
+    """The records of a page that failed to read, one by one, up to the one that fails.
+
+    Raises :class:`LogCorruptedError` naming that record's seq, so that a reader can report
+    it and go on after it; returns when every record reads alone (the caller re-raises).
+    """
+    try:
+        seqs = [row[0] for row in conn.execute(seqs_sql, params)]
+    except READ_ERRORS:
+        return  # even the seqs cannot be read: nothing to pin on one record
+    if run_id is None:
+        one = (
+            f"SELECT {_ALL_RECORD_COLS} FROM log JOIN runs ON runs.rid = log.rid WHERE log.seq = ?"
+        )
+    else:
+        one = f"SELECT {_RECORD_COLS} FROM log WHERE log.seq = ?"
+    head = [] if run_id is None else [run_id]
+    try:
+        conn.execute(one, [*head, -1]).fetchall()  # reads no record: is the query itself sound?
+    except READ_ERRORS:
+        return  # the schema is damaged (a column SQLite no longer finds), not one record
+    for seq in seqs:
+        try:
+            row = conn.execute(one, [*head, seq]).fetchone()
+        except READ_ERRORS as bad:
+            msg = f"record seq {seq} cannot be read back ({bad}); the file may be damaged"
+            raise LogCorruptedError(msg, seq=seq) from bad
+        yield StoredRecord._make(row)
 
 
 def read_inbox(conn: sqlite3.Connection, run_id: str) -> list[tuple[int, str, str | None]]:

@@ -14,6 +14,8 @@ WorkflowError
   + StateConflictError        a context write lost a race (raised only inside attempts)
   + RecoveryLimitError        an input killed the process too many times
   + WorkflowChangedError      stored work no longer fits the workflow's steps
+
+SnapshotIgnoredWarning        (a UserWarning) a run's cached state was unfit; the log was folded
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = [
     "RunNotFoundError",
     "RunOwnedError",
     "RunSuspendedError",
+    "SnapshotIgnoredWarning",
     "StateConflictError",
     "WorkflowCancelledError",
     "WorkflowChangedError",
@@ -149,4 +152,21 @@ class WorkflowChangedError(WorkflowError):
         super().__init__(
             f"run {run_id!r} cannot continue with this workflow: {listing}; pass"
             " allow_stranded=True to proceed and leave that work undone"
+        )
+
+
+class SnapshotIgnoredWarning(UserWarning):
+    """A run's cached state (its snapshot) was damaged or did not match the log it covers.
+
+    The cache is never the truth: it was ignored and the run's log folded instead, so the
+    state read is right, only slower to read. ``workflow check DB RUN`` reports the damage.
+    """
+
+    def __init__(self, run_id: str, seq: int, reason: str) -> None:
+        self.run_id = run_id
+        self.seq = seq
+        self.reason = reason
+        super().__init__(
+            f"run {run_id!r}: its cached state at seq {seq} was ignored and its log folded"
+            f" instead: {reason}"
         )

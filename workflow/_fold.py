@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, NoReturn
 
 import orjson
 
@@ -20,7 +20,16 @@ from ._events import StopEvent
 from ._patch import apply_json
 from ._state import TERMINAL, InProgress, RunState, Waiter
 
-__all__ = ["Folded", "KeyLog", "dump_folded", "fold", "load_folded", "materialize"]
+__all__ = [
+    "SNAPSHOT_FORMAT",
+    "Folded",
+    "KeyLog",
+    "SnapshotError",
+    "dump_folded",
+    "fold",
+    "load_folded",
+    "materialize",
+]
 
 
 @dataclass(slots=True)
@@ -424,6 +433,11 @@ def is_terminal(status: str) -> bool:
 # the run's snapshot; readers start from the snapshot and fold only the records after it.
 
 
+SNAPSHOT_FORMAT: Final = 3  # the "v" of dump_folded's output; 3: buffers keyed by J.buffer_key
+# Older formats still read: 2 (buffers keyed by module names, converted as they load).
+_READ_FORMATS: Final = frozenset({2, SNAPSHOT_FORMAT})
+
+
 def _evs(evs: Iterable[Ev]) -> list[Any]:
     return [[e.id, e.dump, e.seq] for e in evs]
 
@@ -432,7 +446,7 @@ def dump_folded(s: Folded) -> bytes:
     """The folded state as JSON, for the snapshot cache."""
     return orjson.dumps(
         {
-            "v": 3,  # 3: buffers keyed as J.buffer_key, events by qualified name
+            "v": SNAPSHOT_FORMAT,
             "run_id": s.run_id,
             "seq": s.seq,
             "first_seq": s.first_seq,
@@ -481,7 +495,7 @@ def dump_folded(s: Folded) -> bytes:
     )
 
 
-def _legacy_buffers(raw: dict[str, dict[str, list[Any]]]) -> dict[str, dict[str, list[Ev]]]:
+def _legacy_buffers(raw: dict[str, dict[str, list[Ev]]]) -> dict[str, dict[str, list[Ev]]]:
     """Buffers of a cached state written before v3, keyed as the fold keys them now.
 
     Buffers that differed only by module names (``__main__`` and its imported name) are
@@ -491,46 +505,163 @@ def _legacy_buffers(raw: dict[str, dict[str, list[Any]]]) -> dict[str, dict[str,
     for b, by in raw.items():
         buf = out.setdefault(J.legacy_buffer_key(b), {})
         for t, es in by.items():
-            buf.setdefault(J.class_qualname(t), []).extend(Ev(*e) for e in es)
+            buf.setdefault(J.class_qualname(t), []).extend(es)
     for buf in out.values():
         for es in buf.values():
             es.sort(key=lambda e: e.seq)
     return out
 
 
+class SnapshotError(ValueError):
+    """A cached state that cannot be used; ``stale`` when it is only of another format."""
+
+    def __init__(self, reason: str, *, stale: bool = False) -> None:
+        self.reason = reason
+        self.stale = stale
+        super().__init__(reason)
+
+
 def load_folded(data: str | bytes) -> Folded:
-    """A folded state back from :func:`dump_folded`."""
-    d = orjson.loads(data)
-    s = Folded(d["run_id"])
-    s.seq = d["seq"]
-    s.first_seq = d["first_seq"]
-    s.status = d["status"]
-    s.workflow = d["workflow"]
-    s.fingerprint = d["fingerprint"]
-    s.parent = (d["parent"][0], d["parent"][1]) if d["parent"] else None
+    """A folded state back from :func:`dump_folded`, checked shape by shape.
+
+    The cache is never trusted: whatever is not exactly what :func:`dump_folded` writes is
+    refused rather than turned into a state that only looks right.
+
+    :raises SnapshotError: the text is not JSON, not a cached state, or one of another
+        format (``stale``: an older version of the library wrote it).
+    """
+    try:
+        d = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        msg = f"it is not JSON ({exc})"
+        raise SnapshotError(msg) from exc
+    version = d.get("v") if isinstance(d, dict) else None
+    if not _is_int(version):
+        msg = f"it is not a cached state (JSON {_clip(d)})"
+        raise SnapshotError(msg)
+    if version not in _READ_FORMATS:
+        msg = f"it is in format {version}, this version reads formats {sorted(_READ_FORMATS)}"
+        raise SnapshotError(msg, stale=True)
+    try:
+        return _load(d)
+    except SnapshotError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        msg = f"it does not have the shape of a cached state ({exc!r})"
+        raise SnapshotError(msg) from exc
+
+
+def _load(d: dict[str, Any]) -> Folded:
+    s = Folded(_typed(d, "run_id", str))
+    s.seq = _typed(d, "seq", int)
+    s.first_seq = _typed(d, "first_seq", int, none=True)
+    s.status = _typed(d, "status", str)
+    s.workflow = _typed(d, "workflow", str)
+    s.fingerprint = _typed(d, "fingerprint", str)
+    parent = _typed(d, "parent", list, none=True)
+    if parent is not None:
+        if len(parent) != 2 or not isinstance(parent[0], str) or not _is_int(parent[1]):
+            msg = f"its parent {_clip(parent)} is not [run_id, seq]"
+            raise SnapshotError(msg)
+        s.parent = (parent[0], parent[1])
     s.result = d["result"]
-    s.error = d["error"]
-    s.queues = {k: {e[0]: Ev(*e) for e in q} for k, q in d["queues"].items()}
+    s.error = _typed(d, "error", dict, none=True)
+    s.queues = {k: {e.id: e for e in map(_ev, q)} for k, q in _items(d, "queues", list)}
     s.in_progress = {
-        k: {i: Prog(Ev(i, x, q), a, f, c) for i, x, a, f, c, q in v}
-        for k, v in d["in_progress"].items()
+        k: {p.ev.id: p for p in map(_progress, v)} for k, v in _items(d, "in_progress", list)
     }
-    s.context = {k: KeyLog(*v) for k, v in d["context"].items()}
-    if d.get("v", 1) >= 3:
-        s.buffers = {
-            b: {t: [Ev(*e) for e in es] for t, es in by.items()} for b, by in d["buffers"].items()
-        }
-    else:
-        s.buffers = _legacy_buffers(d["buffers"])
-    s.waiters = {
-        w[0]: WaitRec(w[0], w[1], Ev(w[2], w[3], w[8]), w[4], w[5], w[6], w[7])
-        for w in d["waiters"]
+    s.context = {k: _keylog(v) for k, v in _items(d, "context", list)}
+    s.buffers = {
+        b: {t: [_ev(e) for e in _list(es, "buffer")] for t, es in by.items()}
+        for b, by in _items(d, "buffers", dict)
     }
-    s.answers = {k: None if a is None else Ev(*a) for k, a in d["answers"].items()}
-    s.unclaimed = {e[0]: Ev(*e) for e in d["unclaimed"]}
-    s.stream = [Ev(*e) for e in d["stream"]]
-    s.next_id = d["next_id"]
-    s.exec_us = d["exec_us"]
-    s._prev_ts = d["prev_ts"]
-    s._paused = d["paused"]
+    if d["v"] < 3:
+        s.buffers = _legacy_buffers(s.buffers)
+    s.waiters = {w.waiter_id: w for w in map(_waiter, _typed(d, "waiters", list))}
+    s.answers = {k: None if a is None else _ev(a) for k, a in _typed(d, "answers", dict).items()}
+    s.unclaimed = {e.id: e for e in map(_ev, _typed(d, "unclaimed", list))}
+    s.stream = [_ev(e) for e in _typed(d, "stream", list)]
+    s.next_id = _typed(d, "next_id", int)
+    s.exec_us = _typed(d, "exec_us", int)
+    s._prev_ts = _typed(d, "prev_ts", int, none=True)
+    s._paused = _typed(d, "paused", bool)
     return s
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _clip(x: Any) -> str:
+    text = orjson.dumps(x).decode()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _typed(d: dict[str, Any], key: str, kind: type, *, none: bool = False) -> Any:
+    """``d[key]``, refused unless it is a ``kind`` (or None, with ``none``)."""
+    x = d[key]
+    if x is None and none:
+        return None
+    ok = _is_int(x) if kind is int else isinstance(x, kind)
+    if not ok:
+        msg = f"its {key!r} is {_clip(x)}, not a {kind.__name__}"
+        raise SnapshotError(msg)
+    return x
+
+
+def _list(x: Any, what: str) -> list[Any]:
+    if not isinstance(x, list):
+        msg = f"a {what} entry {_clip(x)} is not a list"
+        raise SnapshotError(msg)
+    return x
+
+
+def _items(d: dict[str, Any], key: str, kind: type) -> list[tuple[str, Any]]:
+    """The entries of the object ``d[key]``, each value refused unless it is a ``kind``."""
+    obj = _typed(d, key, dict)
+    return [(k, _typed(obj, k, kind)) for k in obj]
+
+
+def _bad_shape(what: str, e: Any) -> NoReturn:
+    msg = f"a {what} entry {_clip(e)} does not have the shape dump_folded writes"
+    raise SnapshotError(msg)
+
+
+# The entries are checked with `type(x) is ...` (no bools for ints): a state of thousands of
+# events loads at about the cost of building it.
+
+
+def _ev(e: Any) -> Ev:
+    if type(e) is list and len(e) == 3:
+        i, dump, seq = e
+        if type(i) is int and type(seq) is int:
+            return Ev(i, dump, seq)
+    _bad_shape("event", e)
+
+
+def _progress(e: Any) -> Prog:
+    if type(e) is list and len(e) == 6:
+        i, dump, attempt, failures, conflicts, seq = e
+        if type(i) is type(attempt) is type(failures) is type(conflicts) is type(seq) is int:
+            return Prog(Ev(i, dump, seq), attempt, failures, conflicts)
+    _bad_shape("step", e)
+
+
+def _keylog(e: Any) -> KeyLog:
+    if type(e) is list and len(e) == 4:
+        dump, full, patch, seq = e
+        if type(full) is type(patch) is type(seq) is int:
+            return KeyLog(dump, full, patch, seq)
+    _bad_shape("context", e)
+
+
+def _waiter(e: Any) -> WaitRec:
+    if type(e) is list and len(e) == 9:
+        wid, step, i, dump, awaited, req, deadline, event, seq = e
+        if (
+            type(wid) is type(step) is type(awaited) is str
+            and type(i) is type(seq) is int
+            and (deadline is None or type(deadline) in (int, float))
+        ):
+            return WaitRec(wid, step, Ev(i, dump, seq), awaited, req, deadline, event)
+    _bad_shape("waiter", e)

@@ -5,14 +5,22 @@ Shared by :class:`Workflow` and the command line, which reads stores without use
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from eventstore import EventStore, RunInfo, StoredRecord, UnknownClassError, class_name
+from eventstore import (
+    EventStore,
+    LogCorruptedError,
+    RunInfo,
+    StoredRecord,
+    UnknownClassError,
+    class_name,
+)
 
 from . import _journal as J
-from ._errors import CheckpointNotFoundError, RunNotFoundError
-from ._fold import Folded, fold, load_folded, payload_of
+from ._errors import CheckpointNotFoundError, RunNotFoundError, SnapshotIgnoredWarning
+from ._fold import Folded, SnapshotError, fold, load_folded, payload_of
 from ._ownership import LeaseOwners, Owners
 from ._state import Checkpoint
 
@@ -22,6 +30,7 @@ __all__ = [
     "commits",
     "fold_run",
     "live_status",
+    "load_snapshot",
     "records_upto",
     "run_info",
     "run_summaries",
@@ -70,10 +79,13 @@ def fold_run(
 
     With ``cached`` (the default) it starts from the run's cached state when that is not
     past ``seq`` and folds only the records after it; ``cached=False`` folds the whole
-    log (the pure fold the cache must always agree with).
+    log (the pure fold the cache must always agree with). A cached state that does not
+    load, or does not fit the log it covers, is ignored with a
+    :class:`SnapshotIgnoredWarning` and the log is folded instead.
 
     :raises RunNotFoundError: no such run.
     :raises CheckpointNotFoundError: ``seq`` is before the run's first record.
+    :raises LogCorruptedError: a record of the run (or of its parent) is damaged.
     """
     info = run_info(store, run_id)
     if seq is not None and (info.first_seq is None or seq < info.first_seq):
@@ -81,8 +93,9 @@ def fold_run(
     if cached:
         snap = store.snapshot(run_id)
         if snap is not None and (seq is None or snap[0] <= seq):
-            state = load_folded(snap[1])
-            return fold(state, records_upto(store, run_id, seq, after=snap[0]))
+            state = _from_snapshot(store, info, snap, seq)
+            if state is not None:
+                return state
     if info.parent_run_id is not None and info.parent_seq is not None:
         state = fold_run(store, info.parent_run_id, info.parent_seq, cached=cached)
         state.run_id = run_id
@@ -90,6 +103,61 @@ def fold_run(
     else:
         state = Folded(run_id)
     return fold(state, records_upto(store, run_id, seq))
+
+
+def load_snapshot(store: EventStore, info: RunInfo, at: int, data: str) -> Folded:
+    """The run's cached state ``data`` (its row says seq ``at``), once it fits the log.
+
+    It must load (:func:`load_folded`), be the state of this run at ``at``, and ``at``
+    must end one of the run's commits. What it holds beyond that only a full fold can
+    check (``workflow check``).
+
+    :raises SnapshotError: it does not load or does not fit; ``stale`` when it is only
+        of an older format.
+    """
+    state = load_folded(data)
+    if state.run_id != info.run_id:
+        msg = f"it is the state of run {state.run_id!r}"
+        raise SnapshotError(msg)
+    if state.seq != at:
+        msg = f"it says seq {state.seq}, its row seq {at}"
+        raise SnapshotError(msg)
+    if info.first_seq is None or info.last_seq is None or not info.first_seq <= at <= info.last_seq:
+        msg = f"seq {at} is outside the run's log (seqs {info.first_seq} to {info.last_seq})"
+        raise SnapshotError(msg)
+    if state.first_seq != info.first_seq:
+        msg = f"it says the run begins at seq {state.first_seq}, its log at {info.first_seq}"
+        raise SnapshotError(msg)
+    ends = [r.commit_seq for r in store.records(info.run_id, after=at - 1, upto=at)]
+    if ends != [at]:
+        msg = f"seq {at} does not end a commit of the run"
+        raise SnapshotError(msg)
+    return state
+
+
+def _from_snapshot(
+    store: EventStore, info: RunInfo, snap: tuple[int, str], seq: int | None
+) -> Folded | None:
+    """The state at ``seq`` folded on from the run's cached state; None if that is unfit."""
+    at, data = snap
+    try:
+        state = load_snapshot(store, info, at, data)
+    except SnapshotError as exc:
+        if not exc.stale:  # an older version's cache is not damage, only of no use here
+            _ignored(info.run_id, at, exc.reason)
+        return None
+    try:
+        return fold(state, records_upto(store, info.run_id, seq, after=at))
+    except LogCorruptedError as exc:
+        # A damaged record after the snapshot fails the full fold too, which then raises;
+        # if the full fold goes through, it was the cached state that did not fit.
+        full = fold_run(store, info.run_id, seq, cached=False)
+        _ignored(info.run_id, at, f"the records after it do not fold onto it ({exc})")
+        return full
+
+
+def _ignored(run_id: str, seq: int, reason: str) -> None:
+    warnings.warn(SnapshotIgnoredWarning(run_id, seq, reason), stacklevel=4)
 
 
 def live_status(status: str, only_waiters: bool, owned: bool) -> str:

@@ -1,15 +1,16 @@
 """The command line: ``python -m workflow`` (and the ``workflow`` script).
 
-Read commands (``runs``, ``history``, ``checkpoints``, ``state``, ``diff``, ``timeline``)
-open a store read-only and need no user code; ``run``, ``resume``, ``recover``, ``fork``,
-``send`` and ``graph`` import the workflow the user names with ``--workflow module:Class``,
-as do ``verify`` and ``worker``.
+Read commands (``runs``, ``history``, ``checkpoints``, ``state``, ``diff``, ``timeline``,
+``check``) open a store read-only and need no user code; ``run``, ``resume``, ``recover``,
+``fork``, ``send`` and ``graph`` import the workflow the user names with ``--workflow
+module:Class``, as do ``verify`` and ``worker``.
 """
 
 from __future__ import annotations
 
 # Importing the command modules registers their commands on the group.
 from . import _actions as _actions
+from . import _check as _check
 from . import _graph as _graph
 from . import _ops as _ops
 from . import _timeline as _timeline

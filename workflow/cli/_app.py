@@ -14,7 +14,7 @@ from typing import Any
 import click
 import orjson
 
-from eventstore import EventStore, StoredRecord
+from eventstore import EventStore, LogCorruptedError, StoredRecord
 
 from .. import _journal as J
 from .._fold import Folded, materialize
@@ -30,6 +30,7 @@ from ._common import (
 )
 from ._inspect import (
     Change,
+    Damaged,
     Viewer,
     describe,
     diff,
@@ -39,6 +40,7 @@ from ._inspect import (
     fold_at,
     note_event,
     owners,
+    readable_records,
     record_json,
     state_json,
     status_of,
@@ -132,14 +134,6 @@ def runs(db: str, workflow_spec: str | None, as_json: bool) -> None:
 # ---------------------------------------------------------------------------- history
 
 
-def _history_records(
-    store: EventStore, run_id: str, after: int, upto: int | None
-) -> Iterator[StoredRecord]:
-    if upto is not None and upto <= after:
-        return iter(())
-    return store.records(run_id, after=after, upto=upto)
-
-
 @cli.command()
 @click.argument("db")
 @click.argument("run")
@@ -168,7 +162,8 @@ def history(
     """Print the log of RUN, a line a record: seq, commit, time, kind, step, event, payload.
 
     With --traceback each failed attempt's stored traceback follows its line (--json
-    always has it, in the payload).
+    always has it, in the payload). A damaged record gets a line naming its seq and the
+    error; the exit status is then 1.
     """
     store, view, _ = reader(db, workflow_spec)
     info = run_info(store, run)
@@ -179,38 +174,78 @@ def history(
     last = info.last_seq or 0
     upto = last if to_seq is None else min(to_seq, last)
     after = max(0, (from_seq or 0) - 1)
-    records = _history_records(store, run, after, upto)
+    records = readable_records(store, run, after, upto)
     bar = progress(store, run, "reading")
     if bar is not None:
-        records = bar(records)
+        records = bar(records)  # type: ignore[arg-type]  # it only counts what passes
     wanted = set(kinds)
+    damaged: list[int] = []
 
-    def selected() -> Iterator[tuple[StoredRecord, Any, str]]:
+    def selected() -> Iterator[tuple[StoredRecord | Damaged, Any, str]]:
         types = event_types_upto(store, run, after)
         for r in records:
-            p = r.data()
-            note_event(r, p, types)
-            if wanted and r.kind not in wanted:
+            if not isinstance(r, Damaged):
+                try:
+                    p = r.data()
+                    if not isinstance(p, dict):
+                        msg = f"record seq {r.seq}: its payload is not a JSON object"
+                        raise LogCorruptedError(msg, seq=r.seq)
+                    note_event(r, p, types)
+                except Exception as exc:  # whatever a damaged payload makes fail
+                    r = Damaged(r.seq, exc, r)
+            row = r.record if isinstance(r, Damaged) else r
+            if row is not None:  # a row that could not be read is shown whatever the filters
+                if wanted and row.kind not in wanted:
+                    continue
+                if step_name is not None and row.step != step_name:
+                    continue
+            if isinstance(r, Damaged):
+                damaged.append(r.seq)
+                yield r, None, ""
                 continue
-            if step_name is not None and r.step != step_name:
-                continue
-            ev_id = p.get("id") if isinstance(p, dict) else None
+            ev_id = p.get("id")
             yield r, p, types.get(ev_id, "") if isinstance(ev_id, int) else ""
 
     if as_json:
         _history_json(selected())
-        return
-    _history_text(store, run, info.created, upto, selected(), view, full, show_tb)
+    else:
+        _history_text(store, run, info.created, upto, selected(), view, full, damaged, show_tb)
+    if damaged:
+        listed = ", ".join(map(str, damaged[:5])) + (", ..." if len(damaged) > 5 else "")
+        click.echo(
+            f"error: {len(damaged)} damaged record(s) in run {run} (seq {listed});"
+            f" 'workflow check {db} {run}' checks the whole run",
+            err=True,
+        )
+        raise click.exceptions.Exit(1)
 
 
-def _history_json(items: Iterator[tuple[StoredRecord, Any, str]]) -> None:
+def _history_json(items: Iterator[tuple[StoredRecord | Damaged, Any, str]]) -> None:
     # Streamed item by item: a log of a million records never sits in memory as one list.
     click.echo("[", nl=False)
     for i, (r, _, t) in enumerate(items):
-        row = record_json(r)
-        row["event_type"] = row["event_type"] or t or None
+        if isinstance(r, Damaged):
+            row = _damaged_json(r)
+        else:
+            row = record_json(r)
+            row["event_type"] = row["event_type"] or t or None
         click.echo(("," if i else "") + "\n  " + orjson.dumps(row).decode(), nl=False)
     click.echo("\n]")
+
+
+def _damaged_json(d: Damaged) -> dict[str, Any]:
+    r = d.record
+    return {
+        "seq": d.seq,
+        "commit_seq": None if r is None else r.commit_seq,
+        "ts": None if r is None else r.ts,
+        "kind": None if r is None else r.kind,
+        "step": None if r is None else r.step,
+        "event_type": None,
+        "payload": None,
+        "payload_text": None if r is None else r.payload,
+        "damaged": {"error": type(d.error).__name__, "message": str(d.error)},
+    }
 
 
 def _history_text(
@@ -218,9 +253,10 @@ def _history_text(
     run: str,
     base_ts: int,
     upto: int,
-    items: Iterator[tuple[StoredRecord, Any, str]],
+    items: Iterator[tuple[StoredRecord | Damaged, Any, str]],
     view: Viewer,
     full: bool,
+    damaged: list[int],
     show_tb: bool = False,
 ) -> None:
     steps = [
@@ -243,18 +279,35 @@ def _history_text(
     empty = True
     for r, p, t in items:
         empty = False
-        text = " ".join(describe(r, p, view, value_w).split("\n"))
-        cells = [
-            str(r.seq),
-            str(r.commit_seq),
-            f"+{max(0, r.ts - base_ts) / 1e6:.3f}",
-            r.kind,
-            clip(r.step or "", step_w),
-            clip(_short(t), widths[5]),
-            clip(text, payload_w),
-        ]
+        if not isinstance(r, Damaged):
+            try:
+                text = " ".join(describe(r, p, view, value_w).split("\n"))
+            except Exception as exc:  # a payload of the wrong shape
+                damaged.append(r.seq)
+                r = Damaged(r.seq, exc, r)
+        if isinstance(r, Damaged):
+            rec = r.record
+            cells = [
+                str(r.seq),
+                "?" if rec is None else str(rec.commit_seq),
+                "" if rec is None else f"+{max(0, rec.ts - base_ts) / 1e6:.3f}",
+                "?" if rec is None else rec.kind,
+                "" if rec is None else clip(rec.step or "", step_w),
+                "",
+                f"DAMAGED {r.error_text()}",
+            ]
+        else:
+            cells = [
+                str(r.seq),
+                str(r.commit_seq),
+                f"+{max(0, r.ts - base_ts) / 1e6:.3f}",
+                r.kind,
+                clip(r.step or "", step_w),
+                clip(_short(t), widths[5]),
+                clip(text, payload_w),
+            ]
         click.echo(_line(cells, widths))
-        if show_tb and r.kind == J.STEP_FAILED:
+        if show_tb and not isinstance(r, Damaged) and r.kind == J.STEP_FAILED:
             # Under the line it belongs to, whole: its last lines say where it failed.
             click.echo("\n".join(traceback_lines(p, " " * (num_w + 2))))
     if empty:

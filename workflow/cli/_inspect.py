@@ -7,6 +7,7 @@ when the user named the workflow).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any, Final
 
 import orjson
 
-from eventstore import Codec, EventStore, NotAStoreError, RunInfo, StoredRecord
+from eventstore import Codec, EventStore, LogCorruptedError, NotAStoreError, RunInfo, StoredRecord
 
 from .. import _journal as J
 from .._errors import CheckpointNotFoundError, WorkflowRuntimeError
@@ -25,6 +26,7 @@ from ._render import short_class, show_dump, show_typed
 
 __all__ = [
     "Change",
+    "Damaged",
     "Viewer",
     "check_seq",
     "describe",
@@ -35,6 +37,7 @@ __all__ = [
     "is_url",
     "open_store",
     "owners",
+    "readable_records",
     "state_json",
     "traceback_lines",
 ]
@@ -164,6 +167,47 @@ def status_of(store: EventStore, s: Folded) -> str:
     if info.last_seq is not None and s.seq < info.last_seq:
         return s.status
     return live_status(s.status, s.only_waiters(), is_owned(store, info.rid, s.run_id))
+
+
+# ---------------------------------------------------------------------------- damaged records
+
+
+@dataclass(frozen=True, slots=True)
+class Damaged:
+    """A record that cannot be shown: its seq, why, and the row when that could be read."""
+
+    seq: int
+    error: BaseException
+    record: StoredRecord | None = None
+
+    def error_text(self) -> str:
+        """The error's class and message, on one line."""
+        return f"{type(self.error).__name__}: {' '.join(str(self.error).split())}"
+
+
+def readable_records(
+    store: EventStore,
+    run_id: str,
+    after: int,
+    upto: int | None,
+    kinds: list[str] | None = None,
+) -> Iterator[StoredRecord | Damaged]:
+    """The run's records after ``after``; one that cannot be read back comes as :class:`Damaged`.
+
+    Reading goes on after a damaged record, so one flipped byte hides one line, not the rest
+    of the log.
+    """
+    while upto is None or after < upto:
+        try:
+            for r in store.records(run_id, after=after, upto=upto, kinds=kinds):
+                after = r.seq
+                yield r
+            return
+        except LogCorruptedError as exc:
+            if exc.seq is None or exc.seq <= after:
+                raise  # not one record's fault: the store cannot be read here at all
+            yield Damaged(exc.seq, exc)
+            after = exc.seq
 
 
 # ---------------------------------------------------------------------------- one record
@@ -524,6 +568,9 @@ def event_types_upto(store: EventStore, run_id: str, seq: int) -> dict[int, str]
     if info.parent_run_id is not None and info.parent_seq is not None:
         types = event_types_upto(store, info.parent_run_id, info.parent_seq)
     kinds = [J.ENQUEUED, J.WAIT_RESOLVED, J.RUN_STARTED]
-    for r in store.records(run_id, upto=seq, kinds=kinds):
-        note_event(r, r.data(), types)
+    for r in readable_records(store, run_id, 0, seq, kinds):
+        if isinstance(r, Damaged):
+            continue  # the history shows it where it belongs
+        with contextlib.suppress(Exception):  # a damaged payload names no event
+            note_event(r, r.data(), types)
     return types
