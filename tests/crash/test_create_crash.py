@@ -83,6 +83,8 @@ def test_sigkill_during_creation_never_leaves_an_unopenable_file(
         if outcome == "killed" and racer is None:
             found[before] += 1
     assert unopenable == []
-    # The kills landed across the creation: some before the store existed, some after.
+    # The kills landed across the creation: some before it was done, some too late to stop
+    # it. (A kill after the store is published but before the child exits is rare with an
+    # atomic publish; the repair of such files is tested on committed fixtures instead.)
     assert found["absent"] > 0, found
-    assert found["present"] > 0, found
+    assert any(o == "exited=0" for _, o, _ in outcomes), Counter(o for _, o, _ in outcomes)
