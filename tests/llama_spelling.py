@@ -13,7 +13,6 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from workflow import (
-    ConstantDelayRetryPolicy,
     Context,
     Event,
     HumanResponseEvent,
@@ -22,6 +21,15 @@ from workflow import (
     StopEvent,
     Workflow,
     step,
+)
+from workflow.retry_policy import (
+    retry_if_exception_message,
+    retry_if_exception_type,
+    retry_policy,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_fixed,
+    wait_random,
 )
 
 
@@ -138,11 +146,17 @@ class Answer(StopEvent):
 
 
 class FlakyFlow(Workflow):
-    """A retry policy on a step, and a ``StopEvent`` subclass as the result."""
+    """A composed retry policy on a step, and a ``StopEvent`` subclass as the result."""
 
     failures = 0
 
-    @step(retry_policy=ConstantDelayRetryPolicy(delay=0.01, maximum_attempts=3))
+    @step(
+        retry_policy=retry_policy(
+            retry=retry_if_exception_type(RuntimeError) | retry_if_exception_message(match="again"),
+            wait=wait_fixed(0.01) + wait_random(0, 0.01),
+            stop=stop_after_attempt(3) | stop_after_delay(30),
+        )
+    )
     async def flaky(self, ev: StartEvent) -> Answer:
         if type(self).failures < 1:
             type(self).failures += 1

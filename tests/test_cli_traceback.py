@@ -16,7 +16,6 @@ from click.testing import CliRunner, Result
 from eventstore import EventStore
 from tests.test_cli import WRITER_PY, _no_times, writer_dir
 from workflow import (
-    ConstantDelayRetryPolicy,
     Context,
     StartEvent,
     StopEvent,
@@ -25,6 +24,7 @@ from workflow import (
 )
 from workflow.cli import cli
 from workflow.cli._timeline import TRACEBACK, render_page, timeline_data
+from workflow.retry_policy import retry_policy, stop_after_attempt, wait_fixed
 
 __all__ = ["writer_dir"]  # the README's writer.py, as a fixture
 
@@ -171,7 +171,7 @@ class Retrier(Workflow):
 
     calls: ClassVar[dict[str, int]] = {}  # outside the context: failed attempts count too
 
-    @step(retry_policy=ConstantDelayRetryPolicy(delay=0.01, maximum_attempts=3))
+    @step(retry_policy=retry_policy(wait=wait_fixed(0.01), stop=stop_after_attempt(3)))
     async def work(self, ctx: Context[Any], ev: StartEvent) -> StopEvent:
         calls = self.calls[ctx.run_id] = self.calls.get(ctx.run_id, 0) + 1
         if calls < 3:

@@ -11,7 +11,6 @@ from pydantic import BaseModel
 
 from eventstore import EncodeError, EventStore
 from workflow import (
-    ConstantDelayRetryPolicy,
     Context,
     Event,
     HumanResponseEvent,
@@ -23,6 +22,7 @@ from workflow import (
     WorkflowValidationError,
     step,
 )
+from workflow.retry_policy import retry_policy, stop_after_attempt, wait_fixed
 
 
 class Middle(Event):
@@ -220,7 +220,7 @@ async def test_writers_of_different_keys_run_in_parallel(store: EventStore) -> N
 
 
 class Flaky(Workflow):
-    @step(retry_policy=ConstantDelayRetryPolicy(maximum_attempts=3, delay=0.01))
+    @step(retry_policy=retry_policy(wait=wait_fixed(0.01), stop=stop_after_attempt(3)))
     async def start(self, ctx: Context, ev: StartEvent) -> StopEvent:
         n = self.calls = getattr(self, "calls", 0) + 1
         await ctx.store.set("calls_seen", n)

@@ -22,14 +22,10 @@ from ._events import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, 
 from ._handler import WorkflowHandler
 from ._recover import Recovery
 from ._state import Checkpoint, InProgress, RunState, Waiter
-from ._step import (
-    ConstantDelayRetryPolicy,
-    ExponentialBackoffRetryPolicy,
-    RetryPolicy,
-    step,
-)
+from ._step import step
 from ._worker import Worker
 from ._workflow import RunSummary, Workflow
+from .retry_policy import ConstantDelayRetryPolicy, ExponentialBackoffRetryPolicy, RetryPolicy
 
 __all__ = [
     "Checkpoint",

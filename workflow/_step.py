@@ -3,81 +3,23 @@
 from __future__ import annotations
 
 import inspect
-import random
 import types
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, overload, runtime_checkable
+from typing import Any, TypeVar, overload
 
 from ._errors import WorkflowValidationError
 from ._events import Event
+from .retry_policy import RetryPolicy, _SeedlessRetryPolicy
 
 __all__ = [
-    "ConstantDelayRetryPolicy",
-    "ExponentialBackoffRetryPolicy",
-    "RetryPolicy",
     "StepSpec",
     "step",
 ]
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 STEP_ATTR = "__workflow_step__"
-
-
-@runtime_checkable
-class RetryPolicy(Protocol):
-    """Decides whether a failed attempt is retried: seconds to wait, or None to give up.
-
-    ``attempts`` is the number of attempts made so far (1 after the first failure);
-    ``elapsed_time`` the seconds since the first attempt began.
-    """
-
-    def next(self, elapsed_time: float, attempts: int, error: Exception) -> float | None: ...
-
-
-class ConstantDelayRetryPolicy:
-    """Retries after a fixed delay until ``maximum_attempts`` attempts were made."""
-
-    def __init__(self, maximum_attempts: int = 3, delay: float = 5) -> None:
-        self.maximum_attempts = maximum_attempts
-        self.delay = delay
-
-    def next(self, elapsed_time: float, attempts: int, error: Exception) -> float | None:
-        """The delay before the next attempt, or None when attempts are used up."""
-        return self.delay if attempts < self.maximum_attempts else None
-
-    def __repr__(self) -> str:
-        return (
-            f"ConstantDelayRetryPolicy(maximum_attempts={self.maximum_attempts},"
-            f" delay={self.delay})"
-        )
-
-
-class ExponentialBackoffRetryPolicy:
-    """Retries with delays growing by ``multiplier`` (capped at ``max_delay``), with jitter."""
-
-    def __init__(
-        self,
-        maximum_attempts: int = 5,
-        initial_delay: float = 1.0,
-        multiplier: float = 2.0,
-        max_delay: float = 30.0,
-        jitter: bool = False,
-    ) -> None:
-        self.maximum_attempts = maximum_attempts
-        self.initial_delay = initial_delay
-        self.multiplier = multiplier
-        self.max_delay = max_delay
-        self.jitter = jitter
-
-    def next(self, elapsed_time: float, attempts: int, error: Exception) -> float | None:
-        """The delay before the next attempt, or None when attempts are used up."""
-        if attempts >= self.maximum_attempts:
-            return None
-        delay = min(self.initial_delay * self.multiplier ** max(attempts - 1, 0), self.max_delay)
-        # Jitter spreads retries of many runs apart; it only affects timing, never results.
-        return delay * random.uniform(0.5, 1.0) if self.jitter else delay
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +33,13 @@ class StepSpec:
     event_param: str
     ctx_param: str | None
     num_workers: int
-    retry_policy: RetryPolicy | None
+    retry_policy: RetryPolicy | _SeedlessRetryPolicy | None
 
 
 @dataclass(frozen=True, slots=True)
 class _StepOptions:
     num_workers: int
-    retry_policy: RetryPolicy | None
+    retry_policy: RetryPolicy | _SeedlessRetryPolicy | None
 
 
 @overload
@@ -105,7 +47,9 @@ def step(func: F, /) -> F: ...
 
 
 @overload
-def step(*, num_workers: int = 4, retry_policy: RetryPolicy | None = None) -> Callable[[F], F]: ...
+def step(
+    *, num_workers: int = 4, retry_policy: RetryPolicy | _SeedlessRetryPolicy | None = None
+) -> Callable[[F], F]: ...
 
 
 def step(
@@ -113,7 +57,7 @@ def step(
     /,
     *,
     num_workers: int = 4,
-    retry_policy: RetryPolicy | None = None,
+    retry_policy: RetryPolicy | _SeedlessRetryPolicy | None = None,
 ) -> F | Callable[[F], F]:
     """Marks an async method of a :class:`Workflow` as a step.
 
@@ -125,9 +69,14 @@ def step(
     if num_workers < 1:
         msg = f"num_workers must be at least 1, not {num_workers}"
         raise WorkflowValidationError(msg)
-    if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
+    if retry_policy is not None and (
+        isinstance(retry_policy, type) or not callable(getattr(retry_policy, "next", None))
+    ):
+        # Any object with the protocol's next() will do; the usual slip is passing a part
+        # (wait_fixed(1)) or an uncalled factory where the built policy belongs.
         msg = (
-            f"retry_policy must have a next(elapsed_time, attempts, error) method: {retry_policy!r}"
+            "retry_policy must have a next(elapsed_time, attempts, error) method, such as"
+            f" retry_policy(wait=wait_fixed(1), stop=stop_after_attempt(3)): {retry_policy!r}"
         )
         raise WorkflowValidationError(msg)
 
