@@ -149,7 +149,7 @@ class BatchWriter:
         """Writes one commit: fences and checks it, assigns its seqs, writes its records."""
         run_id, create = commit.run_id, commit.create
         if create is None:
-            run = self._run(run_id)
+            run = self._runs.get(run_id) or self._run(run_id)
             if commit.epoch is not None and commit.epoch != run.epoch:
                 msg = (
                     f"run {run_id!r}: append under epoch {commit.epoch} refused, the run's"
