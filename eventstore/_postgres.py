@@ -1,4 +1,4 @@
-"""The same store contract on PostgreSQL (psycopg 3): schema, the write batch, the reads.
+"""The same store contract on PostgreSQL (psycopg 3): schema, connections, the transaction.
 
 ``EventStore("postgresql://user@host/db?schema=name")`` keeps its tables in ``name`` (the
 ``schema`` parameter is ours; the rest of the URL goes to libpq). Seqs come from one row
@@ -8,24 +8,14 @@ never sees seq 14 before seq 13 commits (a PostgreSQL sequence would not promise
 
 from __future__ import annotations
 
-import contextlib
 import re
-import time
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import orjson
-
-from ._errors import (
-    ConcurrencyError,
-    NotAStoreError,
-    RunNotFoundError,
-    SchemaVersionError,
-    StoreUnavailableError,
-    WriterFailedError,
-)
-from ._records import AppendResult, Commit, RunInfo, Seq, StoredRecord, run_info_from_row
+from ._errors import NotAStoreError, SchemaVersionError, StoreUnavailableError
+from ._sql import StandardWriteSQL
 
 try:
     import psycopg
@@ -38,23 +28,14 @@ READ_ERRORS: Final[tuple[type[BaseException], ...]] = (
     (psycopg.DatabaseError,) if psycopg is not None else ()
 )
 APP_ID: Final = "durable-workflows/eventstore"
-PAGE_SIZE: Final = 2_000
 _IDENT: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
-__all__ = ["Writer", "connect", "is_url", "open_database"]
+__all__ = ["PostgresBackend", "PostgresWriteSQL", "connect", "is_url", "open_database"]
 
 
 def is_url(target: str) -> bool:
     """Whether a store location names a PostgreSQL database."""
     return target.startswith(("postgresql://", "postgres://"))
-
-
-def now_us() -> int:
-    return time.time_ns() // 1000
-
-
-class Busy(Exception):
-    """Never raised: PostgreSQL waits for row locks itself."""
 
 
 def _split(url: str) -> tuple[str, str]:
@@ -79,15 +60,7 @@ def _require() -> None:
         raise ImportError(msg)
 
 
-def connect(
-    target: str,
-    *,
-    uri: bool = True,
-    readonly: bool,
-    durability: str = "normal",
-    memory: bool = False,
-    busy_timeout_ms: int = 0,
-) -> Any:
+def connect(target: str, *, readonly: bool, durability: str = "normal") -> Any:
     """One autocommit connection with the store's schema first on the search path."""
     _require()
     url, schema = _split(target)
@@ -106,12 +79,9 @@ def _where(target: str) -> str:
     return f"{parts.hostname or 'localhost'}/{parts.path.lstrip('/')} schema {schema}"
 
 
-def open_database(
-    path: str | None, *, readonly: bool, durability: str, memory_name: str
-) -> tuple[str, bool]:
+def open_database(path: str, *, readonly: bool) -> None:
     """Validates, creates or migrates the store's tables; foreign schemas are refused."""
     _require()
-    assert path is not None
     url, schema = _split(path)
     where = _where(path)
     try:
@@ -154,7 +124,6 @@ def open_database(
             _create(conn, schema)
     finally:
         conn.close()
-    return path, True
 
 
 def _create(conn: Any, schema: str) -> None:
@@ -225,294 +194,104 @@ def _fatal(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.OperationalError | pg_errors.DiskFull | psycopg.InterfaceError)
 
 
-class _Redo(Exception):
-    def __init__(self, index: int, error: Exception) -> None:
-        self.index = index
-        self.error = error
-        super().__init__(repr(error))
+class _Connection:
+    """A psycopg connection that takes ``?`` placeholders, as the shared SQL is written."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Any:
+        return self.raw.execute(sql.replace("?", "%s"), parameters)
+
+    def executemany(self, sql: str, parameters: Sequence[Sequence[Any]], /) -> None:
+        with self.raw.cursor() as cur:
+            cur.executemany(sql.replace("?", "%s"), parameters)
+
+    def close(self) -> None:
+        self.raw.close()
 
 
-Op = Callable[["Writer"], Any]
+class PostgresWriteSQL(StandardWriteSQL):
+    """The write connection: one locked row of meta hands out seqs, in commit order."""
 
-
-class Writer:
-    """The write batch on PostgreSQL: the same semantics as the SQLite writer."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.last_seq = 0
-        self._rids: dict[str, int] = {}
-
-    def run_batch(self, ops: Sequence[Op]) -> list[tuple[bool, Any]]:
-        refused: dict[int, Exception] = {}
-        while True:
-            try:
-                return self._run_once(ops, refused)
-            except _Redo as redo:
-                refused[redo.index] = redo.error
-
-    def _run_once(self, ops: Sequence[Op], refused: dict[int, Exception]) -> list[tuple[bool, Any]]:
-        conn = self.conn
-        outcomes: list[tuple[bool, Any]] = []
-        try:
-            conn.execute("BEGIN")
-            # The allocation point: one locked row serialises writers in commit order.
-            (last,) = conn.execute(
-                "SELECT value FROM meta WHERE key = 'last_seq' FOR UPDATE"
-            ).fetchone()
-            self.last_seq = start = int(last)
-            for i, op in enumerate(ops):
-                if i in refused:
-                    outcomes.append((False, refused[i]))
-                    continue
-                before = self.last_seq
-                conn.execute("SAVEPOINT op")
-                try:
-                    result = op(self)
-                except Exception as exc:
-                    if _fatal(exc):
-                        raise
-                    # PostgreSQL aborts the transaction on any error: back to the savepoint.
-                    conn.execute("ROLLBACK TO SAVEPOINT op")
-                    self._rids.clear()
-                    self.last_seq = before
-                    outcomes.append((False, exc))
-                    continue
-                conn.execute("RELEASE SAVEPOINT op")
-                outcomes.append((True, result))
-            if self.last_seq != start:
-                conn.execute(
-                    "UPDATE meta SET value = %s WHERE key = 'last_seq'", (str(self.last_seq),)
-                )
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            with contextlib.suppress(Exception):  # the connection itself may be gone
-                conn.execute("ROLLBACK")
-            self._rids.clear()
-            msg = f"the write transaction failed: {exc}"
-            raise WriterFailedError(msg) from exc
-        return outcomes
-
-    def _rid(self, run_id: str) -> int:
-        rid = self._rids.get(run_id)
-        if rid is None:
-            found = self.conn.execute(
-                "SELECT rid FROM runs WHERE run_id = %s", (run_id,)
-            ).fetchone()
-            if found is None:
-                raise RunNotFoundError(run_id, "the store (commits to a new run need create=)")
-            rid = self._rids[run_id] = int(found[0])
-        return rid
-
-    def create_run(self, commit: Commit) -> int:
-        assert commit.create is not None
-        spec = commit.create
-        try:
-            (rid,) = self.conn.execute(
-                "INSERT INTO runs (run_id, epoch, status, created, parent_run_id, parent_seq,"
-                " meta) VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING rid",
-                (
-                    commit.run_id,
-                    commit.epoch or 0,
-                    spec.status,
-                    now_us(),
-                    spec.parent_run_id,
-                    spec.parent_seq,
-                    orjson.dumps(dict(spec.meta)).decode(),
-                ),
-            ).fetchone()
-        except pg_errors.UniqueViolation:
-            msg = f"run {commit.run_id!r} already exists"
-            raise ConcurrencyError(msg, run_id=commit.run_id) from None
-        self._rids[commit.run_id] = int(rid)
-        return int(rid)
-
-    def append(self, commit: Commit) -> AppendResult:
-        rid = self.create_run(commit) if commit.create is not None else self._rid(commit.run_id)
-        if commit.epoch is not None:
-            # Locks the run's row until commit: a concurrent claim waits, then wins.
-            (epoch,) = self.conn.execute(
-                "SELECT epoch FROM runs WHERE rid = %s FOR SHARE", (rid,)
-            ).fetchone()
-            if epoch != commit.epoch:
-                msg = (
-                    f"run {commit.run_id!r}: append under epoch {commit.epoch} refused, the"
-                    f" run's epoch is {epoch}; another executor took the run over"
-                )
-                raise ConcurrencyError(msg, run_id=commit.run_id)
-        if commit.check is not None:
-            commit.check()
-        n = len(commit.records)
-        first = self.last_seq + 1
-        last = self.last_seq + n
-        ts = now_us()
-        if n:
-            with self.conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO log (seq, rid, kind, step, payload, commit_seq, ts)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    [
-                        (first + i, rid, r.kind, r.step, r.payload, last, ts)
-                        for i, r in enumerate(commit.records)
-                    ],
-                )
-            self.last_seq = last
-        if commit.status is not None and commit.create is None:
-            self.conn.execute("UPDATE runs SET status = %s WHERE rid = %s", (commit.status, rid))
-        if commit.inbox_taken:
-            with self.conn.cursor() as cur:
-                cur.executemany(
-                    "UPDATE inbox SET taken_seq = %s WHERE id = %s AND taken_seq IS NULL",
-                    [(last, i) for i in commit.inbox_taken],
-                )
-        if commit.snapshot is not None:
-            self.conn.execute(
-                "INSERT INTO snapshots (rid, seq, data) VALUES (%s, %s, %s)"
-                " ON CONFLICT (rid) DO UPDATE SET seq = excluded.seq, data = excluded.data",
-                (rid, commit.snapshot[0], commit.snapshot[1]),
-            )
-        if commit.on_written is not None:
-            commit.on_written(Seq(last))
-        return AppendResult(Seq(first), Seq(last), ts)
-
-    def claim(self, run_id: str) -> int:
-        rid = self._rid(run_id)
-        (epoch,) = self.conn.execute(
-            "UPDATE runs SET epoch = epoch + 1 WHERE rid = %s RETURNING epoch", (rid,)
-        ).fetchone()
-        return int(epoch)
-
-    def lease(self, run_id: str, owner: str, ttl_us: int, *, renew: bool) -> bool:
-        """Takes (or renews) the run's lease for ``owner``; False if another owner holds it."""
-        now = now_us()
-        row = self.conn.execute(
-            "SELECT owner, expires FROM leases WHERE run_id = %s FOR UPDATE", (run_id,)
-        ).fetchone()
-        if row is not None and row[0] != owner and row[1] > now:
-            return False
-        if renew and (row is None or row[0] != owner):
-            return False
-        self.conn.execute(
-            "INSERT INTO leases (run_id, owner, expires) VALUES (%s, %s, %s) ON CONFLICT"
-            " (run_id) DO UPDATE SET owner = excluded.owner, expires = excluded.expires",
-            (run_id, owner, now + ttl_us),
-        )
-        return True
-
-    def release(self, run_id: str, owner: str) -> None:
-        self.conn.execute("DELETE FROM leases WHERE run_id = %s AND owner = %s", (run_id, owner))
-
-    def post(self, run_id: str, payload: str, key: str | None) -> tuple[int, bool]:
-        if key is not None:
-            found = self.conn.execute(
-                "SELECT id FROM inbox WHERE run_id = %s AND key = %s", (run_id, key)
-            ).fetchone()
-            if found is not None:
-                return int(found[0]), False
-        (entry,) = self.conn.execute(
-            "INSERT INTO inbox (run_id, key, payload, created) VALUES (%s, %s, %s, %s)"
-            " RETURNING id",
-            (run_id, key, payload, now_us()),
-        ).fetchone()
-        # Delivered when the transaction commits: wakes the run's owner on any host.
-        self.conn.execute("SELECT pg_notify(%s, %s)", (_channel(self.conn), run_id))
-        return int(entry), True
-
-
-# --------------------------------------------------------------------------- the read side
-
-_RUN_COLS: Final = (
-    "run_id, status, epoch, created,"
-    " coalesce((SELECT ts FROM log WHERE log.rid = runs.rid ORDER BY seq DESC LIMIT 1), created),"
-    " (SELECT min(seq) FROM log WHERE log.rid = runs.rid),"
-    " (SELECT max(seq) FROM log WHERE log.rid = runs.rid),"
-    " parent_run_id, parent_seq, meta, rid"
-)
-
-
-def read_run(conn: Any, run_id: str) -> RunInfo | None:
-    row = conn.execute(f"SELECT {_RUN_COLS} FROM runs WHERE run_id = %s", (run_id,)).fetchone()
-    return None if row is None else run_info_from_row(row)
-
-
-def read_runs(conn: Any) -> list[RunInfo]:
-    return [
-        run_info_from_row(r) for r in conn.execute(f"SELECT {_RUN_COLS} FROM runs ORDER BY rid")
-    ]
-
-
-def head(conn: Any) -> Seq:
-    row = conn.execute("SELECT max(seq) FROM log").fetchone()
-    return Seq(row[0] or 0)
-
-
-def iter_records(
-    connect_reader: Callable[[], Any],
-    run_id: str | None,
-    *,
-    after: int,
-    upto: int | None,
-    kinds: Sequence[str] | None,
-    page: int,
-) -> Iterator[StoredRecord]:
-    conn = connect_reader()
-    rid: int | None = None
-    if run_id is not None:
-        found = conn.execute("SELECT rid FROM runs WHERE run_id = %s", (run_id,)).fetchone()
-        if found is None:
-            raise RunNotFoundError(run_id, "the store")
-        rid = found[0]
-    where = ["log.seq > %s"]
-    if rid is not None:
-        where.append("log.rid = %s")
-    if upto is not None:
-        where.append("log.seq <= %s")
-    if kinds:
-        where.append("log.kind = ANY(%s)")
-    sql = (
-        "SELECT log.seq, runs.run_id, log.kind, log.step, log.payload, log.commit_seq, log.ts"
-        f" FROM log JOIN runs ON runs.rid = log.rid WHERE {' AND '.join(where)}"
-        " ORDER BY log.seq LIMIT %s"
+    errors = (psycopg.Error,) if psycopg is not None else ()
+    # Locks the run's row until commit: a concurrent claim waits, then wins.
+    FIND_RUN = StandardWriteSQL.FIND_RUN + " FOR SHARE"
+    LEASE_OF = StandardWriteSQL.LEASE_OF + " FOR UPDATE"
+    PUT_LEASE = (
+        "INSERT INTO leases (run_id, owner, expires) VALUES (?, ?, ?) ON CONFLICT (run_id)"
+        " DO UPDATE SET owner = excluded.owner, expires = excluded.expires"
     )
-    cursor = after
-    while True:
-        params: list[Any] = [cursor]
-        if rid is not None:
-            params.append(rid)
-        if upto is not None:
-            params.append(upto)
-        if kinds:
-            params.append(list(kinds))
-        params.append(page)
-        rows = connect_reader().execute(sql, params).fetchall()
-        yield from map(StoredRecord._make, rows)
-        if len(rows) < page:
-            return
-        cursor = rows[-1][0]
+
+    def __init__(self, raw: Any) -> None:
+        super().__init__(_Connection(raw))
+        self._channel = _channel(raw)
+        self._start = 0
+
+    def begin(self) -> int:
+        # Other hosts write between our transactions, so the writer's caches never hold:
+        # they are read again, under the locks this transaction takes.
+        self.conn.execute("BEGIN")
+        # The allocation point: one locked row serialises writers in commit order.
+        (last,) = self.conn.execute(
+            "SELECT value FROM meta WHERE key = 'last_seq' FOR UPDATE"
+        ).fetchone()
+        self._start = int(last)
+        return self._start
+
+    def commit(self, last_seq: int) -> None:
+        if last_seq != self._start:
+            self.conn.execute("UPDATE meta SET value = ? WHERE key = 'last_seq'", (str(last_seq),))
+        self.conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self.conn.execute("ROLLBACK")
+
+    def is_fatal(self, exc: BaseException) -> bool:
+        return _fatal(exc)
+
+    def insert(self, sql: str, params: Sequence[Any], key: str) -> int:
+        return int(self.conn.execute(f"{sql} RETURNING {key}", params).fetchone()[0])
+
+    def put_snapshot(self, rid: int, seq: int, data: str) -> None:
+        self.conn.execute(
+            "INSERT INTO snapshots (rid, seq, data) VALUES (?, ?, ?)"
+            " ON CONFLICT (rid) DO UPDATE SET seq = excluded.seq, data = excluded.data",
+            (rid, seq, data),
+        )
+
+    def insert_post(self, run_id: str, key: str | None, payload: str, created: int) -> int:
+        entry = super().insert_post(run_id, key, payload, created)
+        # Delivered when the transaction commits: wakes the run's owner on any host.
+        self.conn.execute("SELECT pg_notify(?, ?)", (self._channel, run_id))
+        return entry
 
 
-def read_inbox(conn: Any, run_id: str) -> list[tuple[int, str, str | None]]:
-    rows = conn.execute(
-        "SELECT id, payload, key FROM inbox WHERE run_id = %s AND taken_seq IS NULL ORDER BY id",
-        (run_id,),
-    ).fetchall()
-    return [tuple(r) for r in rows]
+class PostgresBackend:
+    """A store in a PostgreSQL schema, shared by every process and host that opens it."""
 
+    kind = "postgres"
+    where = "the postgres store"
+    read_errors = READ_ERRORS
+    writes_inline = False  # each write waits for the server: the event loop must not
 
-def read_lease(conn: Any, run_id: str) -> tuple[str, int] | None:
-    row = conn.execute("SELECT owner, expires FROM leases WHERE run_id = %s", (run_id,)).fetchone()
-    return None if row is None else (row[0], row[1])
+    def __init__(self, url: str, *, readonly: bool, durability: str) -> None:
+        open_database(url, readonly=readonly)
+        self._url = url
+        self._durability = durability
 
+    def reader(self) -> _Connection:
+        return _Connection(connect(self._url, readonly=True, durability=self._durability))
 
-def read_snapshot(conn: Any, run_id: str) -> tuple[Seq, str] | None:
-    row = conn.execute(
-        "SELECT snapshots.seq, snapshots.data FROM snapshots JOIN runs USING (rid)"
-        " WHERE runs.run_id = %s",
-        (run_id,),
-    ).fetchone()
-    return None if row is None else (Seq(row[0]), row[1])
+    def write_sql(self, *, busy_timeout_ms: int | None = None) -> PostgresWriteSQL:
+        # PostgreSQL waits for row locks itself; the loop never writes here, so no caller
+        # asks for a bound.
+        return PostgresWriteSQL(connect(self._url, readonly=False, durability=self._durability))
 
+    def listen(self, callback: Callable[[str], None], stop: threading.Event) -> None:
+        listen(self._url, callback, stop)
 
-def query(conn: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Runs a read query written with ``?`` placeholders, as on SQLite."""
-    return [tuple(r) for r in conn.execute(sql.replace("?", "%s"), params).fetchall()]
+    def close(self) -> None:
+        """Nothing to let go of: every connection belongs to a reader or a writer."""

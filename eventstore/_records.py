@@ -44,16 +44,18 @@ class NewRun:
 
 @dataclass(slots=True)
 class Commit:
-    """Records that take effect together: consecutive seqs, one savepoint, all or nothing.
+    """Records that take effect together: consecutive seqs, all or nothing.
 
     ``epoch`` fences the commit: when given, the run's current epoch must equal it.
     ``check`` runs in the writer right before the commit is written, in seq order with
     every other commit; raising :class:`~eventstore.ConcurrencyError` refuses the commit
     alone. ``on_written`` runs in the writer after the commit was written (before the
-    transaction is durable); it sees the commit's last seq. ``status`` updates the run's
-    status column; ``inbox_taken`` marks inbox entries as taken into the log by this commit.
-    ``snapshot`` replaces the run's cached derived state: the seq it reflects and its JSON
-    text. It is a cache, reproducible from the log; a commit may carry only a snapshot.
+    transaction is durable); it sees the commit's last seq. Both hooks run again, with the
+    new seqs, when their batch is written again because another commit of it failed after
+    writing. ``status`` updates the run's status column; ``inbox_taken`` marks inbox
+    entries as taken into the log by this commit. ``snapshot`` replaces the run's cached
+    derived state: the seq it reflects and its JSON text. It is a cache, reproducible from
+    the log; a commit may carry only a snapshot.
     """
 
     run_id: str

@@ -1,0 +1,188 @@
+"""The seam between the store and a database: what the shared code asks of a backend.
+
+The store's rules live once, above this seam: the commit rules in :mod:`._writer`, the
+scheduling of batches in :mod:`._committer`, the reads in :mod:`._sql`. A backend supplies
+connections and the SQL its database needs where standard SQL does not do
+(:mod:`._sqlite`, :mod:`._postgres`). SQL crosses the seam with ``?`` placeholders; a
+backend whose driver wants another style converts them in its :class:`Connection`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ._records import NewRun
+
+__all__ = [
+    "Backend",
+    "Busy",
+    "Connection",
+    "Cursor",
+    "Listen",
+    "LogRow",
+    "PreparedCommit",
+    "WriteSQL",
+    "now_us",
+]
+
+# One row of the log table: (seq, rid, kind, step, payload, commit_seq, ts).
+LogRow = tuple[int, int, str, str | None, str, int, int]
+# Calls back with a run id for every post to the store until the event is set.
+Listen = Callable[[Callable[[str], None], threading.Event], None]
+
+
+def now_us() -> int:
+    """Microseconds since the Unix epoch, UTC: how the log stores time."""
+    return time.time_ns() // 1000
+
+
+class Busy(Exception):
+    """The write lock is held elsewhere (another process or connection): try again."""
+
+
+class Cursor(Protocol):
+    """What the shared code reads from a cursor (sqlite3's and psycopg's both fit)."""
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Connection(Protocol):
+    """A database connection that takes SQL with ``?`` placeholders."""
+
+    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Cursor: ...
+
+    def executemany(self, sql: str, parameters: Sequence[Sequence[Any]], /) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(slots=True)  # not frozen: that costs a microsecond a commit, a tenth of one
+class PreparedCommit:
+    """One commit with the rules applied (fenced, checked, seqs assigned): what is left
+    for the database to write."""
+
+    rid: int
+    rows: list[LogRow]
+    last_seq: int  # the seq that ends the commit: taken inbox entries are marked with it
+    status: str | None
+    inbox_taken: Sequence[int]
+    snapshot: tuple[int, str] | None
+
+
+class WriteSQL(Protocol):
+    """One write connection of a backend, driven by the shared batch writer.
+
+    It runs statements and knows nothing of the rules: the writer decides what is
+    written, in which order, and what a failure refuses. Every method but ``begin``,
+    ``commit``, ``rollback`` and ``close`` runs inside the transaction ``begin`` opened.
+    """
+
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]:
+        """The driver's errors: an op that one escapes from is taken out of its batch,
+        which then runs again without it (the transaction may be unusable)."""
+        ...
+
+    def begin(self) -> int | None:
+        """Opens the write transaction (taking the write lock).
+
+        Returns None when no other connection can have written since this one's last
+        transaction, so what the writer cached still holds; otherwise the last seq ever
+        assigned, and the writer forgets its caches.
+
+        :raises Busy: the lock is held elsewhere and may be free later.
+        """
+        ...
+
+    def commit(self, last_seq: int) -> None:
+        """Writes what is left of the batch (the seq high-water mark, if the backend keeps
+        one) and commits."""
+        ...
+
+    def rollback(self) -> None:
+        """Rolls the open transaction back; the next ``begin`` returns the last seq."""
+        ...
+
+    def close(self) -> None: ...
+
+    def is_fatal(self, exc: BaseException) -> bool:
+        """Whether an error is the database's fault (disk full, I/O, lost connection)."""
+        ...
+
+    def find_run(self, run_id: str) -> tuple[int, int] | None:
+        """The run's (rid, epoch), or None; the epoch holds until the transaction ends."""
+        ...
+
+    def insert_run(self, run_id: str, epoch: int, create: NewRun, created: int) -> int:
+        """Adds the run's row; returns its rid."""
+        ...
+
+    def write(self, commit: PreparedCommit) -> None:
+        """Writes one prepared commit: its records, status, taken inbox entries, snapshot."""
+        ...
+
+    def set_epoch(self, rid: int, epoch: int) -> None: ...
+
+    def lease_of(self, run_id: str) -> tuple[str, int] | None:
+        """The run's lease (owner, expiry in microseconds), held until the transaction ends."""
+        ...
+
+    def put_lease(self, run_id: str, owner: str, expires: int) -> None: ...
+
+    def delete_lease(self, run_id: str, owner: str) -> None: ...
+
+    def find_post(self, run_id: str, key: str) -> int | None:
+        """The id of the run's inbox entry posted with ``key``, if there is one."""
+        ...
+
+    def insert_post(self, run_id: str, key: str | None, payload: str, created: int) -> int:
+        """Adds an inbox entry (and announces it, where the database can); returns its id."""
+        ...
+
+
+class Backend(Protocol):
+    """One opened store: how to connect to it, and what the facade tells its users."""
+
+    @property
+    def kind(self) -> str:
+        """``"memory"``, ``"sqlite"`` or ``"postgres"``: what ``EventStore.kind`` says."""
+        ...
+
+    @property
+    def where(self) -> str:
+        """How messages name the store: its file, or ``"the postgres store"``."""
+        ...
+
+    @property
+    def read_errors(self) -> tuple[type[BaseException], ...]:
+        """What a damaged store raises on reads."""
+        ...
+
+    @property
+    def writes_inline(self) -> bool:
+        """Whether a write costs microseconds of CPU and no wait on a server, so that the
+        event loop's thread may write itself rather than wake the writer thread."""
+        ...
+
+    @property
+    def listen(self) -> Listen | None:
+        """Announces posts made by any process, on databases that can (None elsewhere)."""
+        ...
+
+    def reader(self) -> Connection:
+        """A new read-only connection (one per thread)."""
+        ...
+
+    def write_sql(self, *, busy_timeout_ms: int | None = None) -> WriteSQL:
+        """A new write connection; ``busy_timeout_ms`` bounds how long a lock is waited for."""
+        ...
+
+    def close(self) -> None:
+        """Lets go of what the backend itself holds open."""
+        ...

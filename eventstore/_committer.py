@@ -1,0 +1,264 @@
+"""Group commit: operations from any thread or loop, written in batches by one writer.
+
+Every operation waiting at a given moment goes into one transaction of the shared
+:class:`~._writer.BatchWriter`. Batches are written by a writer thread, or, where a write
+costs only microseconds of CPU (:attr:`~._backend.Backend.writes_inline`), by the event
+loop itself at the end of the loop iteration in which its tasks queued them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from queue import Empty, SimpleQueue
+from typing import Any, Final, TypeVar
+
+from ._backend import Backend, Busy
+from ._errors import WriterFailedError
+from ._writer import BatchWriter, Op
+
+__all__ = ["INLINE_BUSY_MS", "LAZY_FLUSH_S", "Committer"]
+
+T = TypeVar("T")
+
+# Records that only say work began may wait this long for a commit to ride with.
+LAZY_FLUSH_S: Final = 0.05
+# How long a write on the event loop's thread may wait for the lock before the batch is
+# handed to the writer thread (which waits as long as it takes).
+INLINE_BUSY_MS: Final = 20
+
+_AnyFuture = asyncio.Future[Any] | concurrent.futures.Future[Any]
+
+
+@dataclass(slots=True)
+class _Item:
+    op: Op
+    future: _AnyFuture | None
+    loop: asyncio.AbstractEventLoop | None
+
+
+_STOP: Final = _Item(lambda w: None, None, None)
+_LAZY: Final = object()  # a wake-up for lazy items: the writer may wait a little for more
+
+
+def _resolve(batch: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for fut, ok, value in batch:
+        if fut.done() or fut.get_loop().is_closed():
+            continue  # nobody can be waiting for it any more
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
+
+class Committer:
+    """Queues operations and writes them in batches, resolving each caller's future.
+
+    ``guard`` raises when the store may not be written (closed, read-only); ``inline``
+    lets the event loop write its own batches.
+    """
+
+    def __init__(self, backend: Backend, *, inline: bool, guard: Callable[[], None]) -> None:
+        self._backend = backend
+        self._guard = guard
+        self._lock = threading.Lock()
+        self._queue: deque[_Item] = deque()
+        self._wake: SimpleQueue[object] = SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self.failed: WriterFailedError | None = None
+        # With durability "normal" a commit costs tens of microseconds of CPU and no fsync,
+        # less than waking a thread and being woken by it (~100 us here), so the event loop
+        # writes what its tasks queued at the end of each loop iteration, all in one
+        # transaction; "full" (an fsync per transaction) keeps the loop free and uses the
+        # writer thread. A lock held elsewhere moves the batch to the writer thread too.
+        self._inline = inline
+        self._inline_loop: asyncio.AbstractEventLoop | None = None
+        self._inline_writer: BatchWriter | None = None
+        self._pending: list[_Item] = []
+        self._flush_scheduled = False
+        self._lazy_handle: asyncio.TimerHandle | None = None
+        self.operations = 0
+        self.transactions = 0
+
+    def _check_writable(self) -> None:
+        self._guard()
+        if self.failed is not None:
+            raise self.failed
+
+    # ------------------------------------------------------------------ the writer thread
+
+    def _enqueue(self, item: _Item, *, lazy: bool = False) -> None:
+        self._check_writable()
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._writer_main, name="eventstore-writer", daemon=True
+                    )
+                    self._thread.start()
+        self._queue.append(item)
+        self._wake.put(_LAZY if lazy else None)
+
+    def _writer_main(self) -> None:
+        writer = BatchWriter(self._backend.write_sql())
+        try:
+            while True:
+                token = self._wake.get()
+                if token is _LAZY:
+                    # Only work-began records so far: give a commit a moment to join them.
+                    deadline = time.monotonic() + LAZY_FLUSH_S
+                    while token is _LAZY and (left := deadline - time.monotonic()) > 0:
+                        try:
+                            token = self._wake.get(timeout=left)
+                        except Empty:
+                            break
+                while True:
+                    try:
+                        self._wake.get_nowait()
+                    except Empty:
+                        break
+                items: list[_Item] = []
+                while self._queue:
+                    items.append(self._queue.popleft())
+                stop = any(item is _STOP for item in items)
+                items = [item for item in items if item is not _STOP]
+                if items and not self._write(writer, items):
+                    return
+                if stop:
+                    return
+        finally:
+            writer.close()
+
+    def _write(self, writer: BatchWriter, items: list[_Item]) -> bool:
+        try:
+            outcomes = self._run_blocking(writer, items)
+        except WriterFailedError as exc:
+            self.failed = exc
+            while self._queue:
+                items.append(self._queue.popleft())
+            self._settle(items, [(False, exc)] * len(items))
+            return False
+        self.operations += len(items)
+        self.transactions += 1
+        self._settle(items, outcomes)
+        return True
+
+    @staticmethod
+    def _run_blocking(writer: BatchWriter, items: list[_Item]) -> list[tuple[bool, Any]]:
+        # The writer thread may wait: a busy lock after the busy timeout is retried.
+        while True:
+            try:
+                return writer.run_batch([item.op for item in items])
+            except Busy:
+                continue
+
+    @staticmethod
+    def _settle(items: Sequence[_Item], outcomes: Sequence[tuple[bool, Any]]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
+        for item, (ok, value) in zip(items, outcomes, strict=True):
+            fut = item.future
+            if fut is None:
+                continue
+            if isinstance(fut, asyncio.Future):
+                assert item.loop is not None
+                by_loop.setdefault(item.loop, []).append((fut, ok, value))
+            elif ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
+        for loop, batch in by_loop.items():
+            # One wake-up of each loop per transaction, acks in commit order.
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_resolve, batch)
+
+    # ------------------------------------------------------------------ submitting
+
+    def submit_async(
+        self, op: Callable[[BatchWriter], T], *, lazy: bool = False
+    ) -> asyncio.Future[T]:
+        """Queues ``op`` from async code; the future resolves once its batch is durable."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        item = _Item(op, fut, loop)
+        if not self._uses_inline(loop):
+            self._enqueue(item, lazy=lazy)
+            return fut
+        self._check_writable()
+        self._pending.append(item)
+        if self._flush_scheduled:
+            return fut
+        if not lazy:
+            self._flush_scheduled = True
+            loop.call_soon(self.flush_inline)
+        elif self._lazy_handle is None:
+            self._lazy_handle = loop.call_later(LAZY_FLUSH_S, self.flush_inline)
+        return fut
+
+    def submit_sync(self, op: Callable[[BatchWriter], T]) -> T:
+        """Runs ``op`` from synchronous code on the writer thread; blocks until durable."""
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._enqueue(_Item(op, fut, None))
+        return fut.result()
+
+    def _uses_inline(self, loop: asyncio.AbstractEventLoop) -> bool:
+        if not self._inline:
+            return False
+        bound = self._inline_loop
+        if bound is loop:
+            return True
+        if bound is None or (bound.is_closed() and not self._pending):
+            self._inline_loop = loop
+            return True
+        return False
+
+    def flush_inline(self) -> None:
+        """Writes what the event loop's tasks queued, on the loop's own thread."""
+        self._flush_scheduled = False
+        if self._lazy_handle is not None:
+            self._lazy_handle.cancel()
+            self._lazy_handle = None
+        items, self._pending = self._pending, []
+        if not items:
+            return
+        writer = self._inline_writer
+        if writer is None:
+            sql = self._backend.write_sql(busy_timeout_ms=INLINE_BUSY_MS)
+            writer = self._inline_writer = BatchWriter(sql)
+        try:
+            outcomes = writer.run_batch([item.op for item in items])
+        except Busy:
+            # Contention with another writer: from now on the writer thread, which may
+            # wait for the lock, writes for this store (in order: these items go first).
+            self._inline = False
+            for item in items:
+                self._enqueue(item)
+            return
+        except WriterFailedError as exc:
+            self.failed = exc
+            outcomes = [(False, exc)] * len(items)
+        else:
+            self.operations += len(items)
+            self.transactions += 1
+        _resolve(
+            [(item.future, ok, value) for item, (ok, value) in zip(items, outcomes, strict=True)]  # type: ignore[misc]
+        )
+
+    # ------------------------------------------------------------------ closing
+
+    def close(self) -> None:
+        """Writes what is queued, stops the writer thread and closes the write connections."""
+        if self._pending:
+            self.flush_inline()
+        if self._inline_writer is not None:
+            self._inline_writer.close()
+        thread = self._thread
+        if thread is not None and self.failed is None:
+            self._queue.append(_STOP)
+            self._wake.put(None)
+            thread.join()
