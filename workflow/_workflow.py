@@ -29,6 +29,8 @@ from eventstore import (
 )
 
 from . import _journal as J
+from ._changes import encode_updates
+from ._diff import TrackedDict, TrackedList
 from ._errors import (
     RunFinishedError,
     WorkflowChangedError,
@@ -105,6 +107,9 @@ class Workflow:
         self._max_recovery = max_recovery_attempts
         self._codec = Codec(how_to_register="Workflow(types=[{name}])")
         self._codec.register(*self._graph.event_types(), *types)
+        # Views handed out by ctx.store.get are written as the value they show.
+        self._codec.register_proxy(TrackedList, list)
+        self._codec.register_proxy(TrackedDict, lambda view: dict(view.items()))
         self._state_type: type | None = self._find_state_type()
         if self._state_type is not None:
             self._codec.register(self._state_type)
@@ -279,8 +284,10 @@ class Workflow:
         :raises RunOwnedError: another live executor runs it.
         :raises RunFinishedError: ``updates`` for a finished run (fork it instead).
         :raises WorkflowChangedError: its queued or in-progress work fits no step now.
+        :raises EncodeError: an update holds a value the log cannot hold.
         """
         _require_loop("resume")
+        updates = encode_updates(self._codec, updates)  # refused before the run is claimed
         live = _live.get((id(self._store), run_id))
         if live is not None:
             if updates:
@@ -319,8 +326,11 @@ class Workflow:
 
         The fork records its parent and the seq and copies nothing; the parent is never
         changed. Steps in progress at the checkpoint run again.
+
+        :raises EncodeError: an update holds a value the log cannot hold.
         """
         _require_loop("run_from")
+        updates = encode_updates(self._codec, updates)  # refused before the fork begins
         if isinstance(checkpoint, dict):
             checkpoint = Checkpoint.model_validate(checkpoint)
         if isinstance(checkpoint, Checkpoint):
@@ -463,7 +473,8 @@ class Workflow:
             raise WorkflowChangedError(run_id, problems)
 
     async def _post(self, run_id: str, event: Event, key: str | None) -> int:
-        return await self._store.post(run_id, self._codec.encode(event), key=key)
+        text = self._codec.encode(event, name=type(event).__name__)
+        return await self._store.post(run_id, text, key=key)
 
     # ------------------------------------------------------------------ reading
 
@@ -539,7 +550,8 @@ class Workflow:
         if (info.status or "running") in TERMINAL:
             msg = f"run {run_id!r} has {info.status}; nothing would take the event in"
             raise WorkflowRuntimeError(msg)
-        entry = self._store.post_sync(run_id, self._codec.encode(event), key=idempotency_key)
+        text = self._codec.encode(event, name=type(event).__name__)
+        entry = self._store.post_sync(run_id, text, key=idempotency_key)
         live = _live.get((id(self._store), run_id))
         if live is not None:
             loop = live.done.get_loop()
