@@ -534,6 +534,16 @@ async def test_external_event_is_refused_at_the_call(
     await finish(wf, handler)
 
 
+@pytest.mark.parametrize("bad", BAD_VALUES)
+async def test_start_event_is_refused_at_the_call(store: EventStore, bad: Bad) -> None:
+    """A start event the log cannot hold raises EncodeError at ``run()``; no run is made."""
+    wf = Refusals(store=store)
+    with pytest.raises(EncodeError) as info:
+        wf.run(payload=bad.make())
+    check_refusal(info.value, bad, "StartEvent.payload", 2, "")
+    assert wf.runs() == []
+
+
 # ---------------------------------------------------------------------------- near the limit
 
 

@@ -117,6 +117,7 @@ def run_started(
     """The first record of a run (or of a fork, which names its parent and seq).
 
     It carries the step graph, so that ``verify`` can say how today's steps differ.
+    ``start_event`` may be given already encoded (an ``orjson.Fragment``).
     """
     return _rec(
         RUN_STARTED,
@@ -125,7 +126,12 @@ def run_started(
             "workflow": workflow,
             "fingerprint": fingerprint,
             "graph": graph,
-            "start": {"id": start_id, "event": codec.dump(start_event)}
+            "start": {
+                "id": start_id,
+                "event": start_event
+                if isinstance(start_event, orjson.Fragment)
+                else codec.dump(start_event),
+            }
             if start_event is not None
             else None,
             "parent": {"run_id": parent[0], "seq": parent[1]} if parent else None,

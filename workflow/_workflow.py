@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ValidationError
 
 from eventstore import (
@@ -192,10 +193,11 @@ class Workflow:
         run_id = run_id or uuid.uuid4().hex
         if self._store.get_run(run_id) is not None:
             return self.resume(run_id)
+        records = self._start_records(start_event)  # a start event the log cannot hold: here
         executor = Executor(self, run_id, 0, 1, None)
         executor.next_id = 2
         handler = WorkflowHandler(self, run_id, executor.done, executor)
-        executor._spawn(self._begin(executor, start_event))
+        executor._spawn(self._begin(executor, start_event, records))
         return handler
 
     def submit(
@@ -218,14 +220,14 @@ class Workflow:
 
     def _start_records(self, start_event: StartEvent) -> list[Record]:
         """A new run's first commit: run_started, and the start event for its steps."""
-        dump = self._codec.dump(start_event)
+        dump = orjson.Fragment(self._codec.encode(start_event, name=type(start_event).__name__))
         targets = self._graph.route(type(start_event))
         return [
             J.run_started(
                 self._name,
                 self._graph.fingerprint(),
                 1,
-                start_event,
+                dump,
                 None,
                 self._codec,
                 self._graph.describe(),
@@ -236,8 +238,8 @@ class Workflow:
     def _new_run(self) -> NewRun:
         return NewRun(meta={"workflow": self._name}, status="running")
 
-    async def _begin(self, x: Executor, start_event: StartEvent) -> None:
-        await x.append(self._start_records(start_event), create=self._new_run())
+    async def _begin(self, x: Executor, start_event: StartEvent, records: list[Record]) -> None:
+        await x.append(records, create=self._new_run())
         info = self._store.run(x.run_id)
         x.rid = info.rid
         self._own(x)
