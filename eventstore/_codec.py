@@ -18,6 +18,11 @@ a small tagged object from which decoding restores its exact type::
     {"$t": "dataclass" | "attrs" | "model", "c": "pkg.mod:Cls", "v": {field: value}}
     {"$t": "pickle", "v": "<base64>"}                 only with Codec(allow_pickle=True)
 
+Values nest at most :data:`MAX_DEPTH` containers deep (lists, dicts, tuples, sets, objects):
+each container takes at most three levels of JSON, so a record that embeds a value, and the
+snapshot that embeds the records' values, stay within the nesting the JSON writer allows. A
+deeper value, or one that contains itself, is refused with the path where it goes too deep.
+
 Objects are rebuilt from the runtime types recorded in the log, not from declared field types:
 cattrs structuring and pydantic validation go by declarations, which would turn a tuple in an
 ``Any`` field into a list or an int in a ``float`` field into a float. So dataclasses and
@@ -31,6 +36,7 @@ import base64
 import contextlib
 import dataclasses
 import datetime as dt
+import itertools
 import logging
 import math
 import os
@@ -43,7 +49,7 @@ from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from enum import Enum
 from pathlib import PosixPath, PurePath, PurePosixPath, PureWindowsPath, WindowsPath
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import attrs
 import orjson
@@ -51,8 +57,15 @@ from pydantic import BaseModel
 
 from ._errors import CodecError, DecodeError, EncodeError, UnknownClassError
 
-__all__ = ["Codec", "class_name", "default_codec"]
+__all__ = ["MAX_DEPTH", "Codec", "class_name", "default_codec"]
 
+MAX_DEPTH: Final = 80
+"""How many containers deep a value may nest (the value itself is level 1).
+
+A container takes up to three levels of JSON (a dict with non-str keys: the tagged object,
+its list of pairs, the pair), and a record or snapshot adds a few more around a value, so 80
+keeps every record within the 254 levels that orjson writes.
+"""
 TAG: Final = "$t"
 _MAIN: Final = "__main__"  # the module name of the script Python runs
 _ROOT: Final = "value"  # how error paths name the value given to encode()
@@ -67,16 +80,69 @@ _UNSUPPORTED: Final = (
 )
 _log = logging.getLogger("eventstore.codec")
 
-_Handler = Callable[[Any], Any]
+_Handler = Callable[[Any, int], Any]  # (value, its depth) -> its dump
+_Builder = Callable[[Any], Any]  # a tagged object's dump -> the object
 
 
 class _Unencodable(Exception):
     """Raised inside the walk; each container on the way out adds its part of the path."""
 
-    def __init__(self, type_: type, detail: str) -> None:
+    def __init__(self, type_: type, detail: str, *, too_deep: bool = False) -> None:
         super().__init__(detail)
-        self.type, self.detail = type_, detail
+        self.type, self.detail, self.too_deep = type_, detail, too_deep
         self.parts: list[str] = []  # innermost first
+        self.objs: list[Any] = []  # the containers on the way, innermost first
+
+
+def _too_deep(v: Any) -> _Unencodable:
+    exc = _Unencodable(type(v), f"nested more than {MAX_DEPTH} levels deep", too_deep=True)
+    exc.objs.append(v)
+    return exc
+
+
+def _where(root: str, exc: _Unencodable) -> tuple[str, type, str]:
+    """The path, type and detail of a refusal; a value that contains itself is named so.
+
+    A cycle is found only when the walk went too deep: by the identity of the containers on
+    the path, outermost first, so the path names where the value first meets itself again.
+    """
+    parts = exc.parts[::-1]
+    path = root + "".join(parts)
+    if exc.too_deep:
+        objs = exc.objs[::-1]  # objs[i] is reached by parts[:i]
+        seen: dict[int, int] = {}
+        for i, obj in enumerate(objs):
+            first = seen.setdefault(id(obj), i)
+            if first != i:
+                again = root + "".join(parts[:i])
+                detail = f"contains itself: this is {root + ''.join(parts[:first])} again"
+                return again, type(obj), detail + " (a cycle cannot be stored)"
+    return path, exc.type, exc.detail
+
+
+def _surrogate_at(text: str) -> int:
+    """The index of the first lone surrogate in text, or -1."""
+    if text.isascii():
+        return -1
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return -1
+
+
+def _texts(data: Any) -> Iterator[str]:
+    """Every string in a JSON-native structure, keys included."""
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if type(x) is str:
+            yield x
+        elif type(x) is dict:
+            stack.extend(x)
+            stack.extend(x.values())
+        elif type(x) is list:
+            stack.extend(x)
 
 
 def class_name(cls: type) -> str:
@@ -180,6 +246,9 @@ class Codec:
     registered (or imported) ``__main__:X`` first.
     """
 
+    MAX_DEPTH: ClassVar[int] = MAX_DEPTH
+    """How many containers deep a value may nest; see the module's :data:`MAX_DEPTH`."""
+
     def __init__(
         self, *, allow_pickle: bool = False, how_to_register: str = "Codec.register({name})"
     ) -> None:
@@ -190,24 +259,28 @@ class Codec:
         self._by_qualname: dict[str, dict[str, type]] = {}  # the same, by qualified name
         self._resolved: dict[str, type] = {}  # names resolved to a class of some module
         self._main_aliases: list[str] = []
-        self._builders: dict[str, tuple[str | None, _Handler]] = {}
+        self._builders: dict[str, tuple[str | None, _Builder]] = {}
         self._zones: dict[str, zoneinfo.ZoneInfo] = {}
+        self._proxies: dict[type, Callable[[Any], Any]] = {}
         seq, b64 = self._dump_seq, base64.b64encode
         self._encoders: dict[type, _Handler] = {
-            bytes: lambda v: {TAG: "bytes", "v": b64(v).decode()},
-            bytearray: lambda v: {TAG: "bytearray", "v": b64(v).decode()},
-            tuple: lambda v: seq("tuple", v),
-            set: lambda v: seq("set", v),
-            frozenset: lambda v: seq("frozenset", v),
-            dt.datetime: lambda v: _clock("datetime", v),
-            dt.date: lambda v: {TAG: "date", "v": v.isoformat()},
-            dt.time: lambda v: _clock("time", v),
-            dt.timedelta: lambda v: {TAG: "timedelta", "v": [v.days, v.seconds, v.microseconds]},
-            Decimal: lambda v: {TAG: "decimal", "v": str(v)},
-            uuid.UUID: lambda v: {TAG: "uuid", "v": str(v)},
+            bytes: lambda v, d: {TAG: "bytes", "v": b64(v).decode()},
+            bytearray: lambda v, d: {TAG: "bytearray", "v": b64(v).decode()},
+            tuple: lambda v, d: seq("tuple", v, d),
+            set: lambda v, d: seq("set", v, d),
+            frozenset: lambda v, d: seq("frozenset", v, d),
+            dt.datetime: lambda v, d: _clock("datetime", v),
+            dt.date: lambda v, d: {TAG: "date", "v": v.isoformat()},
+            dt.time: lambda v, d: _clock("time", v),
+            dt.timedelta: lambda v, d: {
+                TAG: "timedelta",
+                "v": [v.days, v.seconds, v.microseconds],
+            },
+            Decimal: lambda v, d: {TAG: "decimal", "v": str(v)},
+            uuid.UUID: lambda v, d: {TAG: "uuid", "v": str(v)},
         }
         for path_cls in _PATHS.values():
-            self._encoders[path_cls] = _path
+            self._encoders[path_cls] = lambda v, d: _path(v)
         load, items = self._load, self._load_items
         self._decoders: dict[str, Callable[[dict[str, Any]], Any]] = {
             "int": lambda x: int(_str(x), 0),
@@ -287,17 +360,105 @@ class Codec:
             cls = self._resolved[name] = self._find(name)
         return cls
 
-    def encode(self, value: object) -> str:
+    def register_proxy(self, cls: type, unwrap: Callable[[Any], Any]) -> None:
+        """Encode instances of ``cls`` as the value ``unwrap(instance)`` returns.
+
+        For stand-ins of plain values, such as read-only views of a list or dict: they are
+        written, and so decoded, as the value they stand for.
+        """
+        dump = self._dump
+        self._proxies[cls] = unwrap
+
+        def enc_proxy(v: Any, d: int) -> Any:
+            try:
+                return dump(unwrap(v), d)
+            except _Unencodable as exc:
+                if exc.objs:
+                    exc.objs[-1] = v  # the stand-in is what a cycle goes through
+                raise
+
+        self._encoders[cls] = enc_proxy
+
+    def encode(self, value: object, *, depth: int = 1, name: str = _ROOT) -> str:
         """Return ``value`` as compact JSON text that :meth:`decode` turns back into it.
 
-        :raises EncodeError: a part of ``value`` has an unsupported type; the message names
-            its path, e.g. ``value['a'][2]`` or ``value.field``.
+        :param depth: the level at which ``value`` sits inside a larger value (1: it is the
+            root), so that its containers count toward :data:`MAX_DEPTH` from there.
+        :param name: how error paths name ``value``.
+        :raises EncodeError: a part of ``value`` has an unsupported type, is a string JSON
+            text cannot hold (a lone surrogate), or nests too deep (a cycle, too); the
+            message names its path, e.g. ``value['a'][2]`` or ``value.field``.
         """
-        data = self.dump(value)  # outside the try: EncodeError is a TypeError, like orjson's
+        data = self.dump(value, depth=depth, name=name)
         try:
             return orjson.dumps(data).decode()
-        except orjson.JSONEncodeError as exc:  # only nesting deeper than orjson's limit
-            raise EncodeError(_ROOT, type(value), str(exc)) from exc
+        except orjson.JSONEncodeError as exc:  # a lone surrogate: JSON text is UTF-8
+            raise self._text_error(value, depth, name, exc) from None
+
+    def _text_error(self, value: Any, depth: int, name: str, exc: Exception) -> EncodeError:
+        """The refusal of a value whose dump orjson could not write, naming the string."""
+        found = self._find_text_error(value, depth)
+        if found is None:  # nothing of ours: say what orjson said
+            return EncodeError(name, type(value), str(exc))
+        parts, text = found
+        i = _surrogate_at(text)
+        shown = repr(text[max(0, i - 10) : i + 11])
+        detail = f"holds a lone surrogate at index {i} ({shown}), which is not valid UTF-8"
+        return EncodeError(name + "".join(parts), str, detail)
+
+    def _find_text_error(self, v: Any, d: int) -> tuple[list[str], str] | None:
+        """The path parts to the first string of v that JSON text cannot hold, and it.
+
+        Walks v as :meth:`_dump` does, descending only into the part whose dump orjson
+        refuses (slow, but only a refused value pays for it).
+        """
+        t = type(v)
+        if t is str:
+            return ([], v) if _surrogate_at(v) >= 0 else None
+        try:
+            orjson.dumps(self._dump(v, d))
+        except orjson.JSONEncodeError:
+            pass
+        else:
+            return None
+        children: list[tuple[str, Any]] = []
+        if t is dict or t is list:
+            items = v.items() if t is dict else enumerate(v)
+            for i, (k, x) in enumerate(items):
+                if t is dict:
+                    key_part = f"<key #{i}>"
+                    if type(k) is str and _surrogate_at(k) >= 0:
+                        return [key_part], k
+                    if type(k) is not str:
+                        children.append((key_part, k))
+                children.append((f"[{k!r}]", x))
+        elif t is tuple or t is set or t is frozenset:
+            try:
+                ordered = v if t is tuple else sorted(v)
+            except TypeError:
+                ordered = list(v)
+            mark = "[{}]" if t is tuple else "{{#{}}}"
+            children = [(mark.format(i), x) for i, x in enumerate(ordered)]
+        elif isinstance(v, Enum):
+            children = [("", v.value)]
+        elif (kind := _kind(t)) is not None:
+            if kind == "model":
+                fields = v.__dict__ | (v.__pydantic_extra__ or {}) | (v.__pydantic_private__ or {})
+            else:
+                fields = {n: getattr(v, n) for n, _ in _fields(t, kind)}
+            for n, x in fields.items():
+                if _surrogate_at(n) >= 0:
+                    return [f"<field #{list(fields).index(n)}>"], n
+                children.append((f".{n}", x))
+        elif t in self._proxies:
+            return self._find_text_error(self._proxies[t](v), d)
+        for part, x in children:
+            found = self._find_text_error(x, d + 1)
+            if found is not None:
+                return [part, *found[0]], found[1]
+        # The container's own text (a class name, a time zone's name, a path) is at fault.
+        text = next((x for x in _texts(self._dump(v, d)) if _surrogate_at(x) >= 0), None)
+        return None if text is None else ([], text)
 
     def decode(self, text: str | bytes) -> Any:
         """Return the value that :meth:`encode` wrote as ``text``, with its exact types.
@@ -321,18 +482,22 @@ class Codec:
             raise DecodeError(msg) from exc
         return data if untagged else self._load(data)
 
-    def dump(self, value: object) -> Any:
+    def dump(self, value: object, *, depth: int = 1, name: str = _ROOT) -> Any:
         """Return the JSON-native structure that :meth:`encode` serializes.
 
         Containers that need no tag are returned as they are, not copied: don't mutate them.
+        Strings are not checked here (orjson checks them as it writes): use :meth:`encode`
+        for a value that must be known to be writable.
+
+        :param depth: as for :meth:`encode`.
+        :param name: how error paths name ``value``.
+        :raises EncodeError: an unsupported type, or nesting past :data:`MAX_DEPTH`.
         """
         try:
-            return self._dump(value)
+            return self._dump(value, depth)
         except _Unencodable as exc:
-            path = _ROOT + "".join(reversed(exc.parts))
-            raise EncodeError(path, exc.type, exc.detail) from exc.__cause__
-        except RecursionError:
-            raise EncodeError(_ROOT, type(value), "nested too deep, or cyclic") from None
+            path, type_, detail = _where(name, exc)
+            raise EncodeError(path, type_, detail) from exc.__cause__
 
     def load(self, data: Any) -> Any:
         """Return the value whose :meth:`dump` is ``data``; untagged parts are not copied."""
@@ -340,7 +505,9 @@ class Codec:
 
     # -- encoding -----------------------------------------------------------------------------
 
-    def _dump(self, v: Any) -> Any:
+    def _dump(self, v: Any, d: int) -> Any:
+        # d: the level of v (the root value is 1); a non-JSON-native value past the limit is
+        # refused before anything else, which also ends the walk of a cyclic value.
         t = type(v)
         if t is str or t is bool or v is None:
             return v
@@ -353,15 +520,17 @@ class Codec:
             if math.isfinite(v):
                 return v
             return {TAG: "float", "v": "nan" if v != v else "inf" if v > 0 else "-inf"}
+        if d > MAX_DEPTH:
+            raise _too_deep(v)
         if t is dict:
-            return self._dump_items(v, v.items())
+            return self._dump_items(v, v.items(), d)
         if t is list:
-            return self._dump_items(v, enumerate(v))
-        return (self._encoders.get(t) or self._encoder_for(t))(v)
+            return self._dump_items(v, enumerate(v), d)
+        return (self._encoders.get(t) or self._encoder_for(t))(v, d)
 
-    def _dump_items(self, x: Any, items: Iterable[Any], *, fields: bool = False) -> Any:
+    def _dump_items(self, x: Any, items: Iterable[Any], d: int, *, fields: bool = False) -> Any:
         # Copy on write: a container of JSON-native values goes to orjson as it is.
-        out, is_dict, k = None, type(x) is dict, None
+        out, is_dict, k, d1 = None, type(x) is dict, None, d + 1
         try:
             for k, v in items:
                 if is_dict and (type(k) is not str or k == TAG):
@@ -375,7 +544,7 @@ class Codec:
                         continue
                 elif t is float and v - v == 0.0:  # finite: inf - inf and NaN - NaN are NaN
                     continue
-                y = self._dump(v)
+                y = self._dump(v, d1)
                 if y is not v:
                     if out is None:
                         out = x.copy()
@@ -384,36 +553,41 @@ class Codec:
                 return x if out is None else out
         except _Unencodable as exc:
             exc.parts.append(f".{k}" if fields else f"[{k!r}]")
+            exc.objs.append(x)
             raise
         pairs: list[list[Any]] = []  # a non-str or "$t" key: the dict goes as [key, value] pairs
         in_key = True
         try:
             for k, v in x.items():
                 in_key = True
-                key = self._dump(k)
+                key = self._dump(k, d1)
                 in_key = False
-                pairs.append([key, self._dump(v)])
+                pairs.append([key, self._dump(v, d1)])
         except _Unencodable as exc:
             exc.parts.append(
                 f"<key #{len(pairs)}>" if in_key else f".{k}" if fields else f"[{k!r}]"
             )
+            exc.objs.append(x)
             raise
         return {TAG: "dict", "v": pairs}
 
-    def _dump_seq(self, tag: str, v: Any) -> dict[str, Any]:
-        items, out = v, list[Any]()
+    def _dump_seq(self, tag: str, v: Any, d: int) -> dict[str, Any]:
+        items, out, d1 = v, list[Any](), d + 1
         if tag != "tuple":
             try:  # sorted, so that equal sets give equal text in every process (hashes vary)
                 items = sorted(v)
             except TypeError:
                 items = None
-        try:
-            out.extend(map(self._dump, v if items is None else items))
+        try:  # extend keeps what it took before an error: len(out) is where it failed
+            out.extend(map(self._dump, v if items is None else items, itertools.repeat(d1)))
         except _Unencodable as exc:
             exc.parts.append(f"[{len(out)}]" if tag == "tuple" else f"{{#{len(out)}}}")
+            exc.objs.append(v)
             raise
         if items is None:  # items of no common order: by their JSON text then
-            out.sort(key=orjson.dumps)
+            # Text orjson cannot write has no order; encode() then says where it is.
+            with contextlib.suppress(orjson.JSONEncodeError):
+                out.sort(key=orjson.dumps)
         return {TAG: tag, "v": out}
 
     def _encoder_for(self, t: type) -> _Handler:
@@ -430,28 +604,36 @@ class Codec:
     def _class_encoder(self, cls: type, kind: str) -> _Handler:
         name, dump, fields = class_name(cls), self._dump, self._dump_fields
         if kind == "enum":
-            return lambda m: {TAG: "enum", "c": name, "v": dump(m.value)}
+            return lambda m, d: {TAG: "enum", "c": name, "v": dump(m.value, d + 1)}
         if kind == "model":
 
-            def enc_model(m: BaseModel) -> Any:
+            def enc_model(m: BaseModel, d: int) -> Any:
                 out = {
                     TAG: "model",
                     "c": name,
-                    "v": fields(m.__dict__ | (m.__pydantic_extra__ or {})),
+                    "v": fields(m.__dict__ | (m.__pydantic_extra__ or {}), d, m),
                 }
                 if m.__pydantic_private__:
-                    out["p"] = fields(dict(m.__pydantic_private__))
+                    out["p"] = fields(dict(m.__pydantic_private__), d, m)
                 return out
 
             return enc_model
         names = [n for n, _ in _fields(cls, kind)]
-        return lambda obj: {TAG: kind, "c": name, "v": fields({n: getattr(obj, n) for n in names})}
+        return lambda obj, d: {
+            TAG: kind,
+            "c": name,
+            "v": fields({n: getattr(obj, n) for n in names}, d, obj),
+        }
 
-    def _dump_fields(self, raw: dict[str, Any]) -> Any:
+    def _dump_fields(self, raw: dict[str, Any], d: int, owner: Any) -> Any:
         # raw is a new dict, so the copy-on-write walk may hand it back as it is.
-        return self._dump_items(raw, raw.items(), fields=True)
+        try:
+            return self._dump_items(raw, raw.items(), d, fields=True)
+        except _Unencodable as exc:
+            exc.objs[-1] = owner  # the object, not the dict made of its fields, is on the path
+            raise
 
-    def _pickle(self, v: object) -> dict[str, Any]:
+    def _pickle(self, v: object, d: int) -> dict[str, Any]:
         self._warn_pickle(f"pickling {type(v)!r}")
         try:
             data = pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
@@ -550,7 +732,7 @@ class Codec:
             msg = f"cannot rebuild {name!r} from {repr(x)[:200]}: {exc!r}"
             raise DecodeError(msg) from exc
 
-    def _class_builder(self, cls: type) -> _Handler:
+    def _class_builder(self, cls: type) -> _Builder:
         kind, load = _kind(cls), self._load
         if kind == "enum":
             return lambda x: cls(load(x["v"]))

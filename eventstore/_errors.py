@@ -113,6 +113,7 @@ class EncodeError(CodecError, TypeError):
     def __init__(self, path: str, type_: type, detail: str = "") -> None:
         self.path = path
         self.type = type_
+        self.detail = detail
         extra = f": {detail}" if detail else ""
         super().__init__(f"cannot encode {path}: {type_!r}{extra}")
 

@@ -1,5 +1,11 @@
 """Context changes: what an attempt's writes become in the log and in the live state.
 
+A write is encoded where it is made (``ctx.store.set``, an operator update) with the
+encoder the commit uses, on what the commit writes: a tracked value's patch, each part
+counted at the depth where it sits, or a new value whole (its patch from the committed
+value is made then too). So ``set()`` refuses exactly what the commit could not write, and
+the commit writes the text made then, without encoding the value again.
+
 A write is recorded as a patch at the size of the change, or as the whole value once the
 patches since its last full write weigh as much as that write (so the fold replays at most
 the value's size in patches, and the bytes stay linear in the changes; a fixed "whole
@@ -10,22 +16,39 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from eventstore import Record
+import orjson
+
+from eventstore import EncodeError, Record
 
 from . import _journal as J
-from ._diff import apply, diff, materialize
+from ._diff import KeyRef, Op, Tracker, apply, diff, materialize
 from ._errors import WorkflowRuntimeError
-from ._patch import ops_to_json, patch_size
 
 if TYPE_CHECKING:
     from eventstore import Codec
 
     from ._context import Attempt
 
-__all__ = ["ABSENT", "MIN_FULL_BYTES", "ContextChanges", "KeyChange"]
+__all__ = [
+    "ABSENT",
+    "BY_SET",
+    "BY_UPDATE",
+    "MIN_FULL_BYTES",
+    "ContextChanges",
+    "Encoded",
+    "KeyChange",
+    "check_key",
+    "encode_ops",
+    "encode_tracked",
+    "encode_updates",
+    "encode_value",
+    "refused",
+    "value_change",
+]
 
 MIN_FULL_BYTES: Final = 256
 
@@ -45,8 +68,160 @@ class KeyChange:
     key: str
     deleted: bool = False
     full: Any = None  # the new Python value, when written whole
+    text: str | None = None  # its JSON text
     ops: list[Any] | None = None  # Python-form ops, when patched
+    ops_json: bytes | None = None  # their JSON text
     size: int = 0  # bytes of its record's payload
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A value as the log will hold it: its JSON text, and the value read back from it.
+
+    The value read back is what the commit applies: it shares nothing with the caller's
+    value (which may change after the call) and equals what a fold of the log gives.
+    """
+
+    text: str
+    value: Any
+
+
+def refused(exc: EncodeError, how: str) -> EncodeError:
+    """``exc`` with what refused it (``"refused by ctx.store.set('k', ...)"``) appended."""
+    return EncodeError(exc.path, exc.type, f"{exc.detail}; {how}")
+
+
+# What refused a write, formatted with its path only when it is refused.
+BY_SET: Final = "refused by ctx.store.set({!r}, ...)"
+BY_UPDATE: Final = "refused by an operator update of {!r}"
+
+
+def check_key(codec: Codec, key: str, how: str, path: str) -> None:
+    """Refuses a context key that JSON text cannot hold (a lone surrogate)."""
+    try:
+        codec.encode(key, name=f"the key {key!r}")
+    except EncodeError as exc:
+        raise refused(exc, how.format(path)) from None
+
+
+def encode_value(codec: Codec, key: str, value: Any, how: str, path: str) -> str:
+    """A new value of ``key``, encoded whole (views in it are written as what they show).
+
+    :raises EncodeError: it cannot be stored; the path starts with ``key``.
+    """
+    try:
+        return codec.encode(value, name=key)
+    except EncodeError as exc:
+        raise refused(exc, how.format(path)) from None
+
+
+def encode_ops(codec: Codec, ops: list[Op], name: str) -> tuple[bytes, str | None]:
+    """The JSON text of a patch, and of the new value when the patch replaces it whole.
+
+    Each value is dumped at the level where it sits in the key's value, so a patch never
+    makes the value nest deeper than ``Codec.MAX_DEPTH``; the patch is serialized once.
+    The text is what :func:`~workflow._patch.ops_to_json` gives, serialized.
+
+    :raises EncodeError: a value of the patch cannot be stored.
+    :raises orjson.JSONEncodeError: a string of the patch JSON cannot hold (the caller
+        finds it: :func:`encode_tracked`).
+    """
+    if len(ops) == 1 and ops[0][0] == "replace" and not ops[0][1]:
+        whole = codec.encode(ops[0][2], name=name)
+        return b'[["replace",[],' + whole.encode() + b"]]", whole
+    dump = codec.dump
+    out: list[Any] = []
+    for kind, path, *args in ops:
+        n = len(path)
+        elems = [
+            {"k": dump(e.key, depth=i + 2, name=name)} if type(e) is KeyRef else e
+            for i, e in enumerate(path)
+        ]
+        if kind in ("set", "replace", "extend"):  # extend: the list of values stands there
+            args = [dump(args[0], depth=n + 1, name=name)]
+        elif kind == "append":
+            args = [dump(args[0], depth=n + 2, name=name)]
+        out.append([kind, elems, *args])
+    return orjson.dumps(out), None
+
+
+def encode_tracked(
+    codec: Codec, key: str, tracker: Tracker, how: str, path: str
+) -> KeyChange | None:
+    """What a tracked value's view has changed so far, encoded: the change the commit
+    writes (None: nothing changed). Its values are fresh copies.
+
+    :raises EncodeError: what the view now holds cannot be stored; the path starts with
+        ``key`` and goes from the root of the value.
+    """
+    try:
+        ops = tracker.ops()
+        text, whole = encode_ops(codec, ops, key)
+    except (EncodeError, orjson.JSONEncodeError, RecursionError):
+        # Copying a cyclic or very deep part recurses without end, and a patch's error
+        # names the path inside one op: the whole view, encoded, says where from the root.
+        try:
+            codec.encode(tracker.view, name=key)
+        except EncodeError as whole_exc:
+            raise refused(whole_exc, how.format(path)) from None
+        raise
+    if not ops:
+        return None
+    if whole is not None:
+        return KeyChange(key, full=ops[0][2], text=whole)
+    return KeyChange(key, ops=ops, ops_json=text)
+
+
+def value_change(
+    codec: Codec,
+    committed: Mapping[str, Any],
+    versions: Mapping[str, int],
+    key: str,
+    value: Any,
+    text: str,
+) -> tuple[KeyChange | None, int]:
+    """The change a new value of ``key`` (encoded as ``text``) makes to its committed value,
+    made now (at ``set()``), and the key's version it was made against.
+
+    The patch's values are fresh copies, so what is written is the value as it is now.
+    Parts the value shares with the committed one (``items + [x]``) are known by their
+    identity, so the diff costs the change.
+    """
+    version = versions.get(key, 0)
+    old = committed.get(key, ABSENT)
+    if old is ABSENT:
+        return KeyChange(key, full=codec.decode(text), text=text), version
+    ops = diff(old, value, codec, whole_size=len(text))
+    if not ops:
+        return None, version
+    if ops[0][:2] == ("replace", ()):
+        return KeyChange(key, full=ops[0][2], text=text), version
+    # Parts of a value encoded whole already: the patch's text cannot be refused.
+    return KeyChange(key, ops=ops, ops_json=encode_ops(codec, ops, key)[0]), version
+
+
+def encode_updates(codec: Codec, updates: Mapping[str, Any] | None) -> dict[str, Encoded]:
+    """Operator updates (``resume``/``run_from`` ``updates``, ``handler.ctx``), encoded.
+
+    Called where the update is asked for, so a value the log cannot hold is refused there,
+    before anything is claimed or recorded. Values already encoded are kept.
+
+    :raises EncodeError: a value cannot be stored; the path starts with its key.
+    :raises WorkflowRuntimeError: a key is a dotted path.
+    """
+    out: dict[str, Encoded] = {}
+    for key, value in (updates or {}).items():
+        if isinstance(value, Encoded):
+            out[key] = value
+            continue
+        if "." in key:
+            msg = f"operator updates take top-level keys, not the path {key!r}"
+            raise WorkflowRuntimeError(msg)
+        if not key.isascii():
+            check_key(codec, key, BY_UPDATE, key)
+        text = encode_value(codec, key, value, BY_UPDATE, key)
+        out[key] = Encoded(text, codec.decode(text))
+    return out
 
 
 class ContextChanges:
@@ -77,47 +252,49 @@ class ContextChanges:
             if w.deleted:
                 if key in self.committed:
                     out.append(KeyChange(key, deleted=True))
-                continue
-            if w.tracker is not None:
-                ops = w.tracker.ops()
+            elif w.tracker is not None or self.versions.get(key, 0) == w.version:
+                if w.change is not None:  # made at set()
+                    out.append(w.change)
             else:
-                old = self.committed.get(key, ABSENT)
-                ops = (
-                    [("replace", (), materialize(w.value))]
-                    if old is ABSENT
-                    else diff(old, w.value, self.codec)
-                )
-                # The committed value must not share objects with the user's value, which
-                # the step may go on mutating; a tracker's ops are fresh already.
-                ops = copy.deepcopy(ops)
-            if not ops:
-                continue
-            if len(ops) == 1 and ops[0][0] == "replace" and ops[0][1] == ():
-                out.append(KeyChange(key, full=ops[0][2]))
-            else:
-                out.append(KeyChange(key, ops=ops))
+                # A new value set without reading the key, which a commit changed since:
+                # the change made at set() may not fit what is there now; written whole.
+                assert w.text is not None
+                out.append(KeyChange(key, full=self.codec.decode(w.text), text=w.text))
         return out
+
+    def _update_change(self, key: str, new: Encoded) -> KeyChange | None:
+        """An operator's new value of ``key``: the patch from the committed value, or whole."""
+        old = self.committed.get(key, ABSENT)
+        if old is ABSENT:
+            return KeyChange(key, full=new.value, text=new.text)
+        ops = diff(old, new.value, self.codec, whole_size=len(new.text))
+        if not ops:
+            return None
+        if ops[0][:2] == ("replace", ()):
+            return KeyChange(key, full=new.value, text=new.text)
+        return KeyChange(key, ops=ops, ops_json=encode_ops(self.codec, ops, key)[0])
 
     def _state_records(self, step: str | None, changes: list[KeyChange]) -> list[Record]:
         """The records of context changes; each change learns its record's size."""
         records = []
-        dump = self.codec.dump
         for ch in changes:
             if ch.deleted:
                 records.append(J.state_deleted(step, ch.key))
                 continue
             if ch.ops is not None:
-                ops_json = ops_to_json(ch.ops, self.codec)
+                assert ch.ops_json is not None
                 log = self._keylog.get(ch.key)
-                if log is not None and log[1] + patch_size(ops_json) < max(log[0], MIN_FULL_BYTES):
-                    rec = J.state_set_patch(step, ch.key, ops_json)
+                if log is not None and log[1] + len(ch.ops_json) < max(log[0], MIN_FULL_BYTES):
+                    rec = J.state_set_patch(step, ch.key, orjson.Fragment(ch.ops_json))
                     ch.size = len(rec.payload)
                     records.append(rec)
                     continue
                 # Time to write the value whole again: the new value, fully materialized.
                 base = copy.deepcopy(self.committed[ch.key])
                 ch.full, ch.ops = materialize(apply(base, ch.ops)), None
-            rec = J.state_set_value(step, ch.key, dump(ch.full))
+                ch.text = self.codec.encode(ch.full, name=ch.key)
+            assert ch.text is not None
+            rec = J.state_set_value(step, ch.key, orjson.Fragment(ch.text))
             ch.size = len(rec.payload)
             records.append(rec)
         return records
@@ -144,24 +321,19 @@ class ContextChanges:
                 self._keylog[key] = [size, 0]
 
     async def operator_update(
-        self, updates: dict[str, Any], deletes: list[str] | None = None
+        self, updates: Mapping[str, Any], deletes: list[str] | None = None
     ) -> int:
-        """Records operator writes (``updates`` of ``resume``/``run_from``, ``handler.ctx``)."""
+        """Records operator writes (``updates`` of ``resume``/``run_from``, ``handler.ctx``).
+
+        :raises EncodeError: a value cannot be stored (nothing is recorded then).
+        """
+        encoded = encode_updates(self.codec, updates)  # all refused before any is written
         await self.wait_ready()
         changes: list[KeyChange] = []
-        for path, value in updates.items():
-            if "." in path:
-                msg = f"operator updates take top-level keys, not the path {path!r}"
-                raise WorkflowRuntimeError(msg)
-            self.codec.dump(value)  # refuse what cannot be stored before writing anything
-            old = self.committed.get(path, ABSENT)
-            ops = [("replace", (), value)] if old is ABSENT else diff(old, value, self.codec)
-            if not ops:
-                continue
-            if len(ops) == 1 and ops[0][0] == "replace" and ops[0][1] == ():
-                changes.append(KeyChange(path, full=value))
-            else:
-                changes.append(KeyChange(path, ops=ops))
+        for key, new in encoded.items():
+            change = self._update_change(key, new)
+            if change is not None:
+                changes.append(change)
         changes.extend(KeyChange(k, deleted=True) for k in deletes or () if k in self.committed)
         if not changes:
             return 0

@@ -14,16 +14,19 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
 
+import orjson
 from typing_extensions import TypeVar
 
 from eventstore import EncodeError, class_name
 
 from . import _journal as J
+from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, value_change
 from ._diff import TrackedList, Tracker, materialize
 from ._errors import WorkflowRuntimeError, WorkflowTimeoutError
 from ._events import Event
 
 if TYPE_CHECKING:
+    from ._changes import KeyChange
     from ._runner import Executor
 
 __all__ = ["Attempt", "Context", "ContextStore", "WaitSuspend"]
@@ -49,11 +52,20 @@ class WaitSuspend(BaseException):
 
 @dataclass(slots=True)
 class Write:
-    """One key's pending change in an attempt: a tracked view, a new value, or a delete."""
+    """One key's pending change in an attempt, as ``set()`` encoded it: a tracked view's
+    patch, a new value, or a delete.
+
+    What the commit writes is fixed at the ``set()`` call, as a durable store writes what it
+    is given: a change made to the value afterwards, without setting it again, is not
+    written (the attempt's own reads still see it).
+    """
 
     tracker: Tracker | None = None
-    value: Any = _MISSING
+    value: Any = _MISSING  # what the attempt reads back, when not the tracker's view
     deleted: bool = False
+    change: KeyChange | None = None  # what the commit writes, encoded (None: no change)
+    text: str | None = None  # a new value's JSON text
+    version: int = 0  # the key's version a new value's change was made against
 
 
 @dataclass(slots=True)
@@ -77,6 +89,15 @@ class Attempt:
     wait_calls: int = 0
     answers_used: list[str] = field(default_factory=list)
     holds_lock: bool = False
+    # The JSON of events checked when they were streamed or asked, by id(event): the
+    # attempt's outcome commit writes it (the events stay alive in ``streamed``).
+    encoded: dict[int, orjson.Fragment] | None = None
+
+    def keep_json(self, event: Event, text: orjson.Fragment) -> None:
+        """Keeps the JSON of an event the attempt streams, for its outcome commit."""
+        if self.encoded is None:
+            self.encoded = {}
+        self.encoded[id(event)] = text
 
 
 def _split(path: str) -> tuple[str, list[str]]:
@@ -158,14 +179,23 @@ class ContextStore(Generic[S]):
     async def set(self, path: str, value: Any) -> None:
         """Sets the value at ``path``; committed with the attempt (outside one: at once).
 
-        :raises EncodeError: the value holds something the codec cannot store; the
-            message names the key and the path inside the value.
+        The value is encoded here, as the commit will write it (a tracked value: only
+        what changed), so what the log cannot hold is refused here, and what is written
+        is the value as it is now.
+
+        :raises EncodeError: the value holds something the log cannot hold (a type the
+            codec does not store, a string with a lone surrogate, nesting deeper than
+            ``Codec.MAX_DEPTH``, a cycle); the message names the key, the path
+            inside the value and the type.
         """
         att = current_attempt.get()
         root_key, rest = _split(path)
         if att is None:
             await self._x.operator_update({path: value})
             return
+        codec = self._x.codec
+        if not root_key.isascii():
+            check_key(codec, root_key, BY_SET, path)
         if rest:
             root = self._root(att, root_key)
             if root is _MISSING:
@@ -175,32 +205,27 @@ class ContextStore(Generic[S]):
             for part in rest[:-1]:
                 parent = _step_into(parent, part)
             last = rest[-1]
-            self._check_encodable(path, value)
+            # Checked where it will sit before anything changes, so a refusal leaves no trace.
+            try:
+                codec.encode(value, depth=len(rest) + 1, name=path)
+            except EncodeError as exc:
+                raise refused(exc, BY_SET.format(path)) from None
             if isinstance(parent, Event) or not hasattr(parent, "__setitem__"):
                 setattr(parent, last, value)
             elif isinstance(parent, list | TrackedList):
                 parent[int(last)] = value
             else:
                 parent[last] = value
-            tracker = att.trackers.get(root_key)
-            if tracker is not None and tracker.is_view(root):
-                att.writes[root_key] = Write(tracker=tracker)
-            else:
-                att.writes[root_key] = Write(value=root)
-            return
+            value = root
         tracker = att.trackers.get(root_key)
         if tracker is not None and tracker.is_view(value):
-            att.writes[root_key] = Write(tracker=tracker)
+            change = encode_tracked(codec, root_key, tracker, BY_SET, path)
+            att.writes[root_key] = Write(tracker=tracker, change=change)
             return
-        self._check_encodable(path, value)
-        att.writes[root_key] = Write(value=value)
-
-    def _check_encodable(self, key: str, value: Any) -> None:
-        try:
-            self._x.codec.dump(materialize(value))
-        except EncodeError as exc:
-            where = exc.path.replace("value", key, 1) if exc.path.startswith("value") else key
-            raise EncodeError(where, exc.type, f"refused by ctx.store.set({key!r}, ...)") from exc
+        text = encode_value(codec, root_key, value, BY_SET, path)
+        x = self._x
+        change, version = value_change(codec, x.committed, x.versions, root_key, value, text)
+        att.writes[root_key] = Write(value=value, change=change, text=text, version=version)
 
     async def delete(self, path: str) -> None:
         """Removes a top-level key (committed with the attempt)."""
@@ -325,6 +350,7 @@ class Context(Generic[S]):
             raise WorkflowRuntimeError(msg)
         att = current_attempt.get()
         if att is None:
+            self._encode_event(event, "handler.ctx.send_event")  # refused here, not later
             self._x.send_external_nowait(event)
             return
         if step is not None and step not in self._x.graph.steps:
@@ -333,11 +359,23 @@ class Context(Generic[S]):
         att.sent.append((event, step))
 
     def write_event_to_stream(self, event: Event) -> None:
-        """Streams an event to the run's consumers now; it is logged with the attempt."""
+        """Streams an event to the run's consumers now; it is logged with the attempt.
+
+        :raises EncodeError: inside a step, the event holds what the log cannot hold (it
+            is not streamed then).
+        """
         att = current_attempt.get()
+        if att is not None:
+            att.keep_json(event, self._encode_event(event, "ctx.write_event_to_stream"))
         self._x.stream_now(event, att)
         if att is not None:
             att.streamed.append(event)
+
+    def _encode_event(self, event: Event, call: str) -> orjson.Fragment:
+        try:
+            return orjson.Fragment(self._x.codec.encode(event, name=type(event).__name__))
+        except EncodeError as exc:
+            raise refused(exc, f"refused by {call}") from None
 
     def collect_events(
         self, event: Event, expected: list[type[Event]], buffer_id: str | None = None
@@ -399,6 +437,14 @@ class Context(Generic[S]):
                 msg = f"wait_for_event({event_type.__name__}) timed out after {timeout} s"
                 raise WorkflowTimeoutError(msg)
             return answer[1]
+        # What the waiting record will hold is checked here, where the step can be told.
+        try:
+            self._x.codec.encode(wid, name="waiter_id")
+            self._x.codec.encode(dict(requirements or {}), name="requirements")
+        except EncodeError as exc:
+            raise refused(exc, "refused by ctx.wait_for_event") from None
+        if waiter_event is not None:
+            att.keep_json(waiter_event, self._encode_event(waiter_event, "ctx.wait_for_event"))
         raise WaitSuspend(
             {
                 "waiter_id": wid,

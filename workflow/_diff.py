@@ -76,6 +76,7 @@ _ATOMS: Final = frozenset({str, int, float, bool, type(None), bytes})
 _FROZEN: Final = (complex, range, Decimal, UUID, dt.date, dt.time, dt.timedelta, Enum, PurePath)
 _PYDANTIC_EXTRAS: Final = ("__pydantic_extra__", "__pydantic_private__")
 _MISSING: Final[Any] = object()
+_REPLACE_OVERHEAD: Final = len(b'[["replace",[],]]')  # a whole-value patch, its value aside
 
 
 _Node: TypeAlias = "TrackedList | TrackedDict | _Copy"  # what records one mutable part
@@ -643,21 +644,27 @@ class Tracker:
         return obj is self._view
 
 
-def diff(old: Any, new: Any, codec: Codec) -> list[Op]:
+def diff(old: Any, new: Any, codec: Codec, *, whole_size: int | None = None) -> list[Op]:
     """The patch from old to new, comparing encodings, so ``1``, ``1.0`` and ``True`` differ.
 
     Lists and dicts (and mutable objects of one class) are compared item by item, so the patch
     is as large as the change, though the CPU cost is that of the values. Views in new are
     materialized. Returns [] when nothing changed, and ``[("replace", (), new)]`` when the patch
     would not be smaller than new.
+
+    :param whole_size: the length of new's JSON text, when the caller has encoded it already
+        (so new is not encoded again only to be measured).
     """
     new = materialize(new)
     out: list[Op] = []
     _diff(old, new, (), codec, out)
     if not out or out[0][:2] == ("replace", ()):
         return out
-    whole: list[Op] = [("replace", (), new)]
-    if patch_size(ops_to_json(out, codec)) >= patch_size(ops_to_json(whole, codec)):
+    if whole_size is None:
+        whole = patch_size(ops_to_json([("replace", (), new)], codec))
+    else:
+        whole = whole_size + _REPLACE_OVERHEAD
+    if patch_size(ops_to_json(out, codec)) >= whole:
         return [("replace", (), _fresh(new))]
     return out
 

@@ -92,6 +92,19 @@ def _rec(kind: str, step: str | None, payload: dict[str, Any]) -> Record:
     return Record(kind, step, orjson.dumps(payload).decode())
 
 
+def _text(s: str) -> str:
+    """Text for a record as JSON can hold it: a lone surrogate is written as its escape."""
+    return s if s.isascii() else s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _message(error: BaseException) -> str:
+    """An error's message for a record: a failure is recorded whatever its text holds."""
+    try:
+        return _text(str(error))
+    except Exception as exc:  # its __str__ is the user's code
+        return f"<unprintable {type(error).__qualname__}: str() raised {exc!r}>"
+
+
 def run_started(
     workflow: str,
     fingerprint: str,
@@ -104,6 +117,7 @@ def run_started(
     """The first record of a run (or of a fork, which names its parent and seq).
 
     It carries the step graph, so that ``verify`` can say how today's steps differ.
+    ``start_event`` may be given already encoded (an ``orjson.Fragment``).
     """
     return _rec(
         RUN_STARTED,
@@ -112,7 +126,12 @@ def run_started(
             "workflow": workflow,
             "fingerprint": fingerprint,
             "graph": graph,
-            "start": {"id": start_id, "event": codec.dump(start_event)}
+            "start": {
+                "id": start_id,
+                "event": start_event
+                if isinstance(start_event, orjson.Fragment)
+                else codec.dump(start_event),
+            }
             if start_event is not None
             else None,
             "parent": {"run_id": parent[0], "seq": parent[1]} if parent else None,
@@ -167,10 +186,10 @@ def step_failed(
         {
             "id": event_id,
             "attempt": attempt,
-            "error": type(error).__qualname__,
-            "module": type(error).__module__,
-            "message": str(error),
-            "traceback": traceback,
+            "error": _text(type(error).__qualname__),
+            "module": _text(type(error).__module__),
+            "message": _message(error),
+            "traceback": _text(traceback),
             "retry": retry,
             "delay": delay,
         },
@@ -185,7 +204,7 @@ def state_set_value(step: str | None, key: str, value_dump: Any) -> Record:
     return _rec(STATE_SET, step, {"key": key, "value": value_dump})
 
 
-def state_set_patch(step: str | None, key: str, ops_json: list[Any]) -> Record:
+def state_set_patch(step: str | None, key: str, ops_json: Any) -> Record:
     return _rec(STATE_SET, step, {"key": key, "patch": ops_json})
 
 
@@ -281,8 +300,8 @@ def run_finished(result_dump: Any, stop_id: int) -> Record:
 
 def run_failed(step: str | None, error: BaseException | str, message: str = "") -> Record:
     name = error if isinstance(error, str) else type(error).__qualname__
-    text = message if isinstance(error, str) else str(error)
-    return _rec(RUN_FAILED, step, {"error": name, "message": text})
+    text = message if isinstance(error, str) else _message(error)
+    return _rec(RUN_FAILED, step, {"error": _text(name), "message": _text(text)})
 
 
 def run_status(kind: str, **payload: Any) -> Record:

@@ -15,6 +15,8 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast
 
+import orjson
+
 from eventstore import (
     CodecError,
     Commit,
@@ -23,14 +25,18 @@ from eventstore import (
     EventStoreError,
     LogCorruptedError,
     NewRun,
+    ReadOnlyStoreError,
     Record,
     Seq,
+    StoreClosedError,
     StoredRecord,
+    StoreUnavailableError,
     UnknownClassError,
+    WriterFailedError,
 )
 
 from . import _journal as J
-from ._changes import ContextChanges
+from ._changes import ContextChanges, KeyChange, refused
 from ._context import COLLECT_PREFIX, Attempt, Context, WaitSuspend, current_attempt
 from ._errors import (
     RunAbandonedError,
@@ -57,6 +63,30 @@ SNAPSHOT_MIN_BYTES: Final = 64 * 1024
 
 
 _ENDING: Final = frozenset({"finished", "failed", "cancelled", "timed_out", "waiting"})
+# Why a commit may fail that is not the attempt's doing: the store cannot write (I/O, closed,
+# read-only, unreachable) or the run is no longer this executor's. Any other failure to
+# write an attempt's records is that attempt's failure, recorded as one.
+_STORE_FAILURES: Final = (
+    WriterFailedError,
+    ConcurrencyError,
+    StoreClosedError,
+    StoreUnavailableError,
+    ReadOnlyStoreError,
+)
+
+
+# A durable commit of a returned attempt, for _took_effect: its changes, seq, event ids,
+# emitted events with their targets, deliveries, questions asked, and its StopEvent (id,
+# event, dump).
+_Written = tuple[
+    list[KeyChange],
+    int,
+    list[int],
+    list[tuple[Event, "str | None"]],
+    list[tuple[str, Delivery]],
+    list[Event],
+    "tuple[int, StopEvent, Any] | None",
+]
 
 
 class _Sealed(ConcurrencyError):
@@ -417,18 +447,28 @@ class Executor(ContextChanges, WaitsAndInbox):
                 outcome = await self._invoke(spec, att)
                 if outcome[0] == "ok":
                     try:
-                        committed = await self._commit_success(att, outcome[1])
-                    except CodecError as err:
-                        # What the step returned or sent cannot be stored: its failure.
+                        written = await self._commit_success(att, outcome[1])
+                    except _STORE_FAILURES:
+                        raise
+                    except Exception as err:
+                        # What the attempt produced cannot be written (a value the log
+                        # cannot hold, a commit the store refused): that is its failure.
                         outcome = ("error", err, traceback.format_exc())
                     else:
-                        if committed:
+                        if written is not None:
+                            self._took_effect(att, *written)
                             return
                         conflicts += 1
                         continue
                 if outcome[0] == "wait":
-                    await self._commit_wait(att, outcome[1])
-                    return
+                    try:
+                        await self._commit_wait(att, outcome[1])
+                    except _STORE_FAILURES:
+                        raise
+                    except Exception as err:
+                        outcome = ("error", err, traceback.format_exc())
+                    else:
+                        return
                 exc, tb = outcome[1], outcome[2]
                 stale = self._stale(att)
                 if stale:
@@ -444,12 +484,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                     if policy is not None
                     else None
                 )
-                await self.append(
-                    [
-                        J.step_failed(step, d.event_id, attempt, exc, tb, delay is not None, delay),
-                        *self._streamed(att),
-                    ]
-                )
+                await self._commit_failure(att, exc, tb, delay)
                 if delay is None:
                     await self._fail_run(step, exc)
                     return
@@ -493,8 +528,64 @@ class Executor(ContextChanges, WaitsAndInbox):
         return [k for k, v in att.reads.items() if w.get(k, 0) != v]
 
     def _streamed(self, att: Attempt) -> list[Record]:
-        dump = self.codec.dump
-        return [J.streamed(att.step, att.event_id, att.attempt, dump(e)) for e in att.streamed]
+        records = []
+        for e in att.streamed:
+            text = None if att.encoded is None else att.encoded.get(id(e))
+            if text is None:
+                text = self._event_json(e, "refused by ctx.write_event_to_stream")
+            records.append(J.streamed(att.step, att.event_id, att.attempt, text))
+        return records
+
+    def _event_json(self, ev: Event, how: str) -> orjson.Fragment:
+        """An event's JSON for a record, checked: what the log cannot hold is refused."""
+        try:
+            return orjson.Fragment(self.codec.encode(ev, name=type(ev).__name__))
+        except EncodeError as exc:
+            raise refused(exc, how) from None
+
+    def _event_dump(self, att: Attempt, ev: Event, returned: bool | None) -> Any:
+        """An event's dump for a record of the attempt's commit, which it returned, sent or
+        (``returned`` None) collected; its strings are checked as the record is serialized
+        (:meth:`_refuse_text`)."""
+        try:
+            return self.codec.dump(ev, name=type(ev).__name__)
+        except EncodeError as exc:
+            verb = "collected" if returned is None else "returned" if returned else "sent"
+            raise refused(exc, f"step {att.step!r} {verb} it") from None
+
+    def _refuse_text(
+        self, att: Attempt, emitted: list[tuple[Event, str | None]], result: Event | None
+    ) -> None:
+        """Raises the refusal of the event whose record orjson could not serialize."""
+        events = [(put[1], "collected") for _, _, put, _ in att.collects if put is not None]
+        events += [(ev, "returned" if ev is result else "sent") for ev, _ in emitted]
+        for ev, verb in events:
+            try:
+                self.codec.encode(ev, name=type(ev).__name__)
+            except EncodeError as exc:
+                raise refused(exc, f"step {att.step!r} {verb} it") from None
+
+    async def _commit_failure(
+        self, att: Attempt, exc: BaseException, tb: str, delay: float | None
+    ) -> None:
+        """Records an attempt's failure; a failure is recorded whatever it carries."""
+        failed = J.step_failed(
+            att.step, att.event_id, att.attempt, exc, tb, delay is not None, delay
+        )
+        try:
+            streamed = self._streamed(att)
+        except CodecError:
+            streamed = []  # what it streamed cannot be stored, unlike its failure
+        try:
+            await self.append([failed, *streamed])
+        except _STORE_FAILURES:
+            raise
+        except Exception:
+            # Refused for its size or content: the failure alone, without its traceback.
+            bare = J.step_failed(
+                att.step, att.event_id, att.attempt, exc, "", delay is not None, delay
+            )
+            await self.append([bare])
 
     async def _commit_conflict(self, att: Attempt, keys: list[str]) -> None:
         shown = [k.replace(COLLECT_PREFIX, "collect:") for k in keys]
@@ -502,9 +593,13 @@ class Executor(ContextChanges, WaitsAndInbox):
             [J.step_conflicted(att.step, att.event_id, att.attempt, shown), *self._streamed(att)]
         )
 
-    async def _commit_success(self, att: Attempt, result: Event | None) -> bool:
-        """Commits a returned attempt; False when its reads went stale (it must re-run)."""
-        dump = self.codec.dump
+    async def _commit_success(self, att: Attempt, result: Event | None) -> _Written | None:
+        """Writes a returned attempt's commit; returns what :meth:`_took_effect` needs to
+        make it take effect, or None when its reads went stale (it must re-run).
+
+        When it raises, the commit was not written and nothing of it took effect.
+        """
+        step = att.step
         emitted: list[tuple[Event, str | None]] = list(att.sent)
         if result is not None:
             emitted.append((result, None))
@@ -512,62 +607,65 @@ class Executor(ContextChanges, WaitsAndInbox):
         records: list[Record] = []
         ids: list[int] = []
         deliveries: list[tuple[str, Delivery]] = []
-        stop: tuple[int, StopEvent] | None = None
-        asked: list[Event] = []  # questions no step takes: streamed once this commit is durable
-        body: list[Record] = self._state_records(att.step, changes)
-        for _, buf, put, take in att.collects:
-            body.append(
-                J.collected(
+        stop: tuple[int, StopEvent, Any] | None = None
+        # Questions no step takes: streamed once this commit is durable, as it records them.
+        asked: list[tuple[Event, orjson.Fragment]] = []
+        body: list[Record] = self._state_records(step, changes)
+        dump = self.codec.dump
+        try:  # events are dumped (checked but for their strings) and serialized once, here
+            for _, buf, put, take in att.collects:
+                put_json = None
+                if put is not None:
+                    put_json = {"id": put[0], "event": self._event_dump(att, put[1], None)}
+                body.append(J.collected(step, buf, put_json, take))
+            for ev, target in emitted:
+                ev_id = self.new_event_id()
+                ids.append(ev_id)
+                if isinstance(ev, StopEvent):
+                    if stop is None:
+                        stop = (ev_id, ev, self._event_dump(att, ev, ev is result))
+                    continue
+                if (
+                    isinstance(ev, InputRequiredEvent)
+                    and target is None
+                    and not self.graph.route(type(ev))
+                ):
+                    verb = "returned" if ev is result else "sent"
+                    asked.append((ev, self._event_json(ev, f"step {step!r} {verb} it")))
+                    continue
+                try:
+                    d = dump(ev)
+                except EncodeError:
+                    d = self._event_dump(att, ev, ev is result)  # raises, naming the event
+                targets = (target,) if target is not None else self.graph.route(type(ev))
+                if not targets:
+                    body.append(J.enqueued(None, ev_id, d, [att.event_id, att.attempt]))
+                    continue
+                for t in targets:
+                    body.append(J.enqueued(t, ev_id, d, [att.event_id, att.attempt]))
+                    deliveries.append((t, Delivery(ev_id, ev)))
+            records.append(
+                J.step_finished(
                     att.step,
-                    buf,
-                    None if put is None else {"id": put[0], "event": dump(put[1])},
-                    take,
+                    att.event_id,
+                    att.attempt,
+                    ids,
+                    max(att.reads.values(), default=0),
+                    att.answers_used,
                 )
             )
-        for ev, target in emitted:
-            ev_id = self.new_event_id()
-            ids.append(ev_id)
-            if isinstance(ev, StopEvent):
-                if stop is None:
-                    stop = (ev_id, ev)
-                continue
-            if (
-                isinstance(ev, InputRequiredEvent)
-                and target is None
-                and not self.graph.route(type(ev))
-            ):
-                asked.append(ev)
-                continue
-            targets = (target,) if target is not None else self.graph.route(type(ev))
-            try:
-                d = dump(ev)
-            except CodecError as exc:
-                what = type(ev).__name__
-                msg = f"step {att.step!r} emitted a {what} that cannot be stored: {exc}"
-                raise EncodeError(getattr(exc, "path", "event"), type(ev), msg) from exc
-            if not targets:
-                body.append(J.enqueued(None, ev_id, d, [att.event_id, att.attempt]))
-                continue
-            for t in targets:
-                body.append(J.enqueued(t, ev_id, d, [att.event_id, att.attempt]))
-                deliveries.append((t, Delivery(ev_id, ev)))
-        records.append(
-            J.step_finished(
-                att.step,
-                att.event_id,
-                att.attempt,
-                ids,
-                max(att.reads.values(), default=0),
-                att.answers_used,
+            records.extend(body)
+            records.extend(self._streamed(att))
+            # Recorded as streamed by this commit only: a conflicted or failed attempt never
+            # asked them.
+            records.extend(
+                J.streamed(att.step, att.event_id, att.attempt, text) for _, text in asked
             )
-        )
-        records.extend(body)
-        records.extend(self._streamed(att))
-        # Recorded as streamed by this commit only: a conflicted or failed attempt never
-        # asked them.
-        records.extend(J.streamed(att.step, att.event_id, att.attempt, dump(q)) for q in asked)
-        if stop is not None:
-            records.append(J.run_finished(dump(stop[1]), stop[0]))
+            if stop is not None:
+                records.append(J.run_finished(stop[2], stop[0]))
+        except orjson.JSONEncodeError:
+            self._refuse_text(att, emitted, result)
+            raise
         written = [c.key for c in changes]
         if att.collects:
             written.extend(COLLECT_PREFIX + b for b in {c[0] for c in att.collects})
@@ -594,12 +692,28 @@ class Executor(ContextChanges, WaitsAndInbox):
             )
         except _Conflict as exc:
             await self._commit_conflict(att, exc.keys)
-            return False
+            return None
         finally:
             if hold:
                 self.state_lock.release()
-        # Durable: now it takes effect. The attempt's own reads end here, so only other
-        # live readers of a key make applying its patch copy the value.
+        return (changes, seq, ids, emitted, deliveries, [q for q, _ in asked], stop)
+
+    def _took_effect(
+        self,
+        att: Attempt,
+        changes: list[KeyChange],
+        seq: int,
+        ids: list[int],
+        emitted: list[tuple[Event, str | None]],
+        deliveries: list[tuple[str, Delivery]],
+        asked: list[Event],
+        stop: tuple[int, StopEvent, Any] | None,
+    ) -> None:
+        """A returned attempt's commit is durable: now it takes effect.
+
+        The attempt's own reads end here, so only other live readers of a key make
+        applying its patch copy the value.
+        """
         self._unpin(att)
         att.reads.clear()
         self._apply_changes(changes, seq)
@@ -622,7 +736,6 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._observe(seq)
         if stop is not None:
             self._finish(stop[1])
-        return True
 
     def _observe(self, seq: int) -> None:
         hook = self.wf._commit_hook

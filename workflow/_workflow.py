@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ValidationError
 
 from eventstore import (
@@ -29,6 +30,8 @@ from eventstore import (
 )
 
 from . import _journal as J
+from ._changes import encode_updates
+from ._diff import TrackedDict, TrackedList
 from ._errors import (
     RunFinishedError,
     WorkflowChangedError,
@@ -105,6 +108,9 @@ class Workflow:
         self._max_recovery = max_recovery_attempts
         self._codec = Codec(how_to_register="Workflow(types=[{name}])")
         self._codec.register(*self._graph.event_types(), *types)
+        # Views handed out by ctx.store.get are written as the value they show.
+        self._codec.register_proxy(TrackedList, list)
+        self._codec.register_proxy(TrackedDict, lambda view: dict(view.items()))
         self._state_type: type | None = self._find_state_type()
         if self._state_type is not None:
             self._codec.register(self._state_type)
@@ -187,10 +193,11 @@ class Workflow:
         run_id = run_id or uuid.uuid4().hex
         if self._store.get_run(run_id) is not None:
             return self.resume(run_id)
+        records = self._start_records(start_event)  # a start event the log cannot hold: here
         executor = Executor(self, run_id, 0, 1, None)
         executor.next_id = 2
         handler = WorkflowHandler(self, run_id, executor.done, executor)
-        executor._spawn(self._begin(executor, start_event))
+        executor._spawn(self._begin(executor, start_event, records))
         return handler
 
     def submit(
@@ -213,14 +220,14 @@ class Workflow:
 
     def _start_records(self, start_event: StartEvent) -> list[Record]:
         """A new run's first commit: run_started, and the start event for its steps."""
-        dump = self._codec.dump(start_event)
+        dump = orjson.Fragment(self._codec.encode(start_event, name=type(start_event).__name__))
         targets = self._graph.route(type(start_event))
         return [
             J.run_started(
                 self._name,
                 self._graph.fingerprint(),
                 1,
-                start_event,
+                dump,
                 None,
                 self._codec,
                 self._graph.describe(),
@@ -231,8 +238,8 @@ class Workflow:
     def _new_run(self) -> NewRun:
         return NewRun(meta={"workflow": self._name}, status="running")
 
-    async def _begin(self, x: Executor, start_event: StartEvent) -> None:
-        await x.append(self._start_records(start_event), create=self._new_run())
+    async def _begin(self, x: Executor, start_event: StartEvent, records: list[Record]) -> None:
+        await x.append(records, create=self._new_run())
         info = self._store.run(x.run_id)
         x.rid = info.rid
         self._own(x)
@@ -279,8 +286,10 @@ class Workflow:
         :raises RunOwnedError: another live executor runs it.
         :raises RunFinishedError: ``updates`` for a finished run (fork it instead).
         :raises WorkflowChangedError: its queued or in-progress work fits no step now.
+        :raises EncodeError: an update holds a value the log cannot hold.
         """
         _require_loop("resume")
+        updates = encode_updates(self._codec, updates)  # refused before the run is claimed
         live = _live.get((id(self._store), run_id))
         if live is not None:
             if updates:
@@ -319,8 +328,11 @@ class Workflow:
 
         The fork records its parent and the seq and copies nothing; the parent is never
         changed. Steps in progress at the checkpoint run again.
+
+        :raises EncodeError: an update holds a value the log cannot hold.
         """
         _require_loop("run_from")
+        updates = encode_updates(self._codec, updates)  # refused before the fork begins
         if isinstance(checkpoint, dict):
             checkpoint = Checkpoint.model_validate(checkpoint)
         if isinstance(checkpoint, Checkpoint):
@@ -463,7 +475,8 @@ class Workflow:
             raise WorkflowChangedError(run_id, problems)
 
     async def _post(self, run_id: str, event: Event, key: str | None) -> int:
-        return await self._store.post(run_id, self._codec.encode(event), key=key)
+        text = self._codec.encode(event, name=type(event).__name__)
+        return await self._store.post(run_id, text, key=key)
 
     # ------------------------------------------------------------------ reading
 
@@ -539,7 +552,8 @@ class Workflow:
         if (info.status or "running") in TERMINAL:
             msg = f"run {run_id!r} has {info.status}; nothing would take the event in"
             raise WorkflowRuntimeError(msg)
-        entry = self._store.post_sync(run_id, self._codec.encode(event), key=idempotency_key)
+        text = self._codec.encode(event, name=type(event).__name__)
+        entry = self._store.post_sync(run_id, text, key=idempotency_key)
         live = _live.get((id(self._store), run_id))
         if live is not None:
             loop = live.done.get_loop()
