@@ -321,7 +321,8 @@ class Report:
     def speedup_goal(self, case: Case, times: float) -> str:
         ours, llama = self.cells[OURS, case], self.get(LLAMA, case)
         ups = speedups(ours, llama)
-        what = f"{case.workload} N={case.size:,}: >= {times:g}x faster than LlamaIndex"
+        size = f"K={case.size:,}" if case.workload == "fan_in" else f"N={case.size:,}"
+        what = f"{case.workload} {size}: >= {times:g}x faster than LlamaIndex"
         if not ours.seconds and ours.stopped is not None:
             return self.goal(what, None, False)  # ours failed or hit the cap: not met
         value = statistics.median(ups) if ups else None
@@ -417,14 +418,18 @@ class Report:
         assert base is not None
         assert here is not None
         a, b = self.cells[OURS, base], self.cells[OURS, here]
+        judged = n == min(c.size for c in self.cases if c.section == "scale")
+        what = f"{workload}: µs/step at N={n:,} within {GOAL_FLAT}x of N={base_n:,}"
         if not a.seconds or not b.seconds:
-            return self.goal(f"{workload}: per step flat from N={base_n:,} to {n:,}", None, None)
+            if not judged:
+                return "—"
+            # ours hitting the cap or failing there is not flat; LlamaIndex's absence is moot
+            return self.goal(what, None, False if b.stopped else None)
         t = (statistics.median(b.seconds) / n) / (statistics.median(a.seconds) / base_n)
         sa, sb = a.median("bytes"), b.median("bytes")
         by = (sb / n) / (sa / base_n) if sa and sb else None
         text = f"time {t:.2f}x, bytes {by:.2f}x" if by is not None else f"time {t:.2f}x"
-        if n == min(s for s in {c.size for c in self.cases if c.section == "scale"}):
-            what = f"{workload}: µs/step at N={n:,} within {GOAL_FLAT}x of N={base_n:,}"
+        if judged:
             text += "; " + self.goal(what, t, t <= GOAL_FLAT)
         return text
 
