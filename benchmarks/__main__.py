@@ -1,13 +1,15 @@
-"""``python -m benchmarks NAME|all [--quick] [--repeat K] [--out-dir DIR]``.
+"""``python -m benchmarks NAME|all [--quick] [--repeat K] [--out-dir DIR] [--cap S]``.
 
 To add a benchmark, write a module with ``main(quick, repeat, out_dir) -> dict`` and add one
-line to :data:`BENCHMARKS`.
+line to :data:`BENCHMARKS`. A benchmark whose runs may take too long today also takes
+``cap_s``: ``--cap`` seconds after which a run is stopped and reported as skipped.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ BENCHMARKS: dict[str, str] = {
     "chain": "benchmarks.chain",
     "peers": "benchmarks.peers",
     "backends": "benchmarks.backends",
+    "state": "benchmarks.state",
 }
 
 Main = Callable[..., dict[str, Any]]
@@ -38,12 +41,23 @@ def run(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the harness")
     parser.add_argument("--repeat", type=int, default=None, help="runs per measurement (5)")
     parser.add_argument("--out-dir", type=Path, default=None, help="where NAME.json goes")
+    parser.add_argument(
+        "--cap",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds one run may take before it is reported as skipped (state: 120)",
+    )
     args = parser.parse_args(argv)
     repeat = args.repeat if args.repeat is not None else (2 if args.quick else 5)
     names = list(BENCHMARKS) if args.name == "all" else [args.name]
     for name in names:
         print(f"== {name}")
-        load(name)(quick=args.quick, repeat=repeat, out_dir=args.out_dir)
+        main = load(name)
+        options: dict[str, Any] = {}
+        if args.cap is not None and "cap_s" in inspect.signature(main).parameters:
+            options["cap_s"] = args.cap
+        main(quick=args.quick, repeat=repeat, out_dir=args.out_dir, **options)
 
 
 if __name__ == "__main__":

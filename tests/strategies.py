@@ -1,6 +1,8 @@
 """Hypothesis strategies, and the classes they build, shared by the test modules.
 
 Codec part: ``codec_values()`` draws nested values of every type the codec must round-trip.
+State part: ``state_programs()`` draws the steps of a run, each a list of :class:`StateOp`
+(one update of context state, in one of the spellings users write).
 """
 
 from __future__ import annotations
@@ -8,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
+import itertools
 import math
 import pathlib
 import zoneinfo
@@ -237,3 +241,145 @@ def codec_values() -> st.SearchStrategy[Any]:
         )
 
     return st.recursive(scalars, containers, max_leaves=12)
+
+
+# -- state spellings (tests/test_state_spellings.py) ---------------------------------------
+
+# Values that == confuses: 1 == 1.0 == True, 0 == 0.0 == -0.0 == False; the fold must keep
+# each one's type.
+confusables = st.sampled_from([1, 1.0, True, 0, 0.0, -0.0, False, "1", (1,), [1], {1}, None])
+
+
+@functools.cache
+def exact_values() -> st.SearchStrategy[Any]:
+    """Values for context state: the confusable ones often, small nested values of every
+    kind of container otherwise (lighter than ``codec_values()``: a run draws dozens)."""
+
+    def containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        return st.one_of(
+            st.lists(children, max_size=3),
+            st.lists(children, max_size=3).map(tuple),
+            st.sets(confusables.filter(lambda v: v.__hash__ is not None), max_size=3),
+            st.frozensets(hashables, max_size=2),
+            st.dictionaries(_keys, children, max_size=3),
+            st.dictionaries(hashables, children, max_size=2),
+            st.builds(Point, st.integers(), st.floats()),
+            st.builds(Pair, children, children),
+            st.builds(Item, st.text(max_size=3), children),
+            st.builds(Holder, value=children),
+            st.builds(User, name=st.text(max_size=3), age=st.integers(), tags=st.lists(st.text())),
+            st.builds(
+                lambda kind, extra: Loose(kind=kind, **extra),
+                st.text(max_size=3),
+                st.dictionaries(_extra_keys, children, max_size=2),
+            ),
+        )
+
+    return st.recursive(confusables | scalars, containers, max_leaves=5)
+
+
+class Inner(BaseModel):
+    """A model nested in the typed state, reached by dotted paths (``inner.count``)."""
+
+    tags: list[str] = []
+    count: Any = 0
+
+
+class SpelledState(BaseModel):
+    """The typed state of ``Context[SpelledState]``: a list, a dict, a value, a model."""
+
+    items: list[Any] = []
+    d: dict[str, Any] = {}
+    n: Any = 0
+    inner: Inner = Inner()
+
+
+@dataclasses.dataclass(frozen=True)
+class StateOp:
+    """One update of context state: the spelling's name and its arguments."""
+
+    name: str
+    args: tuple[Any, ...] = ()
+
+
+_index = st.integers(0, 7)
+_str_keys = st.sampled_from(["a", "b", "k", "$t", "v", "c"]) | st.text(max_size=4)
+_LIST_ACTIONS = ("setitem", "insert", "pop", "extend", "del_slice", "sort", "reverse", "clear")
+_COPIES = ("inplace", "list_copy", "deepcopy")
+# "d_or" (`d = d | {k: v}`) joins the spellings in _arguments() once it works on a view:
+# today it raises TypeError (test_dict_union_spelling_updates_state, xfail).
+
+
+@functools.cache
+def _arguments(typed: bool) -> dict[str, st.SearchStrategy[tuple[Any, ...]]]:
+    """Each spelling of the (typed or untyped) flow -> the strategy of its arguments.
+
+    Indexes are taken modulo the length when the spelling runs.
+    """
+    x = exact_values()
+    one = st.tuples(x)
+    keyed = st.tuples(_str_keys, x)
+    args: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
+        **dict.fromkeys(
+            ("append", "plus", "star", "slice_plus", "list_copy_append", "deepcopy_append"), one
+        ),
+        "list_action": st.tuples(
+            st.sampled_from(_COPIES),
+            st.sampled_from(_LIST_ACTIONS),
+            _index,
+            st.lists(x, max_size=2),
+        ),
+        "set_index": st.tuples(_index, x),
+        **dict.fromkeys(("d_setitem", "d_unpack", "d_call", "d_update"), keyed),
+        **dict.fromkeys(("d_del", "d_drop_copy"), st.tuples(_index)),
+    }
+    if typed:
+        args |= dict.fromkeys(
+            ("t_edit_append", "t_getset_append", "t_edit_n", "t_getset_n", "t_copy_update"), one
+        )
+        args["t_edit_d"] = keyed
+        args["t_inner_count"] = st.tuples(confusables)
+        args["t_inner_tag"] = st.tuples(st.text(max_size=3))
+    else:
+        args |= dict.fromkeys(("m_setitem", "m_unpack"), st.tuples(hashables, x))
+        args["m_del"] = st.tuples(_index)
+        args |= dict.fromkeys(("nest_append", "nest_set", "v_set", "state_append"), one)
+        args["edit_state_d"] = one
+        args["nest_new"] = st.tuples(st.sampled_from("xyz"), x)
+        args["v_get_set"] = st.just(())
+    return args
+
+
+@functools.cache
+def _init(typed: bool) -> st.SearchStrategy[StateOp]:
+    """The first update of a run: every key (or field) gets a first value."""
+    x = exact_values()
+    items = st.lists(x, max_size=3)
+    d = st.dictionaries(_str_keys, x, max_size=3)
+    if typed:
+        inner = st.builds(Inner, tags=st.lists(st.text(max_size=3), max_size=2), count=confusables)
+        state = st.builds(SpelledState, items=items, d=d, n=x, inner=inner)
+        return st.builds(StateOp, st.just("t_init"), st.tuples(state))
+    m = st.dictionaries(hashables, x, max_size=3)
+    nest = st.fixed_dictionaries({"a": items, "b": x})
+    return st.builds(StateOp, st.just("init"), st.tuples(items, d, m, nest, x))
+
+
+@st.composite
+def state_programs(draw: st.DrawFn, typed: bool) -> list[list[StateOp]]:
+    """The steps of a run: most spellings, some twice, shuffled and cut in 1-5 steps.
+
+    Each spelling is in with chance 3/4 (so every program exercises most of them, where
+    a small random one would miss many; and the shrinker can still take them out), in
+    random order with random arguments. The first step starts with the init op, which
+    gives every key its first value.
+    """
+    args = _arguments(typed)
+    names = [n for n in args if draw(st.integers(0, 3), label=f"has {n}")]
+    names += draw(st.lists(st.sampled_from(sorted(args)), max_size=4), label="extra")
+    ops = [StateOp(name, draw(args[name], label=name)) for name in names]
+    ops = draw(st.permutations(ops), label="order")
+    cuts = sorted(draw(st.lists(st.integers(0, len(ops)), max_size=4), label="cuts"))
+    bounds = [0, *cuts, len(ops)]
+    steps = [ops[a:b] for a, b in itertools.pairwise(bounds)]
+    return [[draw(_init(typed), label="init"), *steps[0]], *steps[1:]]

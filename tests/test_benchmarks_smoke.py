@@ -31,6 +31,8 @@ def test_benchmark_quick_mode_runs(name: str, tmp_path: Path) -> None:
         _check_flow_report(data)
     if name == "peers":
         _check_peers_report(data, tmp_path)
+    if name == "state":
+        _check_state_report(data, tmp_path)
 
 
 def _check_flow_report(data: dict[str, Any]) -> None:
@@ -54,6 +56,38 @@ def _check_peers_report(data: dict[str, Any], out: Path) -> None:
     assert goals
     assert all(g["met"] is None for g in goals)  # nothing to compare with
     assert "| system |" in (out / "peers.md").read_text()
+
+
+def _check_state_report(data: dict[str, Any], out: Path) -> None:
+    """Without the peers, every state workload ran for ours (or says why not); the floor
+    and the goals are there, and state.md has each section."""
+    from benchmarks import state
+
+    ours = {(r["workload"], r["size"]): r for r in data["results"] if r.get("system") == "ours"}
+    assert ours.keys() == {(c.workload, c.size) for c in state.cases(quick=True)}
+    for entry in ours.values():
+        assert entry["seconds"] is not None or entry["stopped"], entry
+    ran = [e for e in ours.values() if e["seconds"] is not None]
+    assert all(e["bytes"]["median"] > 0 and e["payload_bytes"]["median"] > 0 for e in ran)
+    fan = [e for e in ran if e["workload"] == "fan_in"]
+    assert fan
+    assert all(e["collector_attempts"]["median"] >= e["size"] for e in fan)
+    (floor,) = [r for r in data["results"] if r["section"] == "floor"]
+    assert floor["floor_us"]["median"] > 0
+    assert any(r["section"] == "goal" for r in data["results"])
+    md = (out / "state.md").read_text()
+    for section in ("## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## Goals"):
+        assert section in md
+
+
+def test_state_cap_reports_a_run_as_skipped(tmp_path: Path) -> None:
+    """A state run longer than the cap is stopped and reported as skipped, never waited for."""
+    from benchmarks import state
+
+    case = state.Case("scale", "append", 2000)
+    out = state.run_one(state.OURS, None, case, cap_s=0.05, tmp=tmp_path)
+    assert out == "skipped: >0.05 s"
+    assert not list(tmp_path.iterdir())  # its store is removed
 
 
 def test_command_line_runs_a_benchmark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
