@@ -24,6 +24,9 @@ test-slow: $(STAMP)
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-thorough} $(PY) -m pytest -q -m "slow"
 
 # The PostgreSQL backend's contract and workflow tests; starts (or installs) the service.
+# They include the cross-host tests (tests/test_hosts.py): workers in network namespaces
+# against a cluster of their own (initdb in /tmp); they need root, iproute2 and the server
+# programs, which .ci/postgres-up installs when missing.
 test-postgres: $(STAMP)
 	bash .ci/postgres-up
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest -q -m postgres

@@ -11,16 +11,20 @@ Two parts:
   the result (every record written), steps or items per second, and the per-repetition
   ratio of throughputs PostgreSQL/SQLite.
 * **Worker processes.** M = 200 (quick: 10) runs of a two-step workflow are submitted
-  (``wf.submit``) to a new shared store; then 1, 2 or 4 worker processes
+  (``wf.submit``) to a new shared store; then 1, 2, 4 or 8 worker processes
   (``python -m benchmarks.backends worker STORE POLL``, each a :class:`~workflow.Worker`
   with concurrency 4) start, import, open the store and say READY; the clock starts when
   they are all told to go and stops when ``wf.runs()`` (polled here every 20 ms) shows
   every run finished; the workers are then stopped with SIGTERM (quick mode: 1 and 2
   workers only, as each process start costs about a second). Reported: runs/s, the
-  speed-up over one worker, and PostgreSQL/SQLite. A worker looks for work every
-  ``poll_interval`` seconds and takes at most ``concurrency`` runs at once, so at the
-  default 0.2 s one worker completes at most 4 / 0.2 = 20 runs/s whatever the store: the
-  workers are measured at the default and at 0.02 s (quick mode: 0.02 s only).
+  speed-up over one worker, PostgreSQL/SQLite, and where the CPU went while the clock ran:
+  the workers' own CPU time (``/proc/PID/stat``) and the whole machine's busy time
+  (``/proc/stat``: the workers, the PostgreSQL server, this harness and anything else
+  running), each as cores kept busy. A worker looks for work every ``poll_interval``
+  seconds and takes at most ``concurrency`` runs at once, so at the default 0.2 s one
+  worker completes at most 4 / 0.2 = 20 runs/s whatever the store: the workers are
+  measured at the default and at 0.02 s (quick mode: 0.02 s only). Below the table, each
+  curve's gain per doubling of workers says where it flattens, next to the CPU it found.
 
 PostgreSQL is ``BENCH_POSTGRES_URL`` (else ``DW_TEST_POSTGRES``, else the local test
 database); each store is a schema of its own, dropped afterwards. ``BENCH_POSTGRES=1``
@@ -34,15 +38,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,11 +75,14 @@ NAME = "backends"
 LOOP_N = (1000, 30)  # (full run, quick run)
 FAN_K = (100, 10)
 RUNS_M = (200, 10)
-WORKERS = ((1, 2, 4), (1, 2))  # worker processes (quick: no 4, each start costs ~1 s)
+WORKERS = ((1, 2, 4, 8), (1, 2))  # worker processes (quick: 1 and 2, each start costs ~1 s)
 CONCURRENCY = 4  # runs each worker process executes at once
 POLLS = ((0.2, 0.02), (0.02,))  # worker poll intervals, s: the default and a short one
 WAIT_POLL_S = 0.02  # how often the harness looks at wf.runs()
 WAIT_TIMEOUT_S = (600.0, 60.0)  # (full, quick): a stuck worker fails the run, not hangs it
+WORKER_HEADERS = ("store", "poll s", "workers", "wall s", "runs/s", "vs 1 worker", "PG/SQLite",
+                  "workers' CPU", "PG server CPU", "machine CPU")  # fmt: skip
+FLAT_GAIN = 1.2  # a doubling of workers that gains less than this counts as flat
 POSTGRES_ENV = "BENCH_POSTGRES"
 POSTGRES_URL = (
     os.environ.get("BENCH_POSTGRES_URL")
@@ -286,11 +296,49 @@ def wait_finished(wf: Workflow, count: int, timeout: float) -> None:
         time.sleep(WAIT_POLL_S)
 
 
+_TICK_S = 1 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used so far, from ``/proc/PID/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime (fields 14, 15)
+
+
+def server_cpu() -> dict[int, float]:
+    """CPU seconds so far of each PostgreSQL server process on this machine (by pid)."""
+    out = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = stat.read_text()
+            if "(postgres)" in text.split(" ", 2)[1]:
+                out[int(stat.parent.name)] = process_cpu_s(int(stat.parent.name))
+    return out
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core of the machine has been busy so far (``/proc/stat``)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return (sum(ticks[:8]) - idle) * _TICK_S  # user..steal (guest time is inside user)
+
+
+@dataclass(frozen=True)
+class WorkersRun:
+    """One measurement of the worker processes: its wall time and where the CPU went."""
+
+    seconds: float
+    completed: list[int | None]
+    workers_cpu_s: float  # the worker processes, while the clock ran
+    server_cpu_s: float  # PostgreSQL's processes on this machine (any client's), meanwhile
+    machine_cpu_s: float  # every process on the machine, while the clock ran
+
+
 def time_workers(
     backend: Backend, workers: int, runs: int, poll: float, tmp: Path, timeout: float
-) -> tuple[float, list[int | None]]:
-    """Seconds ``workers`` processes take to finish ``runs`` submitted runs, and each
-    worker's count of runs completed."""
+) -> WorkersRun:
+    """How long ``workers`` processes take to finish ``runs`` submitted runs, each worker's
+    count of runs completed, and the CPU the workers and the machine used meanwhile."""
     with new_store(backend, tmp) as target:
         wf = TwoStep(store=target, timeout=None)
         try:
@@ -298,6 +346,9 @@ def time_workers(
                 wf.submit(n=i)
             procs = start_workers(target, workers, poll)
             try:
+                cpu0 = sum(process_cpu_s(p.pid) for p in procs)
+                server0 = server_cpu()
+                busy0 = machine_busy_s()
                 start = time.perf_counter()
                 for p in procs:
                     assert p.stdin is not None
@@ -305,11 +356,14 @@ def time_workers(
                     p.stdin.flush()
                 wait_finished(wf, runs, timeout)
                 seconds = time.perf_counter() - start
+                busy = machine_busy_s() - busy0
+                server = sum(v - server0.get(pid, 0.0) for pid, v in server_cpu().items())
+                cpu = sum(process_cpu_s(p.pid) for p in procs) - cpu0
             finally:
                 completed = stop_workers(procs)
         finally:
             wf.store.close()
-    return seconds, completed
+    return WorkersRun(seconds, completed, cpu, server, busy)
 
 
 def worker_main(target: str, poll: float) -> None:
@@ -327,6 +381,55 @@ def worker_main(target: str, poll: float) -> None:
 
 
 # --- the benchmark ---------------------------------------------------------------------
+
+
+def scaling_notes(
+    backends: list[Backend],
+    polls: tuple[float, ...],
+    counts: tuple[int, ...],
+    rates: dict[tuple[Backend, float, int], Series],
+    wcores: dict[tuple[Backend, float, int], Series],
+    scores: dict[tuple[Backend, float, int], Series],
+    mcores: dict[tuple[Backend, float, int], Series],
+    cores: int,
+) -> list[str]:
+    """Where each workers curve flattens, and the CPU it met there, in words."""
+    lines = ["", "where the worker curves flatten:"]
+    for b in backends:
+        for p in polls:
+            gains = [
+                (c0, c1, rates[b, p, c1].median / rates[b, p, c0].median)
+                for c0, c1 in itertools.pairwise(counts)
+            ]
+            steps = ", ".join(f"{c0}->{c1} x{g:.2f}" for c0, c1, g in gains)
+            flat = next((c0 for c0, _, g in gains if g < FLAT_GAIN), None)
+            if flat is None:
+                verdict = f"still growing at {counts[-1]} workers"
+            else:
+                server = f", PostgreSQL {scores[b, p, flat].median:.1f}" if b == "postgres" else ""
+                verdict = (
+                    f"flat from {flat} worker(s) on (next doubling gains < x{FLAT_GAIN}), where"
+                    f" the machine was {mcores[b, p, flat].median:.1f} of {cores} cores busy"
+                    f" (the workers {wcores[b, p, flat].median:.1f}{server})"
+                )
+            lines.append(f"- {LABEL[b]}, poll {p} s: {steps}; {verdict}")
+    why = (
+        "Each worker is one Python process: the engine's work for its runs (fold, codec,"
+        " commits) runs on one core at most, so runs/s can grow only while the workers, the"
+        f" PostgreSQL server and the rest of the machine leave some of its {cores} cores"
+        " idle (the machine's CPU counts every process on it, other users' too). Past that,"
+        " more workers share the same cores and each adds its own polling (every poll it"
+        " lists the runs and, on PostgreSQL, reads a lease per running run), so the curve"
+        " flattens or falls. On PostgreSQL every write transaction (commits, leases taken"
+        " or renewed, claims) also holds the store's one seq row for its several round"
+        " trips, so the workers' writes queue behind each other whatever the cores, and on"
+        " a busy machine a worker descheduled inside one holds all the others up."
+        f" At poll {POLLS[0][0]} s a worker finishes at most {CONCURRENCY} /"
+        f" {POLLS[0][0]} = {CONCURRENCY / POLLS[0][0]:.0f} runs/s: that curve is bound by"
+        " polling first and climbs further before the cores fill."
+    )
+    lines += textwrap.wrap(why, width=92)
+    return lines
 
 
 def _ratio_cell(ours: Series | None, base: Series | None) -> tuple[str, dict[str, float] | None]:
@@ -358,6 +461,9 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
     cells = [(b, p, c) for b in backends for p in polls for c in counts]
     wrates = {key: Series(f"workers {key}", "runs/s") for key in cells}
     wsecs = {key: Series(f"workers {key}", "s") for key in cells}
+    wcores = {key: Series(f"workers {key}", "cores") for key in cells}
+    scores = {key: Series(f"server {key}", "cores") for key in cells}
+    mcores = {key: Series(f"machine {key}", "cores") for key in cells}
     completed: dict[tuple[Backend, float, int], list[list[int | None]]] = {c: [] for c in cells}
 
     # DBOS on PostgreSQL is the natural peer of ours on PostgreSQL (full mode, peers venv).
@@ -375,10 +481,13 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
             for p in polls:
                 for c in counts:
                     for b in backends:
-                        s, done = time_workers(b, c, m, p, tmp, WAIT_TIMEOUT_S[q])
-                        wsecs[b, p, c].add(s)
-                        wrates[b, p, c].add(m / s)
-                        completed[b, p, c].append(done)
+                        got = time_workers(b, c, m, p, tmp, WAIT_TIMEOUT_S[q])
+                        wsecs[b, p, c].add(got.seconds)
+                        wrates[b, p, c].add(m / got.seconds)
+                        wcores[b, p, c].add(got.workers_cpu_s / got.seconds)
+                        scores[b, p, c].add(got.server_cpu_s / got.seconds)
+                        mcores[b, p, c].add(got.machine_cpu_s / got.seconds)
+                        completed[b, p, c].append(got.completed)
 
     results: list[dict[str, Any]] = []
     rows = []
@@ -446,6 +555,9 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
                 wrates[b, p, c].cell(fmt_rate),
                 fmt_ratio(speedup),
                 pg_text,
+                f"{wcores[b, p, c].median:.2f}",
+                f"{scores[b, p, c].median:.2f}" if b == "postgres" else "—",
+                f"{mcores[b, p, c].median:.2f}",
             ]
         )
         results.append(
@@ -462,14 +574,23 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
                 "speedup_over_1_worker": speedup,
                 "postgres_over_sqlite": pg_ratio,
                 "completed_per_worker": completed[b, p, c],
+                "workers_cores_busy": wcores[b, p, c].summary(),
+                "postgres_server_cores_busy": scores[b, p, c].summary()
+                if b == "postgres"
+                else None,
+                "machine_cores_busy": mcores[b, p, c].summary(),
             }
         )
+    cores = os.cpu_count() or 1
     print_table(
         f"{m} two-step runs by worker processes (concurrency {CONCURRENCY} each), "
-        f"go to all finished; median (min-max) of {repeat}",
+        f"go to all finished; median (min-max) of {repeat}; CPU as cores kept busy "
+        f"(medians) of the machine's {cores}",
         rows,
-        ["store", "poll s", "workers", "wall s", "runs/s", "vs 1 worker", "PG/SQLite"],
+        WORKER_HEADERS,
     )
+    for line in scaling_notes(backends, polls, counts, wrates, wcores, scores, mcores, cores):
+        print(line)
 
     data = report(
         NAME,
