@@ -22,7 +22,10 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from eventstore import EventStore
+import pytest
+from pydantic import TypeAdapter
+
+from eventstore import Commit, EventStore, NewRun, Record
 from workflow import (
     Context,
     Event,
@@ -34,12 +37,19 @@ from workflow import (
     step,
 )
 from workflow import _journal as J
-from workflow._read import commits
+from workflow._fold import APPLY, fold
+from workflow._read import commits, run_info, start_state
+from workflow._snapshot import dump_folded
 from workflow.retry_policy import retry_policy, stop_after_attempt, wait_fixed
+
+# Runs as rows: label -> commits -> [kind, step, payload text].
+Rows = dict[str, list[list[list[Any]]]]
 
 FIXTURE: Final = Path(__file__).resolve().parent / "fixtures" / "golden_run.json"
 RUN_ID: Final = "golden"
 BOUND: Final = 30.0  # seconds a session may take before the test fails instead of hanging
+# The parts of a folded state that come from the records' times.
+_CLOCK: Final = frozenset({"exec_us", "prev_ts"})
 # Values no two runs share, replaced where they stand so the rest stays byte for byte.
 _VOLATILE: Final = (
     (re.compile(r'"traceback":"(?:[^"\\]|\\.)*"'), '"traceback":"<traceback>"'),
@@ -233,7 +243,7 @@ def normalised(payload: str) -> str:
     return payload
 
 
-def golden_rows(db: Path) -> dict[str, list[list[list[Any]]]]:
+def golden_rows(db: Path) -> Rows:
     """The golden run's and its fork's commits, each a list of [kind, step, payload text]."""
     with EventStore(db, readonly=True) as store:
         runs = {info.run_id: info for info in store.runs()}
@@ -248,7 +258,7 @@ def golden_rows(db: Path) -> dict[str, list[list[list[Any]]]]:
         }
 
 
-def dump_fixture(rows: dict[str, list[list[list[Any]]]], written_by: str) -> str:
+def dump_fixture(rows: Rows, written_by: str) -> str:
     """The fixture's text: a row per line, so that a change shows as the rows it changes."""
     lines = ["{", f'  "written_by": {json.dumps(written_by)},', '  "runs": {']
     for i, (label, run_commits) in enumerate(rows.items()):
@@ -265,11 +275,82 @@ def dump_fixture(rows: dict[str, list[list[list[Any]]]], written_by: str) -> str
     return "\n".join(lines)
 
 
-def test_golden_run_rows_are_byte_identical(tmp_path: Path) -> None:
-    """The golden run's records (kind, step, payload text, commits) equal the fixture's."""
-    db = tmp_path / "golden.db"
+def load_rows(db: Path, runs: Rows) -> dict[str, str]:
+    """Writes runs given as rows into a new store at ``db``, in order, so their seqs are the
+    seqs they were written at; a run whose first record names a parent is its fork. Returns
+    the run id of each label (the label itself)."""
+    with EventStore(db) as store:
+        for label, run_commits in runs.items():
+            first: J.RunStarted = json.loads(run_commits[0][0][2])
+            parent = first.get("parent")
+            for i, commit in enumerate(run_commits):
+                create = None
+                if i == 0:
+                    create = NewRun(
+                        meta={"workflow": first["workflow"]},
+                        parent_run_id=parent["run_id"] if parent else None,
+                        parent_seq=parent["seq"] if parent else None,
+                        status="running",
+                    )
+                records = [Record(kind, step, text) for kind, step, text in commit]
+                store.append_sync(Commit(label, records, epoch=1, create=create))
+    return {label: label for label in runs}
+
+
+def older_shapes(runs: Rows) -> Rows:
+    """The rows as the earliest code that wrote each kind would have written them: no step
+    graph in ``run_started`` (before ``verify``), and ``collected`` buffers and classes
+    named with their modules, without ``"v"`` (before module-free buffer ids)."""
+    module = GoldenFlow.__module__
+    legacy_buf = {"gather": "gather:" + ",".join([f"{module}:Done"] * 3)}
+    out: Rows = {}
+    for label, run_commits in runs.items():
+        out[label] = []
+        for commit in run_commits:
+            rows = []
+            for kind, step_name, text in commit:
+                p = json.loads(text)
+                if kind == J.RUN_STARTED:
+                    del p["graph"]
+                elif kind == J.COLLECTED:
+                    del p["v"]
+                    p["buf"] = legacy_buf[step_name]
+                    if p["take"]:
+                        p["take"] = [f"{module}:{name}" for name in p["take"]]
+                rows.append([kind, step_name, json.dumps(p, separators=(",", ":"))])
+            out[label].append(rows)
+    return out
+
+
+def payload_schema() -> dict[str, dict[str, Any]]:
+    """Each record kind's payload as a JSON schema, made from the journal's payload types."""
+    return {kind: TypeAdapter(t).json_schema() for kind, t in J.PAYLOADS.items()}
+
+
+def schema_fields(schema: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """The fields a payload schema allows and those every shape of it has (of a union: those
+    of any variant, and those all variants require)."""
+    defs = schema.get("$defs", {})
+    variants = [
+        defs[v["$ref"].rsplit("/", 1)[1]] if "$ref" in v else v
+        for v in schema.get("anyOf", [schema])
+    ]
+    allowed = set().union(*(v.get("properties", {}) for v in variants))
+    required = set.intersection(*(set(v.get("required", ())) for v in variants))
+    return allowed, required
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory: pytest.TempPathFactory) -> Rows:
+    """The golden run's rows as this code writes them."""
+    db = tmp_path_factory.mktemp("golden") / "golden.db"
     run_golden(db)
-    got = golden_rows(db)
+    return golden_rows(db)
+
+
+def test_golden_run_rows_are_byte_identical(golden: Rows) -> None:
+    """The golden run's records (kind, step, payload text, commits) equal the fixture's."""
+    got = golden
     want = json.loads(FIXTURE.read_text(encoding="utf-8"))["runs"]
     assert list(got) == list(want)
     for label in want:
@@ -278,11 +359,50 @@ def test_golden_run_rows_are_byte_identical(tmp_path: Path) -> None:
             assert g == w, f"{label} commit {i}"
 
 
-def test_golden_run_has_every_record_kind(tmp_path: Path) -> None:
+def test_golden_run_has_every_record_kind() -> None:
     """The fixture holds every record kind the journal writes, so none escapes the check."""
     runs = json.loads(FIXTURE.read_text(encoding="utf-8"))["runs"]
     kinds = {row[0] for commits_ in runs.values() for commit in commits_ for row in commit}
     assert kinds == set(J.KINDS)
+
+
+@pytest.mark.parametrize("shapes", ["current", "older"])
+def test_every_payload_fits_its_kinds_type(golden: Rows, shapes: str) -> None:
+    """Each payload, in every shape written, has its type's fields (no other) and values."""
+    runs = golden if shapes == "current" else older_shapes(golden)
+    schema = payload_schema()
+    for run_commits in runs.values():
+        for commit in run_commits:
+            for kind, _, text in commit:
+                allowed, required = schema_fields(schema[kind])
+                keys = set(json.loads(text))
+                assert keys <= allowed, f"{kind}: {sorted(keys - allowed)} not in its type"
+                assert required <= keys, f"{kind}: {sorted(required - keys)} missing"
+                TypeAdapter(J.PAYLOADS[kind]).validate_json(text, strict=True)
+
+
+def test_the_fold_has_a_function_for_every_kind() -> None:
+    """Every record kind of the journal has its function in the fold, and no other kind."""
+    assert set(APPLY) == set(J.KINDS)
+
+
+def test_the_fold_reads_every_payload_shape(golden: Rows, tmp_path: Path) -> None:
+    """Records in the oldest shapes fold to the same state, commit by commit, as today's."""
+    states = []
+    for shapes, runs in (("current", golden), ("older", older_shapes(golden))):
+        db = tmp_path / f"{shapes}.db"
+        load_rows(db, runs)
+        with EventStore(db, readonly=True) as store:
+            after = []
+            for label in runs:
+                state = start_state(store, run_info(store, label), cached=False)
+                for commit in commits(store.records(label)):
+                    fold(state, commit)
+                    # All but the clock, which counts the time these stores were written at.
+                    folded = json.loads(dump_folded(state))
+                    after.append({k: v for k, v in folded.items() if k not in _CLOCK})
+            states.append(after)
+    assert states[0] == states[1]
 
 
 if __name__ == "__main__":
@@ -290,14 +410,14 @@ if __name__ == "__main__":
     import subprocess
     import tempfile
 
-    from tests import test_journal as golden
+    from tests import test_journal as this
 
     with tempfile.TemporaryDirectory() as where:
         path = Path(where) / "golden.db"
-        golden.run_golden(path)
+        this.run_golden(path)
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
         note = sys.argv[1] if len(sys.argv) > 1 else f"durable-workflows at {head}"
-        FIXTURE.write_text(golden.dump_fixture(golden.golden_rows(path), note), encoding="utf-8")
+        FIXTURE.write_text(this.dump_fixture(this.golden_rows(path), note), encoding="utf-8")
     print(f"wrote {FIXTURE}")  # noqa: T201

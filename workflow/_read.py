@@ -20,12 +20,17 @@ from eventstore import (
 
 from . import _journal as J
 from ._errors import CheckpointNotFoundError, RunNotFoundError, SnapshotIgnoredWarning
-from ._fold import Folded, SnapshotError, fold, load_folded, payload_of
+from ._fold import Folded, fold, payload_of
 from ._ownership import LeaseOwners, Owners
+from ._snapshot import SnapshotError, load_folded
 from ._state import Checkpoint
+
+# Wraps the records a fold reads as they are read (a progress bar), yielding each of them.
+Wrap = Callable[[Iterator[StoredRecord]], Iterator[StoredRecord]]
 
 __all__ = [
     "RunSummary",
+    "Wrap",
     "checkpoints",
     "commits",
     "fold_run",
@@ -34,6 +39,7 @@ __all__ = [
     "records_upto",
     "run_info",
     "run_summaries",
+    "start_state",
 ]
 
 
@@ -73,7 +79,12 @@ def records_upto(
 
 
 def fold_run(
-    store: EventStore, run_id: str, seq: int | None = None, *, cached: bool = True
+    store: EventStore,
+    run_id: str,
+    seq: int | None = None,
+    *,
+    cached: bool = True,
+    wrap: Wrap | None = None,
 ) -> Folded:
     """The run's state in JSON form at ``seq``; a fork starts from its parent's state.
 
@@ -81,7 +92,8 @@ def fold_run(
     past ``seq`` and folds only the records after it; ``cached=False`` folds the whole
     log (the pure fold the cache must always agree with). A cached state that does not
     load, or does not fit the log it covers, is ignored with a
-    :class:`SnapshotIgnoredWarning` and the log is folded instead.
+    :class:`SnapshotIgnoredWarning` and the log is folded instead. ``wrap`` sees the
+    records of a whole-log fold as they are read (a progress bar).
 
     :raises RunNotFoundError: no such run.
     :raises CheckpointNotFoundError: ``seq`` is before the run's first record.
@@ -96,13 +108,22 @@ def fold_run(
             state = _from_snapshot(store, info, snap, seq)
             if state is not None:
                 return state
-    if info.parent_run_id is not None and info.parent_seq is not None:
-        state = fold_run(store, info.parent_run_id, info.parent_seq, cached=cached)
-        state.run_id = run_id
-        state.first_seq = None
-    else:
-        state = Folded(run_id)
-    return fold(state, records_upto(store, run_id, seq))
+    state = start_state(store, info, cached=cached, wrap=wrap)
+    records = records_upto(store, run_id, seq)
+    return fold(state, records if wrap is None else wrap(records))
+
+
+def start_state(
+    store: EventStore, info: RunInfo, *, cached: bool = True, wrap: Wrap | None = None
+) -> Folded:
+    """The state a run's own records fold onto: a fork's parent's at the fork's seq (as
+    :func:`fold_run` gives it), else the empty state."""
+    if info.parent_run_id is None or info.parent_seq is None:
+        return Folded(info.run_id)
+    state = fold_run(store, info.parent_run_id, info.parent_seq, cached=cached, wrap=wrap)
+    state.run_id = info.run_id
+    state.first_seq = None
+    return state
 
 
 def load_snapshot(store: EventStore, info: RunInfo, at: int, data: str) -> Folded:
@@ -185,13 +206,17 @@ def event_type(r: StoredRecord) -> str | None:
     """The qualified class name of the event a record carries, if it carries one."""
     if r.kind not in (J.ENQUEUED, J.RUN_FINISHED, J.RUN_STARTED, J.STREAMED, J.WAITING):
         return None
-    p = payload_of(r)
+    d: J.Dump
     if r.kind == J.RUN_FINISHED:
-        d = p.get("result")
+        finished: J.RunFinished = payload_of(r)
+        d = finished.get("result")
     elif r.kind == J.RUN_STARTED:
-        d = (p.get("start") or {}).get("event")
+        started: J.RunStarted = payload_of(r)
+        start = started.get("start")
+        d = start.get("event") if start else None
     else:
-        d = p.get("event")
+        carrying: J.Enqueued | J.Streamed | J.Waiting = payload_of(r)
+        d = carrying.get("event")
     return d.get("c") if isinstance(d, dict) else None
 
 

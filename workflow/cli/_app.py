@@ -17,7 +17,7 @@ import orjson
 from eventstore import EventStore, LogCorruptedError, StoredRecord
 
 from .. import _journal as J
-from .._fold import Folded, materialize
+from .._fold import Folded, to_run_state
 from .._read import checkpoints as list_checkpoints
 from .._read import run_info, run_summaries
 from ._common import (
@@ -385,7 +385,7 @@ def state(
         # What wf.state_at(run, at) gives, decoded by the user's classes (which fails
         # loudly if the log no longer fits them), without its ownership probe's lock file;
         # and beside it the failed attempts' tracebacks, which a RunState does not hold.
-        data = materialize(s, wf._codec, status).to_json()
+        data = to_run_state(s, wf._codec, status).to_json()
         data["error"] = error_json(s, failed)
         data["failed_attempts"] = failed
         emit_json(data)

@@ -17,8 +17,9 @@ import orjson
 from eventstore import EventStore, EventStoreError, RunInfo, StoredRecord
 
 from .._errors import WorkflowError
-from .._fold import Folded, SnapshotError, dump_folded, fold
+from .._fold import Folded, fold
 from .._read import fold_run, load_snapshot, records_upto, run_info
+from .._snapshot import SnapshotError, dump_folded
 from ._app import cli
 from ._common import emit_json, json_option
 from ._inspect import open_store

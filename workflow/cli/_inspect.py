@@ -22,7 +22,7 @@ from .._errors import CheckpointNotFoundError, WorkflowRuntimeError
 from .._fold import Folded, fold
 from .._ownership import LeaseOwners, Owners
 from .._read import commits, event_type, fold_run, live_status, records_upto, run_info
-from ._render import short_class, show_dump, show_typed
+from ._render import Show, short_class, show_dump, show_typed
 
 __all__ = [
     "Change",
@@ -224,68 +224,126 @@ def _ids(ids: Iterable[Any]) -> str:
     return listed or "nothing"
 
 
+# Each kind's payload as one short line: Callable(payload, show, limit) -> text. A kind
+# without an entry shows its payload whole.
+_Line = Callable[[Any, Show, int], str]
+
+
+def _run_started(p: J.RunStarted, show: Show, limit: int) -> str:
+    parent = p.get("parent")
+    start = p.get("start")
+    text = f"{p.get('workflow', '')}"
+    if start:
+        text += f" start #{start.get('id')} {show(start.get('event'), limit)}"
+    if parent:
+        text += f" fork of {parent.get('run_id')} at seq {parent.get('seq')}"
+    return text
+
+
+def _enqueued(p: J.Enqueued, show: Show, limit: int) -> str:
+    return f"#{p.get('id')} {show(p.get('event'), limit)} {_src(p.get('src'))}"
+
+
+def _dequeued(p: J.Dequeued, show: Show, limit: int) -> str:
+    return f"#{p.get('id')} worker {p.get('worker')}"
+
+
+def _step_started(p: J.StepStarted, show: Show, limit: int) -> str:
+    return f"#{p.get('id')} attempt {p.get('attempt')}"
+
+
+def _step_finished(p: J.StepFinished, show: Show, limit: int) -> str:
+    return f"#{p.get('id')} attempt {p.get('attempt')} emitted {_ids(p.get('emitted', []))}"
+
+
+def _step_failed(p: J.StepFailed, show: Show, limit: int) -> str:
+    retry = p.get("retry")
+    then = f"retry in {p.get('delay')}s" if retry else "no retry"
+    return (
+        f"#{p.get('id')} attempt {p.get('attempt')} {p.get('error')}: {p.get('message')} ({then})"
+    )
+
+
+def _step_conflicted(p: J.StepConflicted, show: Show, limit: int) -> str:
+    return f"#{p.get('id')} attempt {p.get('attempt')} stale keys {p.get('keys')}"
+
+
+def _state_set(p: J.StateSet, show: Show, limit: int) -> str:
+    if "value" in p:
+        return f"{p.get('key')} = {show(p['value'], limit)}"
+    return f"{p.get('key')} patched: {show_dump(p.get('patch'), limit)}"
+
+
+def _state_deleted(p: J.StateDeleted, show: Show, limit: int) -> str:
+    return f"del {p.get('key')}"
+
+
+def _collected(p: J.Collected, show: Show, limit: int) -> str:
+    put = p.get("put")
+    take = p.get("take")
+    text = f"buffer {p.get('buf')}"
+    if put:
+        text += f" put #{put.get('id')} {show(put.get('event'), limit)}"
+    if take:
+        text += f" took {', '.join(map(short_class, take))}"
+    return text
+
+
+def _waiting(p: J.Waiting, show: Show, limit: int) -> str:
+    return (
+        f"#{p.get('id')} attempt {p.get('attempt')} waits for "
+        f"{short_class(str(p.get('awaited')))} (waiter {p.get('waiter')})"
+    )
+
+
+def _wait_resolved(p: J.WaitResolved, show: Show, limit: int) -> str:
+    if p.get("id") is None:
+        return f"waiter {p.get('waiter')} timed out"
+    return f"waiter {p.get('waiter')} answered by #{p.get('id')} {show(p.get('event'), limit)}"
+
+
+def _streamed(p: J.Streamed, show: Show, limit: int) -> str:
+    return f"#{p.get('id')} attempt {p.get('attempt')} {show(p.get('event'), limit)}"
+
+
+def _run_finished(p: J.RunFinished, show: Show, limit: int) -> str:
+    return f"result {show(p.get('result'), limit)}"
+
+
+def _run_failed(p: J.RunFailed, show: Show, limit: int) -> str:
+    return f"{p.get('error')}: {p.get('message')}"
+
+
+def _run_resumed(p: J.RunResumed, show: Show, limit: int) -> str:
+    return f"epoch {p.get('epoch')}, was {p.get('previous')}"
+
+
+_LINES: Final[dict[str, _Line]] = {
+    J.RUN_STARTED: _run_started,
+    J.ENQUEUED: _enqueued,
+    J.DEQUEUED: _dequeued,
+    J.STEP_STARTED: _step_started,
+    J.STEP_FINISHED: _step_finished,
+    J.STEP_FAILED: _step_failed,
+    J.STEP_CONFLICTED: _step_conflicted,
+    J.STATE_SET: _state_set,
+    J.STATE_DELETED: _state_deleted,
+    J.COLLECTED: _collected,
+    J.WAITING: _waiting,
+    J.WAIT_RESOLVED: _wait_resolved,
+    J.STREAMED: _streamed,
+    J.RUN_FINISHED: _run_finished,
+    J.RUN_FAILED: _run_failed,
+    J.RUN_RESUMED: _run_resumed,
+}
+
+
 def describe(r: StoredRecord, p: Any, view: Viewer, limit: int = 200) -> str:
     """A record's payload as one short line: what happened, with ids and values."""
-    k = r.kind
-    show = view.show
-    if k == J.RUN_STARTED:
-        parent = p.get("parent")
-        start = p.get("start")
-        text = f"{p.get('workflow', '')}"
-        if start:
-            text += f" start #{start.get('id')} {show(start.get('event'), limit)}"
-        if parent:
-            text += f" fork of {parent.get('run_id')} at seq {parent.get('seq')}"
-        return text
-    if k == J.ENQUEUED:
-        return f"#{p.get('id')} {show(p.get('event'), limit)} {_src(p.get('src'))}"
-    if k == J.DEQUEUED:
-        return f"#{p.get('id')} worker {p.get('worker')}"
-    if k == J.STEP_STARTED:
-        return f"#{p.get('id')} attempt {p.get('attempt')}"
-    if k == J.STEP_FINISHED:
-        return f"#{p.get('id')} attempt {p.get('attempt')} emitted {_ids(p.get('emitted', []))}"
-    if k == J.STEP_FAILED:
-        retry = p.get("retry")
-        then = f"retry in {p.get('delay')}s" if retry else "no retry"
-        return (
-            f"#{p.get('id')} attempt {p.get('attempt')} {p.get('error')}: "
-            f"{p.get('message')} ({then})"
-        )
-    if k == J.STEP_CONFLICTED:
-        return f"#{p.get('id')} attempt {p.get('attempt')} stale keys {p.get('keys')}"
-    if k == J.STATE_SET:
-        if "value" in p:
-            return f"{p.get('key')} = {show(p['value'], limit)}"
-        return f"{p.get('key')} patched: {show_dump(p.get('patch'), limit)}"
-    if k == J.STATE_DELETED:
-        return f"del {p.get('key')}"
-    if k == J.COLLECTED:
-        put = p.get("put")
-        text = f"buffer {p.get('buf')}"
-        if put:
-            text += f" put #{put.get('id')} {show(put.get('event'), limit)}"
-        if p.get("take"):
-            text += f" took {', '.join(map(short_class, p['take']))}"
-        return text
-    if k == J.WAITING:
-        return (
-            f"#{p.get('id')} attempt {p.get('attempt')} waits for "
-            f"{short_class(str(p.get('awaited')))} (waiter {p.get('waiter')})"
-        )
-    if k == J.WAIT_RESOLVED:
-        if p.get("id") is None:
-            return f"waiter {p.get('waiter')} timed out"
-        return f"waiter {p.get('waiter')} answered by #{p.get('id')} {show(p.get('event'), limit)}"
-    if k == J.STREAMED:
-        return f"#{p.get('id')} attempt {p.get('attempt')} {show(p.get('event'), limit)}"
-    if k == J.RUN_FINISHED:
-        return f"result {show(p.get('result'), limit)}"
-    if k == J.RUN_FAILED:
-        return f"{p.get('error')}: {p.get('message')}"
-    if k == J.RUN_RESUMED:
-        return f"epoch {p.get('epoch')}, was {p.get('previous')}"
-    return show_dump(p, limit)
+    line = _LINES.get(r.kind)
+    if line is None:
+        return show_dump(p, limit)
+    return line(p, view.show, limit)
 
 
 def record_json(r: StoredRecord) -> dict[str, Any]:
@@ -313,7 +371,7 @@ def traceback_lines(p: Any, indent: str) -> list[str]:
 # ---------------------------------------------------------------------------- state
 
 
-def _failure(r: StoredRecord, p: Any) -> dict[str, Any]:
+def _failure(r: StoredRecord, p: J.StepFailed) -> dict[str, Any]:
     return {
         "step": r.step,
         "event_id": p.get("id"),
@@ -347,7 +405,7 @@ def failed_attempts(store: EventStore, s: Folded) -> list[dict[str, Any]]:
         after = max(0, min(missing.values()) - 1)
         here: dict[tuple[str, int], dict[str, Any]] = {}
         for r in store.records(run_id, after=after, upto=upto, kinds=[J.STEP_FAILED]):
-            p = r.data()
+            p: J.StepFailed = r.data()
             key = (r.step or "", p.get("id") if isinstance(p, dict) else None)
             if key in missing:
                 here[key] = _failure(r, p)  # a later failure of the same event replaces it
@@ -517,32 +575,41 @@ def diff(store: EventStore, run_id: str, a: int, b: int, wrap: Wrap | None = Non
 
 
 def _note(out: Change, r: StoredRecord, p: Any, events: dict[int, Any]) -> None:
-    if r.kind == J.ENQUEUED:
-        events[p["id"]] = p["event"]
+    k = r.kind
+    if k == J.ENQUEUED:
+        enqueued: J.Enqueued = p
+        events[enqueued["id"]] = enqueued["event"]
         out.enqueued.append(
-            {"seq": r.seq, "step": r.step, "event_id": p["id"], "event": p["event"]}
+            {"seq": r.seq, "step": r.step, "event_id": enqueued["id"], "event": enqueued["event"]}
         )
-    elif r.kind == J.DEQUEUED:
+    elif k == J.DEQUEUED:
+        dequeued: J.Dequeued = p
+        ev_id = dequeued["id"]
         out.consumed.append(
-            {"seq": r.seq, "step": r.step, "event_id": p["id"], "event": events.get(p["id"])}
+            {"seq": r.seq, "step": r.step, "event_id": ev_id, "event": events.get(ev_id)}
         )
-    elif r.kind in _STEP_KINDS:
+    elif k in _STEP_KINDS:
+        attempted: J.OfAttempt = p
         entry: dict[str, Any] = {
             "seq": r.seq,
             "step": r.step,
-            "event_id": p.get("id"),
-            "attempt": p.get("attempt"),
-            "outcome": r.kind.removeprefix("step_"),
+            "event_id": attempted.get("id"),
+            "attempt": attempted.get("attempt"),
+            "outcome": k.removeprefix("step_"),
         }
-        if r.kind == J.STEP_FINISHED:
-            entry["emitted"] = p.get("emitted", [])
-        elif r.kind == J.STEP_FAILED:
-            entry["error"] = f"{p.get('error')}: {p.get('message')}"
-            entry["retry"] = p.get("retry")
-        elif r.kind == J.STEP_CONFLICTED:
-            entry["keys"] = p.get("keys")
-        elif r.kind == J.WAITING:
-            entry["awaited"] = p.get("awaited")
+        if k == J.STEP_FINISHED:
+            finished: J.StepFinished = p
+            entry["emitted"] = finished.get("emitted", [])
+        elif k == J.STEP_FAILED:
+            failed: J.StepFailed = p
+            entry["error"] = f"{failed.get('error')}: {failed.get('message')}"
+            entry["retry"] = failed.get("retry")
+        elif k == J.STEP_CONFLICTED:
+            conflicted: J.StepConflicted = p
+            entry["keys"] = conflicted.get("keys")
+        elif k == J.WAITING:
+            waiting: J.Waiting = p
+            entry["awaited"] = waiting.get("awaited")
         out.steps.append(entry)
 
 
@@ -555,10 +622,19 @@ def _type_of(dump: Any) -> str:
 
 def note_event(r: StoredRecord, p: Any, types: dict[int, str]) -> None:
     """Remembers the class of each event id a record introduces."""
-    if r.kind == J.ENQUEUED or (r.kind == J.WAIT_RESOLVED and p.get("id") is not None):
-        types[p["id"]] = _type_of(p.get("event"))
-    elif r.kind == J.RUN_STARTED and p.get("start"):
-        types[p["start"]["id"]] = _type_of(p["start"].get("event"))
+    if r.kind == J.ENQUEUED:
+        enqueued: J.Enqueued = p
+        types[enqueued["id"]] = _type_of(enqueued.get("event"))
+    elif r.kind == J.WAIT_RESOLVED:
+        resolved: J.WaitResolved = p
+        answer_id = resolved.get("id")
+        if answer_id is not None:
+            types[answer_id] = _type_of(resolved.get("event"))
+    elif r.kind == J.RUN_STARTED:
+        started: J.RunStarted = p
+        start = started.get("start")
+        if start:
+            types[start["id"]] = _type_of(start.get("event"))
 
 
 def event_types_upto(store: EventStore, run_id: str, seq: int) -> dict[int, str]:
