@@ -25,7 +25,7 @@ from ._context import Attempt, current_attempt
 from ._diff import apply, materialize
 from ._events import Event
 from ._fold import Folded, fold
-from ._read import commits, fold_run, run_info
+from ._read import commits, fold_run, run_info, start_state
 
 if TYPE_CHECKING:
     from ._workflow import Workflow
@@ -266,11 +266,7 @@ def _reexecute(wf: Workflow, run_id: str, report: VerifyReport) -> None:
     store = wf.store
     load = wf._codec.load
     dump = wf._codec.dump
-    state = Folded(run_id)
-    info = run_info(store, run_id)
-    if info.parent_run_id is not None and info.parent_seq is not None:
-        state = fold_run(store, info.parent_run_id, info.parent_seq)
-        state.run_id = run_id
+    state = start_state(store, run_info(store, run_id))
     diverged: set[str] = set()
     for commit in commits(store.records(run_id)):
         head = commit[0]

@@ -42,7 +42,7 @@ from ._fold import Folded, to_run_state
 from ._graph import Graph
 from ._handler import WorkflowHandler
 from ._ownership import LeaseOwners, Owners
-from ._read import RunSummary, checkpoints, fold_run, live_status, run_info, run_summaries
+from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
 from ._recover import Recovery, over_recovery_limit
 from ._recover import recover as recover_runs
 from ._runner import Executor
@@ -494,13 +494,8 @@ class Workflow:
         :raises RunNotFoundError: no such run.
         :raises CheckpointNotFoundError: ``seq`` is before the run's first record.
         """
-        info = self._run_info(run_id)
         folded = self._fold(run_id, seq)
-        status = folded.status
-        if seq is None or info.last_seq is None or seq >= info.last_seq:
-            # Whether a live executor owns it matters for the latest state only.
-            owned = self._owners.is_owned(info.rid, run_id)
-            status = live_status(folded.status, folded.only_waiters(), owned)
+        status = shown_status(self._store, folded, self._owners, seq)
         return to_run_state(folded, self._codec, status)
 
     def checkpoints(

@@ -23,10 +23,11 @@ from eventstore import EventStore
 from .. import _journal as J
 from .._buffers import class_qualname, collect_key
 from .._fold import Folded, fold
-from .._read import commits, run_info
+from .._ownership import probe_owners
+from .._read import Wrap, commits, event_class, run_info, shown_status, start_state
 from ._app import cli
 from ._common import emit_json, progress, reader, workflow_option
-from ._inspect import Viewer, Wrap, describe, fold_at, status_of
+from ._inspect import Viewer, describe
 from ._page import PAGE
 from ._render import short_class
 
@@ -84,8 +85,7 @@ class _Builder:
         return self.steps.setdefault(name, len(self.steps))
 
     def event(self, ev_id: int, dump: Any) -> None:
-        t = str(dump.get("c", "")) if isinstance(dump, dict) else type(dump).__name__
-        self.events[ev_id] = [t, self.view.show(dump, TEXT)]
+        self.events[ev_id] = [event_class(dump), self.view.show(dump, TEXT)]
 
     def traceback(self, p: J.StepFailed) -> int:
         """The index of a failure's traceback in ``tb`` (-1 when none was recorded)."""
@@ -278,12 +278,7 @@ def timeline_data(
     view = view or Viewer()
     info = run_info(store, run_id)
     b = _Builder(view)
-    if info.parent_run_id is not None and info.parent_seq is not None:
-        state = fold_at(store, info.parent_run_id, info.parent_seq, wrap)
-        state.run_id = run_id
-        state.first_seq = None
-    else:
-        state = Folded(run_id)
+    state = start_state(store, info, wrap=wrap)
     base = b.seed(state)
     t0 = info.created
     upto = info.last_seq or 0  # as of now: a run that grows meanwhile is read consistently
@@ -309,7 +304,9 @@ def timeline_data(
         "run": {
             "id": run_id,
             "workflow": state.workflow or str(info.meta.get("workflow", "")),
-            "status": status_of(store, state) if b.commit_seq else state.status,
+            "status": shown_status(store, state, probe_owners(store), upto)
+            if b.commit_seq
+            else state.status,
             "created": info.created,
             "parent": [info.parent_run_id, info.parent_seq] if info.parent_run_id else None,
             "forks": forks,
