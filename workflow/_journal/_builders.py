@@ -132,15 +132,18 @@ def run_started(
 
 def enqueued(step: str | None, event_id: int, event_dump: Dump, src: Source) -> Record:
     """An event put on a step's queue (``step`` None: taken in, but no step takes it)."""
-    return _rec(ENQUEUED, step, Enqueued(id=event_id, event=event_dump, src=src))
+    payload: Enqueued = {"id": event_id, "event": event_dump, "src": src}
+    return _rec(ENQUEUED, step, payload)
 
 
 def dequeued(step: str, event_id: int, worker: int) -> Record:
-    return _rec(DEQUEUED, step, Dequeued(id=event_id, worker=worker))
+    payload: Dequeued = {"id": event_id, "worker": worker}
+    return _rec(DEQUEUED, step, payload)
 
 
 def step_started(step: str, event_id: int, attempt: int) -> Record:
-    return _rec(STEP_STARTED, step, StepStarted(id=event_id, attempt=attempt))
+    payload: StepStarted = {"id": event_id, "attempt": attempt}
+    return _rec(STEP_STARTED, step, payload)
 
 
 def step_finished(
@@ -185,22 +188,24 @@ def step_failed(
 
 
 def step_conflicted(step: str, event_id: int, attempt: int, keys: Sequence[str]) -> Record:
-    return _rec(
-        STEP_CONFLICTED, step, StepConflicted(id=event_id, attempt=attempt, keys=list(keys))
-    )
+    payload: StepConflicted = {"id": event_id, "attempt": attempt, "keys": list(keys)}
+    return _rec(STEP_CONFLICTED, step, payload)
 
 
 def state_set_value(step: str | None, key: str, value_dump: Dump) -> Record:
-    return _rec(STATE_SET, step, StateValue(key=key, value=value_dump))
+    payload: StateValue = {"key": key, "value": value_dump}
+    return _rec(STATE_SET, step, payload)
 
 
 def state_set_patch(step: str | None, key: str, ops_json: list[Any] | orjson.Fragment) -> Record:
     # A Fragment is the patch already encoded: the record holds the list it encodes.
-    return _rec(STATE_SET, step, StatePatch(key=key, patch=cast("list[Any]", ops_json)))
+    payload: StatePatch = {"key": key, "patch": cast("list[Any]", ops_json)}
+    return _rec(STATE_SET, step, payload)
 
 
 def state_deleted(step: str | None, key: str) -> Record:
-    return _rec(STATE_DELETED, step, StateDeleted(key=key))
+    payload: StateDeleted = {"key": key}
+    return _rec(STATE_DELETED, step, payload)
 
 
 def collected(step: str, buffer: str, put: EventRef | None, take: Sequence[str] | None) -> Record:
@@ -210,9 +215,8 @@ def collected(step: str, buffer: str, put: EventRef | None, take: Sequence[str] 
     the classes by their qualified names without module. ``"v": 2`` tells these apart from
     the records written before, whose ids and names carried modules (``collect_key``).
     """
-    return _rec(
-        COLLECTED, step, Collected(buf=buffer, put=put, take=list(take) if take else None, v=2)
-    )
+    payload: Collected = {"buf": buffer, "put": put, "take": list(take) if take else None, "v": 2}
+    return _rec(COLLECTED, step, payload)
 
 
 def waiting(
@@ -241,36 +245,42 @@ def wait_resolved(
     step: str, waiter_id: str, answer_id: int | None, answer_dump: Dump | None
 ) -> Record:
     """A wait was answered (or timed out, with no answer): its step runs again."""
-    return _rec(
-        WAIT_RESOLVED, step, WaitResolved(waiter=waiter_id, id=answer_id, event=answer_dump)
-    )
+    payload: WaitResolved = {"waiter": waiter_id, "id": answer_id, "event": answer_dump}
+    return _rec(WAIT_RESOLVED, step, payload)
 
 
 def streamed(step: str | None, event_id: int, attempt: int, event_dump: Dump) -> Record:
-    return _rec(STREAMED, step, Streamed(id=event_id, attempt=attempt, event=event_dump))
+    payload: Streamed = {"id": event_id, "attempt": attempt, "event": event_dump}
+    return _rec(STREAMED, step, payload)
 
 
 def run_finished(result_dump: Dump, stop_id: int) -> Record:
-    return _rec(RUN_FINISHED, None, RunFinished(result=result_dump, id=stop_id))
+    payload: RunFinished = {"result": result_dump, "id": stop_id}
+    return _rec(RUN_FINISHED, None, payload)
 
 
 def run_failed(step: str | None, error: BaseException | str, message: str = "") -> Record:
     name = error if isinstance(error, str) else type(error).__qualname__
     text = message if isinstance(error, str) else _message(error)
-    return _rec(RUN_FAILED, step, RunFailed(error=_text(name), message=_text(text)))
+    payload: RunFailed = {"error": _text(name), "message": _text(text)}
+    return _rec(RUN_FAILED, step, payload)
 
 
 def run_cancelled() -> Record:
-    return _rec(RUN_CANCELLED, None, RunCancelled())
+    payload: RunCancelled = {}
+    return _rec(RUN_CANCELLED, None, payload)
 
 
 def run_resumed(epoch: int, previous: str) -> Record:
-    return _rec(RUN_RESUMED, None, RunResumed(epoch=epoch, previous=previous))
+    payload: RunResumed = {"epoch": epoch, "previous": previous}
+    return _rec(RUN_RESUMED, None, payload)
 
 
 def run_timed_out(elapsed: float) -> Record:
-    return _rec(RUN_TIMED_OUT, None, RunTimedOut(elapsed=elapsed))
+    payload: RunTimedOut = {"elapsed": elapsed}
+    return _rec(RUN_TIMED_OUT, None, payload)
 
 
 def run_suspended() -> Record:
-    return _rec(RUN_SUSPENDED, None, RunSuspended())
+    payload: RunSuspended = {}
+    return _rec(RUN_SUSPENDED, None, payload)
