@@ -535,7 +535,7 @@ def test_unexpected_errors_are_one_line_too(report: Path, monkeypatch: pytest.Mo
     def boom(*args: Any, **kwargs: Any) -> None:
         raise KeyError("surprise")
 
-    monkeypatch.setattr("workflow.cli._app.fold_at", boom)
+    monkeypatch.setattr("workflow.cli._app.fold_run", boom)
     result = invoke("state", report, "rep")
     assert result.exit_code == 1
     assert (

@@ -207,8 +207,8 @@ async def test_a_damaged_record_is_not_blamed_on_the_snapshot(db: Path) -> None:
 
 def _state_at(path: Path, seq: int) -> str:
     """The run's cached-state text at ``seq``, from the pure fold."""
-    from workflow._fold import dump_folded
     from workflow._read import fold_run
+    from workflow._snapshot import dump_folded
 
     with EventStore(path, readonly=True) as store:
         return dump_folded(fold_run(store, RUN, seq, cached=False)).decode()

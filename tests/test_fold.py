@@ -11,8 +11,9 @@ from eventstore import EventStore, LogCorruptedError, StoredRecord
 from tests.flows import Asker
 from tests.test_engine import Appender, Counter, FanOut, Flaky, Linear, Typed
 from workflow import HumanResponseEvent, Workflow
-from workflow._fold import Folded, dump_folded, fold, load_folded
+from workflow._fold import Folded, fold
 from workflow._read import commits, fold_run
+from workflow._snapshot import dump_folded, load_folded
 
 
 def capture(wf: Workflow) -> dict[int, dict[str, Any]]:

@@ -33,10 +33,11 @@ from workflow import (
     Workflow,
     WorkflowChangedError,
     WorkflowRuntimeError,
+    _buffers,
     step,
 )
-from workflow import _journal as J
-from workflow._fold import Folded, dump_folded, fold, load_folded
+from workflow._fold import Folded, fold
+from workflow._snapshot import dump_folded, load_folded
 
 SCRIPT = Path(__file__).with_name("main_module_script.py")
 OLD_LOG = Path(__file__).with_name("main_module_old_log.json")
@@ -330,7 +331,7 @@ def test_old_snapshot_buffers_load_under_new_ids(tmp_path: Path) -> None:
         "join:mainflow:Left,mainflow:Right": {"mainflow:Left": [[5, left("mainflow", 1), 27]]},
     }
     loaded = load_folded(json.dumps(data))
-    key = "join:" + J.default_buffer_id("join", ["Left", "Right"])
+    key = "join:" + _buffers.default_buffer_id("join", ["Left", "Right"])
     ids = {b: {t: [e.id for e in es] for t, es in d.items()} for b, d in loaded.buffers.items()}
     assert ids == {key: {"Left": [5, 7]}}
     # The fold of the old records keys the same buffer the same way.
@@ -430,13 +431,13 @@ async def test_buffer_id_is_the_callers_and_per_step() -> None:
 
 def test_default_buffer_id_is_a_digest_of_step_and_names() -> None:
     """Without ``buffer_id=`` the id is 16 hex digits of the step and the classes' names."""
-    a = J.default_buffer_id("join", ["Left", "Right"])
+    a = _buffers.default_buffer_id("join", ["Left", "Right"])
     assert len(a) == 16
     assert int(a, 16) >= 0
-    assert a != J.default_buffer_id("join", ["Right", "Left"])
-    assert a != J.default_buffer_id("other", ["Left", "Right"])
-    assert J.legacy_buffer_key("join:__main__:Left,__main__:Right") == f"join:{a}"
-    assert J.legacy_buffer_key("join:app.flows:Left,app.flows:Right") == f"join:{a}"
+    assert a != _buffers.default_buffer_id("join", ["Right", "Left"])
+    assert a != _buffers.default_buffer_id("other", ["Left", "Right"])
+    assert _buffers.legacy_buffer_key("join:__main__:Left,__main__:Right") == f"join:{a}"
+    assert _buffers.legacy_buffer_key("join:app.flows:Left,app.flows:Right") == f"join:{a}"
 
 
 class Same(Event):

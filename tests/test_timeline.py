@@ -17,10 +17,10 @@ from click.testing import CliRunner
 from eventstore import EventStore
 from tests.flows import Asker, DiesOnce, ReportFlow
 from workflow import Context, Event, HumanResponseEvent, StartEvent, StopEvent, Workflow, step
-from workflow._fold import Folded, fold
-from workflow._read import commits, run_info
+from workflow._fold import fold
+from workflow._read import commits, run_info, start_state
 from workflow.cli import cli
-from workflow.cli._inspect import Viewer, fold_at
+from workflow.cli._inspect import Viewer
 from workflow.cli._timeline import TEXT, render_page, timeline_data
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,13 +107,7 @@ def report_resumed_and_forked(db: Path) -> tuple[str, str]:
 
 def fold_digests(store: EventStore, run_id: str) -> list[list[Any]]:
     """The state after each commit of a run, by the Python fold, in the page's digest form."""
-    info = run_info(store, run_id)
-    if info.parent_run_id is not None and info.parent_seq is not None:
-        state = fold_at(store, info.parent_run_id, info.parent_seq)
-        state.run_id = run_id
-        state.first_seq = None
-    else:
-        state = Folded(run_id)
+    state = start_state(store, run_info(store, run_id))
     out = []
     view = Viewer()
     for commit in commits(store.records(run_id)):

@@ -19,7 +19,7 @@ from typing_extensions import TypeVar
 
 from eventstore import EncodeError, class_name
 
-from . import _journal as J
+from ._buffers import buffer_key, default_buffer_id
 from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, value_change
 from ._diff import TrackedList, Tracker, materialize
 from ._errors import WorkflowRuntimeError, WorkflowTimeoutError
@@ -397,8 +397,8 @@ class Context(Generic[S]):
             return None
         # Ids name no module: a run of `python app.py` (classes of __main__) continues in a
         # program that imports app.
-        bid = J.default_buffer_id(att.step, names) if buffer_id is None else buffer_id
-        key = J.buffer_key(att.step, bid)
+        bid = default_buffer_id(att.step, names) if buffer_id is None else buffer_id
+        key = buffer_key(att.step, bid)
         buf = self._x.read_buffer(att, key)
         ev_id = att.event_id if event is att.event else self._x.new_event_id()
         buf.setdefault(type(event).__qualname__, []).append((ev_id, event))

@@ -9,6 +9,7 @@ from eventstore import class_name
 
 from ._errors import WorkflowValidationError
 from ._events import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
+from ._journal import StepShape
 from ._step import StepSpec
 
 __all__ = ["Graph"]
@@ -87,7 +88,7 @@ class Graph:
         )
         return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
-    def describe(self) -> dict[str, dict[str, list[str]]]:
+    def describe(self) -> dict[str, StepShape]:
         """The graph as plain data: each step's accepted and returned event classes."""
         return {
             n: {

@@ -26,7 +26,7 @@ from eventstore import EventStore
 
 from ._errors import RunOwnedError
 
-__all__ = ["LeaseOwners", "Owners"]
+__all__ = ["LeaseOwners", "Owners", "probe_owners"]
 
 _MEMORY: Final = "<memory>"
 # struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid (native alignment).
@@ -159,3 +159,22 @@ class LeaseOwners:
                 return True
         lease = self.store.lease_of(run_id) if run_id else None
         return lease is not None and lease[1] > time.time_ns() // 1000
+
+
+class _Nobody(Owners):
+    """Ownership of a store no executor ever ran: nobody owns any of its runs."""
+
+    def is_owned(self, rid: int, run_id: str = "") -> bool:
+        return False
+
+
+def probe_owners(store: EventStore) -> Owners | LeaseOwners:
+    """The store's ownership as a reader asks it, without creating the lock file when there
+    is none (a reader of a store should not leave files behind it)."""
+    if store.kind == "postgres":
+        return LeaseOwners(store)
+    path = store.path
+    # Executors create "<db>-owners" when they take a run; without it no run is owned.
+    if path is None or not Path(str(Path(path).resolve()) + "-owners").exists():
+        return _Nobody(path)
+    return Owners(path)

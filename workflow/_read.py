@@ -1,13 +1,18 @@
-"""The read side: a run's records by the checkpoint rule, its fold, its checkpoints.
+"""The read side: a run's records by the checkpoint rule, its fold, its status, its checkpoints.
 
-Shared by :class:`Workflow` and the command line, which reads stores without user code.
+Shared by :class:`Workflow` and the command line, which reads stores without user code:
+the fold of a run at a seq (from its cached state, or a fork's parent's), the seqs one may
+look at, the status a reader sees, the run list, commits and checkpoints, the class of each
+event id, and a log read past its damaged records.
 """
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from eventstore import (
     EventStore,
@@ -19,21 +24,40 @@ from eventstore import (
 )
 
 from . import _journal as J
-from ._errors import CheckpointNotFoundError, RunNotFoundError, SnapshotIgnoredWarning
-from ._fold import Folded, SnapshotError, fold, load_folded, payload_of
+from ._errors import (
+    CheckpointNotFoundError,
+    RunNotFoundError,
+    SnapshotIgnoredWarning,
+    WorkflowRuntimeError,
+)
+from ._fold import Folded, fold, payload_of
 from ._ownership import LeaseOwners, Owners
+from ._snapshot import SnapshotError, load_folded
 from ._state import Checkpoint
 
+# Wraps the records a fold reads as they are read (a progress bar), yielding each of them.
+Wrap = Callable[[Iterator[StoredRecord]], Iterator[StoredRecord]]
+
 __all__ = [
+    "Damaged",
     "RunSummary",
+    "Wrap",
+    "check_seq",
     "checkpoints",
     "commits",
+    "event_class",
+    "event_type",
+    "event_types_upto",
     "fold_run",
     "live_status",
     "load_snapshot",
+    "note_event",
+    "readable_records",
     "records_upto",
     "run_info",
     "run_summaries",
+    "shown_status",
+    "start_state",
 ]
 
 
@@ -73,7 +97,12 @@ def records_upto(
 
 
 def fold_run(
-    store: EventStore, run_id: str, seq: int | None = None, *, cached: bool = True
+    store: EventStore,
+    run_id: str,
+    seq: int | None = None,
+    *,
+    cached: bool = True,
+    wrap: Wrap | None = None,
 ) -> Folded:
     """The run's state in JSON form at ``seq``; a fork starts from its parent's state.
 
@@ -81,7 +110,8 @@ def fold_run(
     past ``seq`` and folds only the records after it; ``cached=False`` folds the whole
     log (the pure fold the cache must always agree with). A cached state that does not
     load, or does not fit the log it covers, is ignored with a
-    :class:`SnapshotIgnoredWarning` and the log is folded instead.
+    :class:`SnapshotIgnoredWarning` and the log is folded instead. ``wrap`` sees the
+    records of a whole-log fold as they are read (a progress bar).
 
     :raises RunNotFoundError: no such run.
     :raises CheckpointNotFoundError: ``seq`` is before the run's first record.
@@ -96,13 +126,22 @@ def fold_run(
             state = _from_snapshot(store, info, snap, seq)
             if state is not None:
                 return state
-    if info.parent_run_id is not None and info.parent_seq is not None:
-        state = fold_run(store, info.parent_run_id, info.parent_seq, cached=cached)
-        state.run_id = run_id
-        state.first_seq = None
-    else:
-        state = Folded(run_id)
-    return fold(state, records_upto(store, run_id, seq))
+    state = start_state(store, info, cached=cached, wrap=wrap)
+    records = records_upto(store, run_id, seq)
+    return fold(state, records if wrap is None else wrap(records))
+
+
+def start_state(
+    store: EventStore, info: RunInfo, *, cached: bool = True, wrap: Wrap | None = None
+) -> Folded:
+    """The state a run's own records fold onto: a fork's parent's at the fork's seq (as
+    :func:`fold_run` gives it), else the empty state."""
+    if info.parent_run_id is None or info.parent_seq is None:
+        return Folded(info.run_id)
+    state = fold_run(store, info.parent_run_id, info.parent_seq, cached=cached, wrap=wrap)
+    state.run_id = info.run_id
+    state.first_seq = None
+    return state
 
 
 def load_snapshot(store: EventStore, info: RunInfo, at: int, data: str) -> Folded:
@@ -185,13 +224,17 @@ def event_type(r: StoredRecord) -> str | None:
     """The qualified class name of the event a record carries, if it carries one."""
     if r.kind not in (J.ENQUEUED, J.RUN_FINISHED, J.RUN_STARTED, J.STREAMED, J.WAITING):
         return None
-    p = payload_of(r)
+    d: J.Dump
     if r.kind == J.RUN_FINISHED:
-        d = p.get("result")
+        finished: J.RunFinished = payload_of(r)
+        d = finished.get("result")
     elif r.kind == J.RUN_STARTED:
-        d = (p.get("start") or {}).get("event")
+        started: J.RunStarted = payload_of(r)
+        start = started.get("start")
+        d = start.get("event") if start else None
     else:
-        d = p.get("event")
+        carrying: J.Enqueued | J.Streamed | J.Waiting = payload_of(r)
+        d = carrying.get("event")
     return d.get("c") if isinstance(d, dict) else None
 
 
@@ -273,3 +316,121 @@ def run_summaries(store: EventStore, owners: Owners | LeaseOwners) -> list[RunSu
             )
         )
     return out
+
+
+# ------------------------------------------------------------------ seqs and statuses
+
+
+def check_seq(store: EventStore, run_id: str, seq: int | None) -> RunInfo:
+    """The run's row, once ``seq`` is known to be a seq one can look at the run at.
+
+    :raises RunNotFoundError: no such run.
+    :raises CheckpointNotFoundError: ``seq`` is before the run's first record.
+    :raises WorkflowRuntimeError: ``seq`` is past the end of the log.
+    """
+    info = run_info(store, run_id)
+    if seq is None:
+        return info
+    head = store.head()
+    if seq > head:
+        msg = f"seq {seq} is past the end of the log (its last seq is {head})"
+        raise WorkflowRuntimeError(msg)
+    if info.first_seq is None or seq < info.first_seq:
+        raise CheckpointNotFoundError(run_id, seq, info.first_seq)
+    return info
+
+
+def shown_status(
+    store: EventStore, s: Folded, owners: Owners | LeaseOwners, seq: int | None = None
+) -> str:
+    """The status a run's state folded at ``seq`` shows a reader (``Workflow.state_at``,
+    ``workflow state``); ``seq`` None is the latest state.
+
+    At the run's latest commit, whether a live executor owns it tells ``running`` from
+    ``interrupted`` (:func:`live_status`); an earlier state shows the status the run had then.
+    """
+    info = run_info(store, s.run_id)
+    if seq is not None and info.last_seq is not None and s.seq < info.last_seq:
+        return s.status
+    return live_status(s.status, s.only_waiters(), owners.is_owned(info.rid, s.run_id))
+
+
+# ------------------------------------------------------------------ damaged records
+
+
+@dataclass(frozen=True, slots=True)
+class Damaged:
+    """A record that cannot be shown: its seq, why, and the row when that could be read."""
+
+    seq: int
+    error: BaseException
+    record: StoredRecord | None = None
+
+    def error_text(self) -> str:
+        """The error's class and message, on one line."""
+        return f"{type(self.error).__name__}: {' '.join(str(self.error).split())}"
+
+
+def readable_records(
+    store: EventStore,
+    run_id: str,
+    after: int,
+    upto: int | None,
+    kinds: list[str] | None = None,
+) -> Iterator[StoredRecord | Damaged]:
+    """The run's records after ``after``; one that cannot be read back comes as :class:`Damaged`.
+
+    Reading goes on after a damaged record, so one flipped byte hides one line, not the rest
+    of the log.
+    """
+    while upto is None or after < upto:
+        try:
+            for r in store.records(run_id, after=after, upto=upto, kinds=kinds):
+                after = r.seq
+                yield r
+            return
+        except LogCorruptedError as exc:
+            if exc.seq is None or exc.seq <= after:
+                raise  # not one record's fault: the store cannot be read here at all
+            yield Damaged(exc.seq, exc)
+            after = exc.seq
+
+
+# ------------------------------------------------------------------ event types
+
+
+def event_class(dump: J.Dump) -> str:
+    """The class name an event's dump records (the Python type's name for a bare value)."""
+    return str(dump.get("c", "")) if isinstance(dump, dict) else type(dump).__name__
+
+
+def note_event(r: StoredRecord, p: Any, types: dict[int, str]) -> None:
+    """Remembers the class of each event id a record introduces."""
+    if r.kind == J.ENQUEUED:
+        enqueued: J.Enqueued = p
+        types[enqueued["id"]] = event_class(enqueued.get("event"))
+    elif r.kind == J.WAIT_RESOLVED:
+        resolved: J.WaitResolved = p
+        answer_id = resolved.get("id")
+        if answer_id is not None:
+            types[answer_id] = event_class(resolved.get("event"))
+    elif r.kind == J.RUN_STARTED:
+        started: J.RunStarted = p
+        start = started.get("start")
+        if start:
+            types[start["id"]] = event_class(start.get("event"))
+
+
+def event_types_upto(store: EventStore, run_id: str, seq: int) -> dict[int, str]:
+    """Event id -> class name for the events the run (and its ancestors) had up to ``seq``."""
+    info = run_info(store, run_id)
+    types: dict[int, str] = {}
+    if info.parent_run_id is not None and info.parent_seq is not None:
+        types = event_types_upto(store, info.parent_run_id, info.parent_seq)
+    kinds = [J.ENQUEUED, J.WAIT_RESOLVED, J.RUN_STARTED]
+    for r in readable_records(store, run_id, 0, seq, kinds):
+        if isinstance(r, Damaged):
+            continue  # the history shows it where it belongs
+        with contextlib.suppress(Exception):  # a damaged payload names no event
+            note_event(r, r.data(), types)
+    return types

@@ -45,8 +45,9 @@ from ._errors import (
     WorkflowTimeoutError,
 )
 from ._events import Event, InputRequiredEvent, StopEvent
-from ._fold import Folded, dump_folded, fold, result_of
+from ._fold import Folded, fold, result_of
 from ._ownership import LeaseOwners
+from ._snapshot import dump_folded
 from ._waits import Delivery, WaitInfo, WaitsAndInbox
 
 if TYPE_CHECKING:
@@ -614,7 +615,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         dump = self.codec.dump
         try:  # events are dumped (checked but for their strings) and serialized once, here
             for _, buf, put, take in att.collects:
-                put_json = None
+                put_json: J.EventRef | None = None
                 if put is not None:
                     put_json = {"id": put[0], "event": self._event_dump(att, put[1], None)}
                 body.append(J.collected(step, buf, put_json, take))
@@ -783,11 +784,10 @@ class Executor(ContextChanges, WaitsAndInbox):
             remaining = timeout - self.exec_time()
             if remaining <= 0:
                 await self._end_run(
-                    J.RUN_TIMED_OUT,
+                    J.run_timed_out(self.exec_time()),
                     WorkflowTimeoutError(
                         f"run {self.run_id!r} timed out after {timeout} s of execution"
                     ),
-                    elapsed=self.exec_time(),
                 )
                 return
             await asyncio.sleep(min(remaining, 0.5) if self._clock_start is not None else 0.05)
@@ -801,16 +801,16 @@ class Executor(ContextChanges, WaitsAndInbox):
             return  # something else ended the run first
         self._end_with(exc)
 
-    async def _end_run(self, kind: str, exc: BaseException, **payload: Any) -> None:
+    async def _end_run(self, record: Record, exc: BaseException) -> None:
         if self._closing:
             return
         status = {
             J.RUN_CANCELLED: "cancelled",
             J.RUN_TIMED_OUT: "timed_out",
             J.RUN_SUSPENDED: "waiting",
-        }[kind]
+        }[record.kind]
         try:
-            await self.append([J.run_status(kind, **payload)], status=status)
+            await self.append([record], status=status)
         except _Sealed:
             return
         self._end_with(exc)
@@ -822,12 +822,12 @@ class Executor(ContextChanges, WaitsAndInbox):
     async def cancel(self) -> None:
         await self.wait_ready()
         await self._end_run(
-            J.RUN_CANCELLED, WorkflowCancelledError(f"run {self.run_id!r} was cancelled")
+            J.run_cancelled(), WorkflowCancelledError(f"run {self.run_id!r} was cancelled")
         )
 
     async def suspend(self, exc: BaseException) -> None:
         await self.wait_ready()
-        await self._end_run(J.RUN_SUSPENDED, exc)
+        await self._end_run(J.run_suspended(), exc)
 
     def _finish(self, stop: StopEvent) -> None:
         self.status = "finished"

@@ -25,7 +25,7 @@ from ._context import Attempt, current_attempt
 from ._diff import apply, materialize
 from ._events import Event
 from ._fold import Folded, fold
-from ._read import commits, fold_run, run_info
+from ._read import commits, fold_run, run_info, start_state
 
 if TYPE_CHECKING:
     from ._workflow import Workflow
@@ -63,28 +63,42 @@ class VerifyReport:
         return not self.problems
 
 
-def _payload_values(r: StoredRecord) -> Iterable[tuple[str, Any]]:
-    p = r.data()
-    if r.kind in (J.ENQUEUED, J.STREAMED):
-        yield "event", p.get("event")
-    elif r.kind == J.RUN_STARTED and p.get("start"):
-        yield "start event", p["start"].get("event")
-    elif r.kind == J.RUN_FINISHED:
-        yield "result", p.get("result")
-    elif r.kind == J.STATE_SET:
-        key = p.get("key")
-        if "value" in p:
-            yield f"context value {key!r}", p["value"]
-        for op in p.get("patch") or ():
-            if len(op) > 2:
-                yield f"a change of context key {key!r}", op[2]
-    elif r.kind == J.COLLECTED and p.get("put"):
-        yield "collected event", p["put"].get("event")
-    elif r.kind == J.WAITING:
-        if p.get("event") is not None:
-            yield "waiter event", p["event"]
-    elif r.kind == J.WAIT_RESOLVED and p.get("event") is not None:
-        yield "answer", p["event"]
+def _payload_values(r: StoredRecord) -> Iterable[tuple[str, J.Dump]]:
+    """The events and values a record holds, each with what to call it in a problem."""
+    k = r.kind
+    if k == J.ENQUEUED or k == J.STREAMED:
+        carrying: J.Enqueued | J.Streamed = r.data()
+        yield "event", carrying.get("event")
+    elif k == J.RUN_STARTED:
+        started: J.RunStarted = r.data()
+        start = started.get("start")
+        if start:
+            yield "start event", start.get("event")
+    elif k == J.RUN_FINISHED:
+        finished: J.RunFinished = r.data()
+        yield "result", finished.get("result")
+    elif k == J.STATE_SET:
+        changed: J.StateSet = r.data()
+        key = changed.get("key")
+        if "value" in changed:
+            yield f"context value {key!r}", changed["value"]
+        else:
+            for op in changed.get("patch") or ():
+                if len(op) > 2:
+                    yield f"a change of context key {key!r}", op[2]
+    elif k == J.COLLECTED:
+        collected: J.Collected = r.data()
+        put = collected.get("put")
+        if put:
+            yield "collected event", put.get("event")
+    elif k == J.WAITING:
+        waiting: J.Waiting = r.data()
+        if waiting.get("event") is not None:
+            yield "waiter event", waiting["event"]
+    elif k == J.WAIT_RESOLVED:
+        resolved: J.WaitResolved = r.data()
+        if resolved.get("event") is not None:
+            yield "answer", resolved["event"]
 
 
 def _as_named_now(wf: Workflow, name: str) -> str:
@@ -154,7 +168,8 @@ def verify(
                 progress(len(commit))
             for r in commit:
                 if r.kind == J.RUN_STARTED:
-                    problems.extend(_graph_problems(run_id, r.data().get("graph"), wf))
+                    started: J.RunStarted = r.data()
+                    problems.extend(_graph_problems(run_id, started.get("graph"), wf))
                 for what, dump in _payload_values(r):
                     try:
                         value = load(dump)
@@ -168,9 +183,9 @@ def verify(
                 for r in commit[1:]:
                     if r.kind not in (J.ENQUEUED, J.RUN_FINISHED):
                         continue
-                    p = r.data()
-                    dump = p.get("event") if r.kind == J.ENQUEUED else p.get("result")
-                    ev_id = p.get("id")
+                    emitting: J.Enqueued | J.RunFinished = r.data()
+                    dump = emitting.get("event") if r.kind == J.ENQUEUED else emitting.get("result")
+                    ev_id = emitting.get("id")
                     if ev_id in emitted_by:
                         continue  # the same event enqueued for several steps
                     emitted_by[ev_id] = head.step
@@ -251,11 +266,7 @@ def _reexecute(wf: Workflow, run_id: str, report: VerifyReport) -> None:
     store = wf.store
     load = wf._codec.load
     dump = wf._codec.dump
-    state = Folded(run_id)
-    info = run_info(store, run_id)
-    if info.parent_run_id is not None and info.parent_seq is not None:
-        state = fold_run(store, info.parent_run_id, info.parent_seq)
-        state.run_id = run_id
+    state = start_state(store, run_info(store, run_id))
     diverged: set[str] = set()
     for commit in commits(store.records(run_id)):
         head = commit[0]
@@ -264,8 +275,8 @@ def _reexecute(wf: Workflow, run_id: str, report: VerifyReport) -> None:
             and head.step in wf._graph.steps
             and head.step not in diverged
         ):
-            p = head.data()
-            prog = state.in_progress.get(head.step, {}).get(p["id"])
+            finished: J.StepFinished = head.data()
+            prog = state.in_progress.get(head.step, {}).get(finished["id"])
             if prog is not None:
                 context = {k: load(copy.deepcopy(v.dump)) for k, v in state.context.items()}
                 problem = _replay_one(wf, run_id, head, commit, load(prog.ev.dump), context, dump)
@@ -288,7 +299,8 @@ def _replay_one(
     step = head.step or ""
     spec = wf._graph.steps[step]
     replay = _Replay(wf, context)
-    att = Attempt(step, head.data()["id"], head.data()["attempt"], event)
+    finished: J.StepFinished = head.data()
+    att = Attempt(step, finished["id"], finished["attempt"], event)
     kwargs: dict[str, Any] = {spec.event_param: event}
     if spec.ctx_param is not None:
         kwargs[spec.ctx_param] = replay.ctx
@@ -308,18 +320,24 @@ def _replay_one(
     want_events: list[Any] = []
     seen: set[int] = set()
     for r in commit[1:]:
-        if r.kind in (J.ENQUEUED, J.RUN_FINISHED):
-            p = r.data()
-            if p["id"] not in seen:
-                seen.add(p["id"])
-                want_events.append(p["event"] if r.kind == J.ENQUEUED else p["result"])
+        if r.kind == J.ENQUEUED:
+            enqueued: J.Enqueued = r.data()
+            ev_id, ev_dump = enqueued["id"], enqueued["event"]
+        elif r.kind == J.RUN_FINISHED:
+            stopped: J.RunFinished = r.data()
+            ev_id, ev_dump = stopped["id"], stopped["result"]
+        else:
+            continue
+        if ev_id not in seen:
+            seen.add(ev_id)
+            want_events.append(ev_dump)
     if sorted(map(repr, got_events)) != sorted(map(repr, want_events)):
         msg = f"emitted {_names(got_events)}, recorded {_names(want_events)}"
         return Problem(run_id, head.seq, step, "divergence", msg)
     for r in commit[1:]:
         if r.kind != J.STATE_SET:
             continue
-        p = r.data()
+        p: J.StateSet = r.data()
         key = p["key"]
         w = att.writes.get(key)
         if w is None:

@@ -281,7 +281,7 @@ class WaitsAndInbox:
         self,
         ev: Event,
         inbox_id: int | None,
-        src: str = J.SRC_EXTERNAL,
+        src: J.Source = J.SRC_EXTERNAL,
         *,
         dumped: Any = _ABSENT,
     ) -> asyncio.Future[Any] | None:

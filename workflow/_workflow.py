@@ -38,11 +38,11 @@ from ._errors import (
     WorkflowRuntimeError,
 )
 from ._events import Event, StartEvent
-from ._fold import Folded, materialize
+from ._fold import Folded, to_run_state
 from ._graph import Graph
 from ._handler import WorkflowHandler
 from ._ownership import LeaseOwners, Owners
-from ._read import RunSummary, checkpoints, fold_run, live_status, run_info, run_summaries
+from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
 from ._recover import Recovery, over_recovery_limit
 from ._recover import recover as recover_runs
 from ._runner import Executor
@@ -302,7 +302,7 @@ class Workflow:
             if updates:
                 raise RunFinishedError(run_id)
             fut = loop.create_future()
-            fut.set_result(materialize(folded, self._codec).result)
+            fut.set_result(to_run_state(folded, self._codec).result)
             return WorkflowHandler(self, run_id, fut, None, self._recorded_stream(folded))
         if folded.status == "cancelled" and not cancelled:
             msg = f"run {run_id!r} was cancelled; resume(run_id, cancelled=True) continues it"
@@ -401,10 +401,10 @@ class Workflow:
                 x.reload(folded)
                 folded = copy.deepcopy(folded)
                 if folded.status == "finished":
-                    x._close(result=materialize(folded, self._codec).result)
+                    x._close(result=to_run_state(folded, self._codec).result)
                     return
             await x.append(
-                [J.run_status(J.RUN_RESUMED, epoch=x.epoch, previous=folded.status)],
+                [J.run_resumed(x.epoch, folded.status)],
                 status="running",
             )
         if updates:
@@ -494,14 +494,9 @@ class Workflow:
         :raises RunNotFoundError: no such run.
         :raises CheckpointNotFoundError: ``seq`` is before the run's first record.
         """
-        info = self._run_info(run_id)
         folded = self._fold(run_id, seq)
-        status = folded.status
-        if seq is None or info.last_seq is None or seq >= info.last_seq:
-            # Whether a live executor owns it matters for the latest state only.
-            owned = self._owners.is_owned(info.rid, run_id)
-            status = live_status(folded.status, folded.only_waiters(), owned)
-        return materialize(folded, self._codec, status)
+        status = shown_status(self._store, folded, self._owners, seq)
+        return to_run_state(folded, self._codec, status)
 
     def checkpoints(
         self, run_id: str, step: str | None = None, event: type | str | None = None

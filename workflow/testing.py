@@ -32,7 +32,7 @@ from typing import Any, Final
 
 from eventstore import Commit, EventStore, NewRun, Record
 
-from ._fold import Folded, fold, materialize
+from ._fold import Folded, fold, to_run_state
 from ._handler import WorkflowHandler
 from ._read import commits
 from ._state import TERMINAL, Checkpoint, RunState
@@ -193,7 +193,7 @@ async def _check(
                 f" ({_first_difference(a, b)})"
             )
             raise AssertionError(msg)
-        pure = materialize(
+        pure = to_run_state(
             fold(Folded(run_id), [r for r in records if r.commit_seq <= cp.seq]),
             wf._codec,
             a.status,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from . import _actions as _actions
 from . import _check as _check
 from . import _graph as _graph
+from . import _history as _history
 from . import _ops as _ops
 from . import _timeline as _timeline
 from ._app import cli, main

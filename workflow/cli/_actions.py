@@ -21,13 +21,13 @@ from eventstore import Codec, EventStore, class_name
 from .._errors import RunSuspendedError, WorkflowRuntimeError
 from .._events import Event
 from .._handler import WorkflowHandler
-from .._read import run_info
+from .._read import check_seq, run_info
 from .._recover import Recovery
 from .._state import TERMINAL
 from .._workflow import Workflow
 from ._app import cli
 from ._common import emit_json, import_object, json_option, load_workflow
-from ._inspect import check_seq, is_url, open_store
+from ._inspect import is_url, open_store
 from ._render import short_class, show_dump, show_typed, table
 
 __all__ = ["fork", "parse_sets", "recover", "resume", "run", "send"]

@@ -1,4 +1,4 @@
-"""The read commands: ``runs``, ``history``, ``checkpoints``, ``state`` and ``diff``.
+"""The command group, and the read commands ``runs``, ``checkpoints``, ``state`` and ``diff``.
 
 Each opens the store read-only, so it works beside a process that is writing it, and needs
 no user code: values are shown as the log holds them, with their class names. ``--workflow
@@ -7,46 +7,32 @@ module:Class`` imports the user's workflow to show typed values instead.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 import click
-import orjson
 
-from eventstore import EventStore, LogCorruptedError, StoredRecord
-
-from .. import _journal as J
-from .._fold import Folded, materialize
+from .._compare import Change, changes_between
+from .._fold import Folded, to_run_state
+from .._ownership import probe_owners
+from .._read import check_seq, fold_run, run_summaries, shown_status
 from .._read import checkpoints as list_checkpoints
-from .._read import run_info, run_summaries
 from ._common import (
     CliGroup,
     emit_json,
     json_option,
     progress,
     reader,
+    traceback_option,
     workflow_option,
 )
 from ._inspect import (
-    Change,
-    Damaged,
     Viewer,
-    describe,
-    diff,
     error_json,
-    event_types_upto,
     failed_attempts,
-    fold_at,
-    note_event,
-    owners,
-    readable_records,
-    record_json,
     state_json,
-    status_of,
     traceback_lines,
 )
-from ._render import clip, fmt_time, short_class, table, terminal_width
+from ._render import bare_class, fmt_time, short_class, table, terminal_width
 
 __all__ = ["cli", "main"]
 
@@ -68,22 +54,6 @@ def main(argv: list[str] | None = None) -> None:
     cli.main(args=argv, prog_name="workflow")
 
 
-def _short(name: str | None) -> str:
-    """A class name without its module (``EventA``), for narrow columns."""
-    if not name:
-        return ""
-    return name.rsplit(":", 1)[-1]
-
-
-def _traceback_option(f: Any) -> Any:
-    return click.option(
-        "--traceback",
-        "show_tb",
-        is_flag=True,
-        help="Also show the stored traceback of each failed attempt.",
-    )(f)
-
-
 # ---------------------------------------------------------------------------- runs
 
 
@@ -95,7 +65,7 @@ def runs(db: str, workflow_spec: str | None, as_json: bool) -> None:
     """List the runs in DB: status, workflow, start time, last seq and parent (for forks)."""
     store, _, wf = reader(db, workflow_spec)
     del wf  # a run's row holds no user values: typed and raw listings are the same
-    summaries = run_summaries(store, owners(store))
+    summaries = run_summaries(store, probe_owners(store))
     if as_json:
         emit_json(
             [
@@ -129,195 +99,6 @@ def runs(db: str, workflow_spec: str | None, as_json: bool) -> None:
         for s in summaries
     ]
     click.echo(table(rows, ["run", "status", "workflow", "started (UTC)", "last seq", "parent"]))
-
-
-# ---------------------------------------------------------------------------- history
-
-
-@cli.command()
-@click.argument("db")
-@click.argument("run")
-@click.option(
-    "--kind", "kinds", multiple=True, type=click.Choice(sorted(J.KINDS)), help="Only this kind."
-)
-@click.option("--step", "step_name", metavar="STEP", help="Only records of this step.")
-@click.option("--from", "from_seq", type=int, metavar="SEQ", help="From this seq on.")
-@click.option("--to", "to_seq", type=int, metavar="SEQ", help="Up to this seq.")
-@click.option("--full", is_flag=True, help="Do not cut lines to the terminal's width.")
-@_traceback_option
-@workflow_option
-@json_option
-def history(
-    db: str,
-    run: str,
-    kinds: tuple[str, ...],
-    step_name: str | None,
-    from_seq: int | None,
-    to_seq: int | None,
-    full: bool,
-    show_tb: bool,
-    workflow_spec: str | None,
-    as_json: bool,
-) -> None:
-    """Print the log of RUN, a line a record: seq, commit, time, kind, step, event, payload.
-
-    With --traceback each failed attempt's stored traceback follows its line (--json
-    always has it, in the payload). A damaged record gets a line naming its seq and the
-    error; the exit status is then 1.
-    """
-    store, view, _ = reader(db, workflow_spec)
-    info = run_info(store, run)
-    if from_seq is not None and to_seq is not None and from_seq > to_seq:
-        msg = f"--from {from_seq} is after --to {to_seq}"
-        raise click.BadParameter(msg)
-    # Stop at the run's last seq as of now, so a run that grows meanwhile reads consistently.
-    last = info.last_seq or 0
-    upto = last if to_seq is None else min(to_seq, last)
-    after = max(0, (from_seq or 0) - 1)
-    records = readable_records(store, run, after, upto)
-    bar = progress(store, run, "reading")
-    if bar is not None:
-        records = bar(records)  # type: ignore[arg-type]  # it only counts what passes
-    wanted = set(kinds)
-    damaged: list[int] = []
-
-    def selected() -> Iterator[tuple[StoredRecord | Damaged, Any, str]]:
-        types = event_types_upto(store, run, after)
-        for r in records:
-            if not isinstance(r, Damaged):
-                try:
-                    p = r.data()
-                    if not isinstance(p, dict):
-                        msg = f"record seq {r.seq}: its payload is not a JSON object"
-                        raise LogCorruptedError(msg, seq=r.seq)
-                    note_event(r, p, types)
-                except Exception as exc:  # whatever a damaged payload makes fail
-                    r = Damaged(r.seq, exc, r)
-            row = r.record if isinstance(r, Damaged) else r
-            if row is not None:  # a row that could not be read is shown whatever the filters
-                if wanted and row.kind not in wanted:
-                    continue
-                if step_name is not None and row.step != step_name:
-                    continue
-            if isinstance(r, Damaged):
-                damaged.append(r.seq)
-                yield r, None, ""
-                continue
-            ev_id = p.get("id")
-            yield r, p, types.get(ev_id, "") if isinstance(ev_id, int) else ""
-
-    if as_json:
-        _history_json(selected())
-    else:
-        _history_text(store, run, info.created, upto, selected(), view, full, damaged, show_tb)
-    if damaged:
-        listed = ", ".join(map(str, damaged[:5])) + (", ..." if len(damaged) > 5 else "")
-        click.echo(
-            f"error: {len(damaged)} damaged record(s) in run {run} (seq {listed});"
-            f" 'workflow check {db} {run}' checks the whole run",
-            err=True,
-        )
-        raise click.exceptions.Exit(1)
-
-
-def _history_json(items: Iterator[tuple[StoredRecord | Damaged, Any, str]]) -> None:
-    # Streamed item by item: a log of a million records never sits in memory as one list.
-    click.echo("[", nl=False)
-    for i, (r, _, t) in enumerate(items):
-        if isinstance(r, Damaged):
-            row = _damaged_json(r)
-        else:
-            row = record_json(r)
-            row["event_type"] = row["event_type"] or t or None
-        click.echo(("," if i else "") + "\n  " + orjson.dumps(row).decode(), nl=False)
-    click.echo("\n]")
-
-
-def _damaged_json(d: Damaged) -> dict[str, Any]:
-    r = d.record
-    return {
-        "seq": d.seq,
-        "commit_seq": None if r is None else r.commit_seq,
-        "ts": None if r is None else r.ts,
-        "kind": None if r is None else r.kind,
-        "step": None if r is None else r.step,
-        "event_type": None,
-        "payload": None,
-        "payload_text": None if r is None else r.payload,
-        "damaged": {"error": type(d.error).__name__, "message": str(d.error)},
-    }
-
-
-def _history_text(
-    store: EventStore,
-    run: str,
-    base_ts: int,
-    upto: int,
-    items: Iterator[tuple[StoredRecord | Damaged, Any, str]],
-    view: Viewer,
-    full: bool,
-    damaged: list[int],
-    show_tb: bool = False,
-) -> None:
-    steps = [
-        row[0]
-        for row in store.query("SELECT DISTINCT step FROM records WHERE run_id = ?", (run,))
-        if row[0]
-    ]
-    num_w = max(len("seq"), len(str(upto)))
-    step_w = min(20, max([len("step"), *map(len, steps)]))
-    widths = [num_w, max(len("commit"), num_w), 8, 15, step_w, 18]
-    fixed = sum(widths) + 2 * len(widths)
-    # On a terminal a record is a line of its width; piped (grep, less, files) or with --full
-    # nothing is cut, and only long values are shortened (unless --full).
-    on_tty = sys.stdout.isatty()
-    payload_w = max(30, terminal_width() - fixed) if on_tty and not full else 0
-    value_w = 10_000 if full else payload_w or 200
-    heads = ["seq", "commit", "time", "kind", "step", "event", "payload"]
-    click.echo(_line(heads, widths))
-    click.echo(_line(["-" * w for w in widths] + ["-" * 40], widths))
-    empty = True
-    for r, p, t in items:
-        empty = False
-        if not isinstance(r, Damaged):
-            try:
-                text = " ".join(describe(r, p, view, value_w).split("\n"))
-            except Exception as exc:  # a payload of the wrong shape
-                damaged.append(r.seq)
-                r = Damaged(r.seq, exc, r)
-        if isinstance(r, Damaged):
-            rec = r.record
-            cells = [
-                str(r.seq),
-                "?" if rec is None else str(rec.commit_seq),
-                "" if rec is None else f"+{max(0, rec.ts - base_ts) / 1e6:.3f}",
-                "?" if rec is None else rec.kind,
-                "" if rec is None else clip(rec.step or "", step_w),
-                "",
-                f"DAMAGED {r.error_text()}",
-            ]
-        else:
-            cells = [
-                str(r.seq),
-                str(r.commit_seq),
-                f"+{max(0, r.ts - base_ts) / 1e6:.3f}",
-                r.kind,
-                clip(r.step or "", step_w),
-                clip(_short(t), widths[5]),
-                clip(text, payload_w),
-            ]
-        click.echo(_line(cells, widths))
-        if show_tb and not isinstance(r, Damaged) and r.kind == J.STEP_FAILED:
-            # Under the line it belongs to, whole: its last lines say where it failed.
-            click.echo("\n".join(traceback_lines(p, " " * (num_w + 2))))
-    if empty:
-        click.echo("no records match", err=True)
-
-
-def _line(cells: list[str], widths: list[int]) -> str:
-    parts = [c.ljust(w) for c, w in zip(cells, widths, strict=False)]
-    parts.extend(cells[len(widths) :])
-    return "  ".join(parts).rstrip()
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -366,7 +147,7 @@ def checkpoints(
 @click.argument("db")
 @click.argument("run")
 @click.option("--at", "at", type=int, metavar="SEQ", help="The seq to look at (default: now).")
-@_traceback_option
+@traceback_option
 @workflow_option
 @json_option
 def state(
@@ -378,14 +159,15 @@ def state(
     stored traceback (--json always has them, as "failed_attempts" and "error").
     """
     store, view, wf = reader(db, workflow_spec)
-    s = fold_at(store, run, at, progress(store, run, "folding"))
-    status = status_of(store, s)
+    check_seq(store, run, at)
+    s = fold_run(store, run, at, wrap=progress(store, run, "folding"))
+    status = shown_status(store, s, probe_owners(store), at)
     failed = failed_attempts(store, s) if as_json or show_tb else []
     if wf is not None and as_json:
         # What wf.state_at(run, at) gives, decoded by the user's classes (which fails
         # loudly if the log no longer fits them), without its ownership probe's lock file;
         # and beside it the failed attempts' tracebacks, which a RunState does not hold.
-        data = materialize(s, wf._codec, status).to_json()
+        data = to_run_state(s, wf._codec, status).to_json()
         data["error"] = error_json(s, failed)
         data["failed_attempts"] = failed
         emit_json(data)
@@ -420,25 +202,25 @@ def state_text(s: Folded, status: str, inbox: int, view: Viewer) -> str:
     if s.result is not None:
         lines.append(f"result: {view.show(s.result, val_w)}")
     queued = [
-        (step, f"#{i}", _short(e.type), view.show(e.dump, val_w))
+        (step, f"#{i}", bare_class(e.type), view.show(e.dump, val_w))
         for step, q in s.queues.items()
         for i, e in q.items()
     ]
     queued += [
-        ("(no step)", f"#{i}", _short(e.type), view.show(e.dump, val_w))
+        ("(no step)", f"#{i}", bare_class(e.type), view.show(e.dump, val_w))
         for i, e in s.unclaimed.items()
     ]
     running = [
-        (step, f"#{i}", _short(p.ev.type), p.attempt, p.failures, view.show(p.ev.dump, val_w))
+        (step, f"#{i}", bare_class(p.ev.type), p.attempt, p.failures, view.show(p.ev.dump, val_w))
         for step, ps in s.in_progress.items()
         for i, p in ps.items()
     ]
     context = [(k, view.show(v.dump, max(30, width - 20))) for k, v in s.context.items()]
     waiters = [
-        (w.waiter_id, w.step, f"#{w.ev.id}", _short(w.awaited), w.deadline or "")
+        (w.waiter_id, w.step, f"#{w.ev.id}", bare_class(w.awaited), w.deadline or "")
         for w in s.waiters.values()
     ]
-    buffers = [(buf, _short(t), len(es)) for buf, d in s.buffers.items() for t, es in d.items()]
+    buffers = [(buf, bare_class(t), len(es)) for buf, d in s.buffers.items() for t, es in d.items()]
     lines += [
         "",
         _section("queues", queued, ["step", "event", "type", "value"], "empty"),
@@ -491,14 +273,14 @@ def failures_text(failed: list[dict[str, Any]]) -> str:
 def diff_cmd(db: str, run: str, a: int, b: int, workflow_spec: str | None, as_json: bool) -> None:
     """Show what changed in RUN from seq A to seq B: events, steps and context keys."""
     store, view, _ = reader(db, workflow_spec)
-    change = diff(store, run, a, b, progress(store, run, "folding"))
+    change = changes_between(store, run, a, b, progress(store, run, "folding"))
     if as_json:
         emit_json(change.to_json())
         return
-    click.echo(diff_text(change, view))
+    click.echo(change_text(change, view))
 
 
-def diff_text(c: Change, view: Viewer) -> str:
+def change_text(c: Change, view: Viewer) -> str:
     """The change as sections: status, events, step attempts, context keys."""
     val_w = max(30, terminal_width() - 40)
     lines = [f"run {c.run_id}: seq {c.start} → seq {c.end}"]
@@ -553,5 +335,5 @@ def _outcome(e: dict[str, Any]) -> str:
     if o == "conflicted":
         return f"conflicted on {e.get('keys')}"
     if o == "waiting":
-        return f"waiting for {_short(e.get('awaited'))}"
+        return f"waiting for {bare_class(e.get('awaited'))}"
     return str(o)

@@ -15,8 +15,9 @@ import orjson
 from eventstore import EventStore, EventStoreError, StoredRecord
 
 from .._errors import WorkflowError
+from .._read import Wrap
 from .._workflow import Workflow
-from ._inspect import Viewer, Wrap, open_store
+from ._inspect import Viewer, open_store
 
 __all__ = [
     "PROGRESS_MIN",
@@ -26,6 +27,7 @@ __all__ = [
     "json_option",
     "load_workflow",
     "progress",
+    "traceback_option",
     "workflow_option",
 ]
 
@@ -107,6 +109,16 @@ def workflow_option(f: F) -> F:
         "workflow_spec",
         metavar="MODULE:CLASS",
         help="Import this Workflow class to show typed values (default: raw, no import).",
+    )(f)
+
+
+def traceback_option(f: F) -> F:
+    """``--traceback``: also show the stored traceback of each failed attempt."""
+    return click.option(
+        "--traceback",
+        "show_tb",
+        is_flag=True,
+        help="Also show the stored traceback of each failed attempt.",
     )(f)
 
 

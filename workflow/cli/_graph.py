@@ -18,6 +18,7 @@ from eventstore import class_name
 
 from .._events import HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
 from .._graph import Graph
+from .._journal import StepShape
 from .._step import collect_steps
 from .._workflow import Workflow
 from ._app import cli
@@ -37,7 +38,7 @@ class Flow:
     name: str
     steps: list[str]
     edges: list[tuple[str, str, str]] = field(default_factory=list)  # (from, to, event class)
-    described: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    described: dict[str, StepShape] = field(default_factory=dict)
 
     def nodes(self) -> list[str]:
         """Every node: the start, the steps, the human (if any), the stop."""

@@ -1,49 +1,36 @@
-"""What the read commands compute: a run's log as lines, its state, a diff of two seqs.
+"""How the read commands show a run: values as text, records as lines, states as JSON.
 
-Everything here works on the log's JSON form (``Folded``, codec dumps), so no user code is
-needed; a :class:`Viewer` decides how values become text (raw dumps, or decoded and repr'd
-when the user named the workflow).
+What they show is computed by the read side (``workflow._read``: folds, statuses, event
+types; ``workflow._compare``: what changed between two seqs), on the log's JSON form
+(``Folded``, codec dumps), so no user code is needed; a :class:`Viewer` decides how values
+become text (raw dumps, or decoded and repr'd when the user named the workflow).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
-import orjson
-
-from eventstore import Codec, EventStore, LogCorruptedError, NotAStoreError, RunInfo, StoredRecord
+from eventstore import Codec, EventStore, NotAStoreError, StoredRecord
 
 from .. import _journal as J
-from .._errors import CheckpointNotFoundError, WorkflowRuntimeError
-from .._fold import Folded, fold
-from .._ownership import LeaseOwners, Owners
-from .._read import commits, event_type, fold_run, live_status, records_upto, run_info
-from ._render import short_class, show_dump, show_typed
+from .._fold import Folded
+from .._read import event_type, run_info
+from ._render import Show, short_class, show_dump, show_typed
 
 __all__ = [
-    "Change",
-    "Damaged",
     "Viewer",
-    "check_seq",
     "describe",
-    "diff",
+    "error_json",
     "failed_attempts",
-    "fold_at",
-    "is_owned",
     "is_url",
     "open_store",
-    "owners",
-    "readable_records",
+    "record_json",
     "state_json",
     "traceback_lines",
 ]
-
-# Wraps the records a fold reads (with a progress bar).
-Wrap = Callable[[Iterator[StoredRecord]], Iterator[StoredRecord]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,126 +77,6 @@ def open_store(db: str) -> EventStore:
     return EventStore(db, readonly=True)
 
 
-class _Nobody(Owners):
-    """Ownership of a store no executor ever ran: nobody owns any of its runs."""
-
-    def is_owned(self, rid: int, run_id: str = "") -> bool:
-        return False
-
-
-def owners(store: EventStore) -> Owners | LeaseOwners:
-    """The store's ownership, read without creating the lock file when there is none."""
-    if store.kind == "postgres":
-        return LeaseOwners(store)
-    path = store.path
-    # Executors create "<db>-owners" when they take a run; without it no run is owned, and
-    # a reader should not leave files behind it.
-    if path is None or not Path(str(Path(path).resolve()) + "-owners").exists():
-        return _Nobody(path)
-    return Owners(path)
-
-
-def is_owned(store: EventStore, rid: int, run_id: str) -> bool:
-    """Whether a live executor holds the run now."""
-    return owners(store).is_owned(rid, run_id)
-
-
-def check_seq(store: EventStore, run_id: str, seq: int | None) -> RunInfo:
-    """The run's row, once ``seq`` is known to be a seq one can look at the run at.
-
-    :raises RunNotFoundError: no such run.
-    :raises CheckpointNotFoundError: ``seq`` is before the run's first record.
-    :raises WorkflowRuntimeError: ``seq`` is past the end of the log.
-    """
-    info = run_info(store, run_id)
-    if seq is None:
-        return info
-    head = store.head()
-    if seq > head:
-        msg = f"seq {seq} is past the end of the log (its last seq is {head})"
-        raise WorkflowRuntimeError(msg)
-    if info.first_seq is None or seq < info.first_seq:
-        raise CheckpointNotFoundError(run_id, seq, info.first_seq)
-    return info
-
-
-def fold_at(store: EventStore, run_id: str, seq: int | None, wrap: Wrap | None = None) -> Folded:
-    """The run's state at ``seq`` in JSON form (``fold_run``), with seqs checked first.
-
-    ``wrap`` sees the records the fold reads (for a progress bar). Without it, or when the
-    run has a cached state to start from, this is ``fold_run`` itself; with it, the whole
-    log is folded, which is the same pure fold the cache always agrees with.
-
-    :raises RunNotFoundError: no such run.
-    :raises CheckpointNotFoundError: ``seq`` is before the run's first record.
-    :raises WorkflowRuntimeError: ``seq`` is past the end of the log.
-    """
-    info = check_seq(store, run_id, seq)
-    snap = None if wrap is None else store.snapshot(run_id)
-    if wrap is None or (snap is not None and (seq is None or snap[0] <= seq)):
-        return fold_run(store, run_id, seq)
-    if info.parent_run_id is not None and info.parent_seq is not None:
-        state = fold_at(store, info.parent_run_id, info.parent_seq, wrap)
-        state.run_id = run_id
-        state.first_seq = None
-    else:
-        state = Folded(run_id)
-    return fold(state, wrap(records_upto(store, run_id, seq)))
-
-
-def status_of(store: EventStore, s: Folded) -> str:
-    """The status a state shows, as ``Workflow.state_at`` gives it.
-
-    At the run's latest seq, whether a live executor owns it tells ``running`` from
-    ``interrupted``; an earlier state shows the status the run had then.
-    """
-    info = run_info(store, s.run_id)
-    if info.last_seq is not None and s.seq < info.last_seq:
-        return s.status
-    return live_status(s.status, s.only_waiters(), is_owned(store, info.rid, s.run_id))
-
-
-# ---------------------------------------------------------------------------- damaged records
-
-
-@dataclass(frozen=True, slots=True)
-class Damaged:
-    """A record that cannot be shown: its seq, why, and the row when that could be read."""
-
-    seq: int
-    error: BaseException
-    record: StoredRecord | None = None
-
-    def error_text(self) -> str:
-        """The error's class and message, on one line."""
-        return f"{type(self.error).__name__}: {' '.join(str(self.error).split())}"
-
-
-def readable_records(
-    store: EventStore,
-    run_id: str,
-    after: int,
-    upto: int | None,
-    kinds: list[str] | None = None,
-) -> Iterator[StoredRecord | Damaged]:
-    """The run's records after ``after``; one that cannot be read back comes as :class:`Damaged`.
-
-    Reading goes on after a damaged record, so one flipped byte hides one line, not the rest
-    of the log.
-    """
-    while upto is None or after < upto:
-        try:
-            for r in store.records(run_id, after=after, upto=upto, kinds=kinds):
-                after = r.seq
-                yield r
-            return
-        except LogCorruptedError as exc:
-            if exc.seq is None or exc.seq <= after:
-                raise  # not one record's fault: the store cannot be read here at all
-            yield Damaged(exc.seq, exc)
-            after = exc.seq
-
-
 # ---------------------------------------------------------------------------- one record
 
 
@@ -224,68 +91,134 @@ def _ids(ids: Iterable[Any]) -> str:
     return listed or "nothing"
 
 
+# Each kind's payload as one short line: Callable(payload, show, limit) -> text. A kind
+# without an entry shows its payload whole.
+_Line = Callable[[Any, Show, int], str]
+_LINES: Final[dict[str, _Line]] = {}
+LineT = TypeVar("LineT", bound=_Line)
+
+
+def _line(kind: str) -> Callable[[LineT], LineT]:
+    """Makes the function the one-line text of ``kind``'s records."""
+
+    def register(f: LineT) -> LineT:
+        _LINES[kind] = f
+        return f
+
+    return register
+
+
+@_line(J.RUN_STARTED)
+def _run_started(p: J.RunStarted, show: Show, limit: int) -> str:
+    parent = p.get("parent")
+    start = p.get("start")
+    text = f"{p.get('workflow', '')}"
+    if start:
+        text += f" start #{start.get('id')} {show(start.get('event'), limit)}"
+    if parent:
+        text += f" fork of {parent.get('run_id')} at seq {parent.get('seq')}"
+    return text
+
+
+@_line(J.ENQUEUED)
+def _enqueued(p: J.Enqueued, show: Show, limit: int) -> str:
+    return f"#{p.get('id')} {show(p.get('event'), limit)} {_src(p.get('src'))}"
+
+
+@_line(J.DEQUEUED)
+def _dequeued(p: J.Dequeued, show: Show, limit: int) -> str:
+    return f"#{p.get('id')} worker {p.get('worker')}"
+
+
+@_line(J.STEP_STARTED)
+def _step_started(p: J.StepStarted, show: Show, limit: int) -> str:
+    return f"#{p.get('id')} attempt {p.get('attempt')}"
+
+
+@_line(J.STEP_FINISHED)
+def _step_finished(p: J.StepFinished, show: Show, limit: int) -> str:
+    return f"#{p.get('id')} attempt {p.get('attempt')} emitted {_ids(p.get('emitted', []))}"
+
+
+@_line(J.STEP_FAILED)
+def _step_failed(p: J.StepFailed, show: Show, limit: int) -> str:
+    retry = p.get("retry")
+    then = f"retry in {p.get('delay')}s" if retry else "no retry"
+    return (
+        f"#{p.get('id')} attempt {p.get('attempt')} {p.get('error')}: {p.get('message')} ({then})"
+    )
+
+
+@_line(J.STEP_CONFLICTED)
+def _step_conflicted(p: J.StepConflicted, show: Show, limit: int) -> str:
+    return f"#{p.get('id')} attempt {p.get('attempt')} stale keys {p.get('keys')}"
+
+
+@_line(J.STATE_SET)
+def _state_set(p: J.StateSet, show: Show, limit: int) -> str:
+    if "value" in p:
+        return f"{p.get('key')} = {show(p['value'], limit)}"
+    return f"{p.get('key')} patched: {show_dump(p.get('patch'), limit)}"
+
+
+@_line(J.STATE_DELETED)
+def _state_deleted(p: J.StateDeleted, show: Show, limit: int) -> str:
+    return f"del {p.get('key')}"
+
+
+@_line(J.COLLECTED)
+def _collected(p: J.Collected, show: Show, limit: int) -> str:
+    put = p.get("put")
+    take = p.get("take")
+    text = f"buffer {p.get('buf')}"
+    if put:
+        text += f" put #{put.get('id')} {show(put.get('event'), limit)}"
+    if take:
+        text += f" took {', '.join(map(short_class, take))}"
+    return text
+
+
+@_line(J.WAITING)
+def _waiting(p: J.Waiting, show: Show, limit: int) -> str:
+    return (
+        f"#{p.get('id')} attempt {p.get('attempt')} waits for "
+        f"{short_class(str(p.get('awaited')))} (waiter {p.get('waiter')})"
+    )
+
+
+@_line(J.WAIT_RESOLVED)
+def _wait_resolved(p: J.WaitResolved, show: Show, limit: int) -> str:
+    if p.get("id") is None:
+        return f"waiter {p.get('waiter')} timed out"
+    return f"waiter {p.get('waiter')} answered by #{p.get('id')} {show(p.get('event'), limit)}"
+
+
+@_line(J.STREAMED)
+def _streamed(p: J.Streamed, show: Show, limit: int) -> str:
+    return f"#{p.get('id')} attempt {p.get('attempt')} {show(p.get('event'), limit)}"
+
+
+@_line(J.RUN_FINISHED)
+def _run_finished(p: J.RunFinished, show: Show, limit: int) -> str:
+    return f"result {show(p.get('result'), limit)}"
+
+
+@_line(J.RUN_FAILED)
+def _run_failed(p: J.RunFailed, show: Show, limit: int) -> str:
+    return f"{p.get('error')}: {p.get('message')}"
+
+
+@_line(J.RUN_RESUMED)
+def _run_resumed(p: J.RunResumed, show: Show, limit: int) -> str:
+    return f"epoch {p.get('epoch')}, was {p.get('previous')}"
+
+
 def describe(r: StoredRecord, p: Any, view: Viewer, limit: int = 200) -> str:
     """A record's payload as one short line: what happened, with ids and values."""
-    k = r.kind
-    show = view.show
-    if k == J.RUN_STARTED:
-        parent = p.get("parent")
-        start = p.get("start")
-        text = f"{p.get('workflow', '')}"
-        if start:
-            text += f" start #{start.get('id')} {show(start.get('event'), limit)}"
-        if parent:
-            text += f" fork of {parent.get('run_id')} at seq {parent.get('seq')}"
-        return text
-    if k == J.ENQUEUED:
-        return f"#{p.get('id')} {show(p.get('event'), limit)} {_src(p.get('src'))}"
-    if k == J.DEQUEUED:
-        return f"#{p.get('id')} worker {p.get('worker')}"
-    if k == J.STEP_STARTED:
-        return f"#{p.get('id')} attempt {p.get('attempt')}"
-    if k == J.STEP_FINISHED:
-        return f"#{p.get('id')} attempt {p.get('attempt')} emitted {_ids(p.get('emitted', []))}"
-    if k == J.STEP_FAILED:
-        retry = p.get("retry")
-        then = f"retry in {p.get('delay')}s" if retry else "no retry"
-        return (
-            f"#{p.get('id')} attempt {p.get('attempt')} {p.get('error')}: "
-            f"{p.get('message')} ({then})"
-        )
-    if k == J.STEP_CONFLICTED:
-        return f"#{p.get('id')} attempt {p.get('attempt')} stale keys {p.get('keys')}"
-    if k == J.STATE_SET:
-        if "value" in p:
-            return f"{p.get('key')} = {show(p['value'], limit)}"
-        return f"{p.get('key')} patched: {show_dump(p.get('patch'), limit)}"
-    if k == J.STATE_DELETED:
-        return f"del {p.get('key')}"
-    if k == J.COLLECTED:
-        put = p.get("put")
-        text = f"buffer {p.get('buf')}"
-        if put:
-            text += f" put #{put.get('id')} {show(put.get('event'), limit)}"
-        if p.get("take"):
-            text += f" took {', '.join(map(short_class, p['take']))}"
-        return text
-    if k == J.WAITING:
-        return (
-            f"#{p.get('id')} attempt {p.get('attempt')} waits for "
-            f"{short_class(str(p.get('awaited')))} (waiter {p.get('waiter')})"
-        )
-    if k == J.WAIT_RESOLVED:
-        if p.get("id") is None:
-            return f"waiter {p.get('waiter')} timed out"
-        return f"waiter {p.get('waiter')} answered by #{p.get('id')} {show(p.get('event'), limit)}"
-    if k == J.STREAMED:
-        return f"#{p.get('id')} attempt {p.get('attempt')} {show(p.get('event'), limit)}"
-    if k == J.RUN_FINISHED:
-        return f"result {show(p.get('result'), limit)}"
-    if k == J.RUN_FAILED:
-        return f"{p.get('error')}: {p.get('message')}"
-    if k == J.RUN_RESUMED:
-        return f"epoch {p.get('epoch')}, was {p.get('previous')}"
-    return show_dump(p, limit)
+    line = _LINES.get(r.kind)
+    if line is None:
+        return show_dump(p, limit)
+    return line(p, view.show, limit)
 
 
 def record_json(r: StoredRecord) -> dict[str, Any]:
@@ -313,7 +246,7 @@ def traceback_lines(p: Any, indent: str) -> list[str]:
 # ---------------------------------------------------------------------------- state
 
 
-def _failure(r: StoredRecord, p: Any) -> dict[str, Any]:
+def _failure(r: StoredRecord, p: J.StepFailed) -> dict[str, Any]:
     return {
         "step": r.step,
         "event_id": p.get("id"),
@@ -347,7 +280,7 @@ def failed_attempts(store: EventStore, s: Folded) -> list[dict[str, Any]]:
         after = max(0, min(missing.values()) - 1)
         here: dict[tuple[str, int], dict[str, Any]] = {}
         for r in store.records(run_id, after=after, upto=upto, kinds=[J.STEP_FAILED]):
-            p = r.data()
+            p: J.StepFailed = r.data()
             key = (r.step or "", p.get("id") if isinstance(p, dict) else None)
             if key in missing:
                 here[key] = _failure(r, p)  # a later failure of the same event replaces it
@@ -426,151 +359,3 @@ def state_json(
         "parent": list(s.parent) if s.parent else None,
         "pending_inbox": inbox,
     }
-
-
-# ---------------------------------------------------------------------------- diff
-
-_STEP_KINDS: Final = frozenset(
-    {J.STEP_STARTED, J.STEP_FINISHED, J.STEP_FAILED, J.STEP_CONFLICTED, J.WAITING}
-)
-
-
-@dataclass(slots=True)
-class Change:
-    """What happened between two seqs of a run, as JSON-native lists."""
-
-    run_id: str
-    start: int  # the commit the first state ends at
-    end: int
-    status: tuple[str, str]
-    enqueued: list[dict[str, Any]] = field(default_factory=list)
-    consumed: list[dict[str, Any]] = field(default_factory=list)
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    added: dict[str, Any] = field(default_factory=dict)
-    changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    removed: dict[str, Any] = field(default_factory=dict)
-    result: Any = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The change as JSON-native data; values stay codec dumps."""
-        return {
-            "run_id": self.run_id,
-            "from": self.start,
-            "to": self.end,
-            "status": list(self.status),
-            "enqueued": self.enqueued,
-            "consumed": self.consumed,
-            "steps": self.steps,
-            "context": {
-                "added": self.added,
-                "changed": {k: {"old": o, "new": n} for k, (o, n) in self.changed.items()},
-                "removed": self.removed,
-            },
-            "result": self.result,
-        }
-
-
-def _context_bytes(s: Folded) -> dict[str, bytes]:
-    # Encoded text, not Python ==: 1 == 1.0 == True, but they are different values. It is
-    # also a copy, which matters because folding on patches values in place.
-    return {k: orjson.dumps(v.dump) for k, v in s.context.items()}
-
-
-def diff(store: EventStore, run_id: str, a: int, b: int, wrap: Wrap | None = None) -> Change:
-    """What changed in the run from its state at ``a`` to its state at ``b``.
-
-    :raises WorkflowRuntimeError: ``a`` is after ``b``.
-    """
-    if a > b:
-        msg = f"diff needs A <= B, got A={a} and B={b}; swap them"
-        raise WorkflowRuntimeError(msg)
-    check_seq(store, run_id, b)
-    state = fold_at(store, run_id, a, wrap)
-    before = _context_bytes(state)
-    old_status = state.status
-    start = state.seq
-    events: dict[int, Any] = {}
-    for q in state.queues.values():
-        events.update((i, e.dump) for i, e in q.items())
-    for ps in state.in_progress.values():
-        events.update((i, p.ev.dump) for i, p in ps.items())
-    out = Change(run_id, start, start, (old_status, old_status))
-    rest = records_upto(store, run_id, b, after=start)
-    for commit in commits(rest if wrap is None else wrap(rest)):
-        fold(state, commit)
-        for r in commit:
-            p = r.data()
-            _note(out, r, p, events)
-    out.end = state.seq
-    out.status = (old_status, state.status)
-    after = {k: v.dump for k, v in state.context.items()}
-    for k, v in after.items():
-        if k not in before:
-            out.added[k] = v
-        elif orjson.dumps(v) != before[k]:
-            out.changed[k] = (orjson.loads(before[k]), v)
-    for k, old in before.items():
-        if k not in after:
-            out.removed[k] = orjson.loads(old)
-    out.result = state.result if state.result is not None and old_status != "finished" else None
-    return out
-
-
-def _note(out: Change, r: StoredRecord, p: Any, events: dict[int, Any]) -> None:
-    if r.kind == J.ENQUEUED:
-        events[p["id"]] = p["event"]
-        out.enqueued.append(
-            {"seq": r.seq, "step": r.step, "event_id": p["id"], "event": p["event"]}
-        )
-    elif r.kind == J.DEQUEUED:
-        out.consumed.append(
-            {"seq": r.seq, "step": r.step, "event_id": p["id"], "event": events.get(p["id"])}
-        )
-    elif r.kind in _STEP_KINDS:
-        entry: dict[str, Any] = {
-            "seq": r.seq,
-            "step": r.step,
-            "event_id": p.get("id"),
-            "attempt": p.get("attempt"),
-            "outcome": r.kind.removeprefix("step_"),
-        }
-        if r.kind == J.STEP_FINISHED:
-            entry["emitted"] = p.get("emitted", [])
-        elif r.kind == J.STEP_FAILED:
-            entry["error"] = f"{p.get('error')}: {p.get('message')}"
-            entry["retry"] = p.get("retry")
-        elif r.kind == J.STEP_CONFLICTED:
-            entry["keys"] = p.get("keys")
-        elif r.kind == J.WAITING:
-            entry["awaited"] = p.get("awaited")
-        out.steps.append(entry)
-
-
-# ---------------------------------------------------------------------------- event ids
-
-
-def _type_of(dump: Any) -> str:
-    return str(dump.get("c", "")) if isinstance(dump, dict) else type(dump).__name__
-
-
-def note_event(r: StoredRecord, p: Any, types: dict[int, str]) -> None:
-    """Remembers the class of each event id a record introduces."""
-    if r.kind == J.ENQUEUED or (r.kind == J.WAIT_RESOLVED and p.get("id") is not None):
-        types[p["id"]] = _type_of(p.get("event"))
-    elif r.kind == J.RUN_STARTED and p.get("start"):
-        types[p["start"]["id"]] = _type_of(p["start"].get("event"))
-
-
-def event_types_upto(store: EventStore, run_id: str, seq: int) -> dict[int, str]:
-    """Event id -> class name for the events the run (and its ancestors) had up to ``seq``."""
-    info = run_info(store, run_id)
-    types: dict[int, str] = {}
-    if info.parent_run_id is not None and info.parent_seq is not None:
-        types = event_types_upto(store, info.parent_run_id, info.parent_seq)
-    kinds = [J.ENQUEUED, J.WAIT_RESOLVED, J.RUN_STARTED]
-    for r in readable_records(store, run_id, 0, seq, kinds):
-        if isinstance(r, Damaged):
-            continue  # the history shows it where it belongs
-        with contextlib.suppress(Exception):  # a damaged payload names no event
-            note_event(r, r.data(), types)
-    return types

@@ -18,6 +18,7 @@ from tabulate import tabulate
 
 __all__ = [
     "Show",
+    "bare_class",
     "clip",
     "fmt_time",
     "short_class",
@@ -57,6 +58,13 @@ def clip(text: str, limit: int) -> str:
     if limit <= 0 or len(text) <= limit:
         return text
     return text[: max(0, limit - 1)] + ELLIPSIS
+
+
+def bare_class(name: str | None) -> str:
+    """A class name without its module (``EventA``), for narrow columns."""
+    if not name:
+        return ""
+    return name.rsplit(":", 1)[-1]
 
 
 def short_class(name: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 from bisect import bisect_right
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -20,15 +21,17 @@ import orjson
 from eventstore import EventStore
 
 from .. import _journal as J
+from .._buffers import class_qualname, collect_key
 from .._fold import Folded, fold
-from .._read import commits, run_info
+from .._ownership import probe_owners
+from .._read import Wrap, commits, event_class, run_info, shown_status, start_state
 from ._app import cli
 from ._common import emit_json, progress, reader, workflow_option
-from ._inspect import Viewer, Wrap, describe, fold_at, status_of
+from ._inspect import Viewer, describe
 from ._page import PAGE
 from ._render import short_class
 
-__all__ = ["render_page", "timeline", "timeline_data"]
+__all__ = ["UNSHOWN", "render_page", "timeline", "timeline_data"]
 
 # Characters of text kept per value and per record: enough to recognise a value, small
 # enough that 10,000 commits make a page of a few megabytes.
@@ -47,6 +50,16 @@ OK, FAILED, CONFLICT, WAIT, LOST, CANCELLED, OPEN = (
     "open",
 )
 _ENDS_RUN: Final = frozenset({J.RUN_FINISHED, J.RUN_FAILED, J.RUN_CANCELLED, J.RUN_TIMED_OUT})
+# The payload fields the page has no use for, by kind: every other field of each kind's
+# payload type (``_journal``) reaches the page, in its arguments or its text. A new field is
+# added to one or the other (tests/test_page.py holds both to the payload types).
+UNSHOWN: Final[Mapping[str, frozenset[str]]] = {
+    J.RUN_STARTED: frozenset({"fingerprint", "graph"}),  # `workflow graph` draws the steps
+    J.STEP_FINISHED: frozenset({"base", "answers"}),  # what its reads and answers were
+    J.STEP_FAILED: frozenset({"module"}),  # the error's class name says enough
+    J.WAITING: frozenset({"requirements", "deadline", "event"}),  # `workflow state` has them
+    J.RUN_FINISHED: frozenset({"id"}),
+}
 
 
 class _Builder:
@@ -72,10 +85,9 @@ class _Builder:
         return self.steps.setdefault(name, len(self.steps))
 
     def event(self, ev_id: int, dump: Any) -> None:
-        t = str(dump.get("c", "")) if isinstance(dump, dict) else type(dump).__name__
-        self.events[ev_id] = [t, self.view.show(dump, TEXT)]
+        self.events[ev_id] = [event_class(dump), self.view.show(dump, TEXT)]
 
-    def traceback(self, p: Any) -> int:
+    def traceback(self, p: J.StepFailed) -> int:
         """The index of a failure's traceback in ``tb`` (-1 when none was recorded)."""
         tb = p.get("traceback")
         if not isinstance(tb, str) or not tb:
@@ -139,64 +151,79 @@ class _Builder:
     def record(self, r: Any, p: Any, ci: int, t0: int) -> list[Any]:
         """Adds a record's columns and follows attempts and waits; returns its arguments."""
         k, step = r.kind, r.step
-        key = (step or "", p.get("id", 0) if isinstance(p, dict) else 0)
         args: list[Any] = []
         if k == J.ENQUEUED:
-            self.event(p["id"], p["event"])
-            args = [p["id"]]
+            enqueued: J.Enqueued = p
+            self.event(enqueued["id"], enqueued["event"])
+            args = [enqueued["id"]]
         elif k in (J.DEQUEUED, J.STEP_FINISHED, J.STEP_CONFLICTED):
-            args = [p["id"]]
+            ended: J.Dequeued | J.StepFinished | J.StepConflicted = p
+            args = [ended["id"]]
+            key = (step or "", ended["id"])
             if k == J.STEP_FINISHED:
-                self._close(
-                    key,
-                    ci,
-                    OK,
-                    "emitted " + (", ".join(f"#{i}" for i in p["emitted"]) or "nothing"),
-                )
+                finished: J.StepFinished = p
+                emitted = ", ".join(f"#{i}" for i in finished["emitted"]) or "nothing"
+                self._close(key, ci, OK, "emitted " + emitted)
             elif k == J.STEP_CONFLICTED:
-                self._close(key, ci, CONFLICT, f"stale keys {p.get('keys')}")
+                conflicted: J.StepConflicted = p
+                self._close(key, ci, CONFLICT, f"stale keys {conflicted.get('keys')}")
         elif k == J.STEP_STARTED:
-            args = [p["id"], p["attempt"]]
+            started: J.StepStarted = p
+            ev_id, attempt = started["id"], started["attempt"]
+            args = [ev_id, attempt]
+            key = (step or "", ev_id)
             # A new attempt while one is open: the process running it died.
             self._close(key, ci, LOST, "the process died during this attempt")
             self._open[key] = len(self.attempts)
-            self.attempts.append([self.step(step), p["id"], p["attempt"], ci, -1, OPEN, ""])
+            self.attempts.append([self.step(step), ev_id, attempt, ci, -1, OPEN, ""])
         elif k == J.STEP_FAILED:
-            error = f"{p.get('error')}: {p.get('message')}"
-            args = [p["id"], error, 1 if p.get("retry") else 0, self.traceback(p)]
-            self._close(key, ci, FAILED, error + (" (retried)" if p.get("retry") else ""))
+            failed: J.StepFailed = p
+            error = f"{failed.get('error')}: {failed.get('message')}"
+            retry = failed.get("retry")
+            args = [failed["id"], error, 1 if retry else 0, self.traceback(failed)]
+            key = (step or "", failed["id"])
+            self._close(key, ci, FAILED, error + (" (retried)" if retry else ""))
         elif k == J.WAITING:
-            awaited = short_class(str(p.get("awaited")))
-            args = [p["id"], p["waiter"], awaited]
+            waiting: J.Waiting = p
+            awaited = short_class(str(waiting.get("awaited")))
+            args = [waiting["id"], waiting["waiter"], awaited]
+            key = (step or "", waiting["id"])
             self._close(key, ci, WAIT, f"waits for {awaited}")
-            self._waiting[p["waiter"]] = len(self.waits)
-            self.waits.append([self.step(step), p["id"], ci, -1, awaited])
+            self._waiting[waiting["waiter"]] = len(self.waits)
+            self.waits.append([self.step(step), waiting["id"], ci, -1, awaited])
         elif k == J.WAIT_RESOLVED:
-            args = [p["waiter"], p.get("id")]
-            if p.get("id") is not None:
-                self.event(p["id"], p.get("event"))
-            i = self._waiting.pop(p["waiter"], None)
+            resolved: J.WaitResolved = p
+            answer_id = resolved.get("id")
+            args = [resolved["waiter"], answer_id]
+            if answer_id is not None:
+                self.event(answer_id, resolved.get("event"))
+            i = self._waiting.pop(resolved["waiter"], None)
             if i is not None:
                 self.waits[i][3] = ci
         elif k == J.STATE_SET or k == J.STATE_DELETED:
-            args = [p["key"]]  # the value's text is added once the whole commit is folded
+            changed: J.StateSet | J.StateDeleted = p
+            args = [changed["key"]]  # the value's text is added once the whole commit is folded
         elif k == J.COLLECTED:
-            put = p.get("put")
+            collected: J.Collected = p
+            put = collected.get("put")
             if put:
                 self.event(put["id"], put["event"])
             args = [  # buffers and the events in them as the fold keys them
-                J.collect_key(step or "", p),
+                collect_key(step or "", collected),
                 put["id"] if put else None,
-                [J.class_qualname(t) for t in p.get("take") or ()],
+                [class_qualname(t) for t in collected.get("take") or ()],
             ]
         elif k == J.RUN_STARTED:
-            start = p.get("start")
+            run_started: J.RunStarted = p
+            start = run_started.get("start")
             if start:
                 self.event(start["id"], start["event"])
         elif k == J.RUN_FINISHED:
-            args = [self.view.show(p.get("result"), TEXT)]
+            finished_run: J.RunFinished = p
+            args = [self.view.show(finished_run.get("result"), TEXT)]
         elif k == J.RUN_FAILED:
-            args = [f"{p.get('error')}: {p.get('message')}"]
+            failed_run: J.RunFailed = p
+            args = [f"{failed_run.get('error')}: {failed_run.get('message')}"]
         if k in _ENDS_RUN:
             self._close_all(ci, CANCELLED)
         elif k == J.RUN_RESUMED:
@@ -251,12 +278,7 @@ def timeline_data(
     view = view or Viewer()
     info = run_info(store, run_id)
     b = _Builder(view)
-    if info.parent_run_id is not None and info.parent_seq is not None:
-        state = fold_at(store, info.parent_run_id, info.parent_seq, wrap)
-        state.run_id = run_id
-        state.first_seq = None
-    else:
-        state = Folded(run_id)
+    state = start_state(store, info, wrap=wrap)
     base = b.seed(state)
     t0 = info.created
     upto = info.last_seq or 0  # as of now: a run that grows meanwhile is read consistently
@@ -282,7 +304,9 @@ def timeline_data(
         "run": {
             "id": run_id,
             "workflow": state.workflow or str(info.meta.get("workflow", "")),
-            "status": status_of(store, state) if b.commit_seq else state.status,
+            "status": shown_status(store, state, probe_owners(store), upto)
+            if b.commit_seq
+            else state.status,
             "created": info.created,
             "parent": [info.parent_run_id, info.parent_seq] if info.parent_run_id else None,
             "forks": forks,

@@ -1,0 +1,132 @@
+"""Is the store whole? SQLite's integrity check and a full fold of each run (``workflow check``).
+
+The fold of the log is the truth and the snapshot only a cache of it, so each run is folded
+from its first record, without the cache; where the run has a cached state, the fold at that
+seq must equal it. Needs no user code: events and values stay in their JSON form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from eventstore import EventStore, EventStoreError, RunInfo, StoredRecord
+
+from ._errors import WorkflowError
+from ._fold import Folded, fold
+from ._read import load_snapshot, records_upto, run_info, start_state
+from ._snapshot import SnapshotError, dump_folded
+
+__all__ = ["Problem", "Report", "check_store"]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with the store: where (run, seq), what (a category) and the error."""
+
+    what: str  # integrity, run, record, snapshot, parent
+    run_id: str | None
+    seq: int | None
+    error: str  # the error's class
+    message: str
+
+    def __str__(self) -> str:
+        where = [f"run {self.run_id}"] if self.run_id is not None else []
+        if self.seq is not None:
+            where.append(f"seq {self.seq}")
+        head = ": ".join([*where, self.what]) if where else self.what
+        return f"{head}: {self.error}: {self.message}"
+
+
+@dataclass(slots=True)
+class Report:
+    """What :func:`check_store` found; ``ok`` when it found nothing wrong."""
+
+    integrity: list[str] = field(default_factory=list)
+    runs: int = 0
+    records: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether nothing is wrong."""
+        return not self.problems
+
+
+def check_store(store: EventStore, run_id: str | None = None) -> Report:
+    """Checks the store's file (SQLite's integrity check) and every run, or only ``run_id``.
+
+    :raises RunNotFoundError: ``run_id`` is not a run of the store.
+    """
+    report = Report()
+    if store.kind == "sqlite":
+        try:
+            report.integrity = [str(row[0]) for row in store.query("PRAGMA integrity_check")]
+        except EventStoreError as exc:
+            report.integrity = [str(exc)]
+        if report.integrity != ["ok"]:
+            report.problems += [
+                Problem("integrity", None, None, "SQLite", line) for line in report.integrity
+            ]
+    infos = [run_info(store, run_id)] if run_id is not None else store.runs()
+    for info in infos:
+        report.runs += 1
+        _check_run(store, info, report)
+    return report
+
+
+def _check_run(store: EventStore, info: RunInfo, report: Report) -> None:
+    run = info.run_id
+
+    def problem(what: str, seq: int | None, exc: BaseException) -> None:
+        report.problems.append(Problem(what, run, seq, type(exc).__name__, str(exc)))
+
+    def counted(records: Iterator[StoredRecord]) -> Iterator[StoredRecord]:
+        for r in records:
+            report.records += 1
+            yield r
+
+    try:
+        state = start_state(store, info, cached=False)
+    except (EventStoreError, WorkflowError) as exc:
+        seq = getattr(exc, "seq", None)
+        problem("parent", seq, exc)
+        return
+    try:
+        snap = store.snapshot(run)
+    except EventStoreError as exc:
+        problem("snapshot", None, exc)
+        snap = None
+    try:
+        cached = None if snap is None else load_snapshot(store, info, snap[0], snap[1])
+    except SnapshotError as exc:
+        cached = None
+        if not exc.stale:  # an older version's cache: not used, not damage
+            problem("snapshot", None if snap is None else snap[0], exc)
+    except EventStoreError as exc:  # the record the snapshot names cannot be read
+        cached = None
+        problem("record", getattr(exc, "seq", None), exc)
+    try:
+        if cached is not None:
+            fold(state, counted(records_upto(store, run, cached.seq)))
+            differs = _differences(cached, state)
+            if differs:
+                msg = f"it differs from the fold of the log in {', '.join(differs)}"
+                problem("snapshot", cached.seq, SnapshotError(msg))
+            after = state.seq
+        else:
+            after = 0
+        fold(state, counted(records_upto(store, run, None, after=after)))
+    except EventStoreError as exc:
+        seq = getattr(exc, "seq", None)
+        problem("run" if seq is None else "record", seq, exc)
+
+
+def _differences(cached: Folded, folded: Folded) -> list[str]:
+    """The fields in which two folded states differ, as their cached JSON tells."""
+    a: dict[str, Any] = orjson.loads(dump_folded(cached))
+    b: dict[str, Any] = orjson.loads(dump_folded(folded))
+    return [k for k in a if a[k] != b.get(k)]

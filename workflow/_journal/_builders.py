@@ -1,0 +1,286 @@
+"""The builders: one function a record kind, the only way the engine writes a record.
+
+Each builds its kind's payload type (``_payloads``) and encodes it as the record's JSON text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+import orjson
+
+from eventstore import Codec, Record
+
+from ._payloads import (
+    COLLECTED,
+    DEQUEUED,
+    ENQUEUED,
+    RUN_CANCELLED,
+    RUN_FAILED,
+    RUN_FINISHED,
+    RUN_RESUMED,
+    RUN_STARTED,
+    RUN_SUSPENDED,
+    RUN_TIMED_OUT,
+    STATE_DELETED,
+    STATE_SET,
+    STEP_CONFLICTED,
+    STEP_FAILED,
+    STEP_FINISHED,
+    STEP_STARTED,
+    STREAMED,
+    WAIT_RESOLVED,
+    WAITING,
+    Collected,
+    Dequeued,
+    Dump,
+    Enqueued,
+    EventRef,
+    RunCancelled,
+    RunFailed,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    RunSuspended,
+    RunTimedOut,
+    Source,
+    StateDeleted,
+    StatePatch,
+    StateValue,
+    StepConflicted,
+    StepFailed,
+    StepFinished,
+    StepShape,
+    StepStarted,
+    Streamed,
+    Waiting,
+    WaitResolved,
+)
+
+__all__ = [
+    "collected",
+    "dequeued",
+    "enqueued",
+    "run_cancelled",
+    "run_failed",
+    "run_finished",
+    "run_resumed",
+    "run_started",
+    "run_suspended",
+    "run_timed_out",
+    "state_deleted",
+    "state_set_patch",
+    "state_set_value",
+    "step_conflicted",
+    "step_failed",
+    "step_finished",
+    "step_started",
+    "streamed",
+    "wait_resolved",
+    "waiting",
+]
+
+
+def _rec(kind: str, step: str | None, payload: Mapping[str, object]) -> Record:
+    return Record(kind, step, orjson.dumps(payload).decode())
+
+
+def _text(s: str) -> str:
+    """Text for a record as JSON can hold it: a lone surrogate is written as its escape."""
+    return s if s.isascii() else s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _message(error: BaseException) -> str:
+    """An error's message for a record: a failure is recorded whatever its text holds."""
+    try:
+        return _text(str(error))
+    except Exception as exc:  # its __str__ is the user's code
+        return f"<unprintable {type(error).__qualname__}: str() raised {exc!r}>"
+
+
+def run_started(
+    workflow: str,
+    fingerprint: str,
+    start_id: int,
+    start_event: Any,
+    parent: tuple[str, int] | None,
+    codec: Codec,
+    graph: dict[str, StepShape] | None = None,
+) -> Record:
+    """The first record of a run (or of a fork, which names its parent and seq).
+
+    It carries the step graph, so that ``verify`` can say how today's steps differ.
+    ``start_event`` may be given already encoded (an ``orjson.Fragment``).
+    """
+    payload: RunStarted = {
+        "workflow": workflow,
+        "fingerprint": fingerprint,
+        "graph": graph,
+        "start": {
+            "id": start_id,
+            "event": start_event
+            if isinstance(start_event, orjson.Fragment)
+            else codec.dump(start_event),
+        }
+        if start_event is not None
+        else None,
+        "parent": {"run_id": parent[0], "seq": parent[1]} if parent else None,
+    }
+    return _rec(RUN_STARTED, None, payload)
+
+
+def enqueued(step: str | None, event_id: int, event_dump: Dump, src: Source) -> Record:
+    """An event put on a step's queue (``step`` None: taken in, but no step takes it)."""
+    payload: Enqueued = {"id": event_id, "event": event_dump, "src": src}
+    return _rec(ENQUEUED, step, payload)
+
+
+def dequeued(step: str, event_id: int, worker: int) -> Record:
+    payload: Dequeued = {"id": event_id, "worker": worker}
+    return _rec(DEQUEUED, step, payload)
+
+
+def step_started(step: str, event_id: int, attempt: int) -> Record:
+    payload: StepStarted = {"id": event_id, "attempt": attempt}
+    return _rec(STEP_STARTED, step, payload)
+
+
+def step_finished(
+    step: str,
+    event_id: int,
+    attempt: int,
+    emitted: Sequence[int],
+    base: int,
+    answers: Sequence[str],
+) -> Record:
+    payload: StepFinished = {
+        "id": event_id,
+        "attempt": attempt,
+        "emitted": list(emitted),
+        "base": base,
+    }
+    if answers:
+        payload["answers"] = list(answers)
+    return _rec(STEP_FINISHED, step, payload)
+
+
+def step_failed(
+    step: str,
+    event_id: int,
+    attempt: int,
+    error: BaseException,
+    traceback: str,
+    retry: bool,
+    delay: float | None,
+) -> Record:
+    payload: StepFailed = {
+        "id": event_id,
+        "attempt": attempt,
+        "error": _text(type(error).__qualname__),
+        "module": _text(type(error).__module__),
+        "message": _message(error),
+        "traceback": _text(traceback),
+        "retry": retry,
+        "delay": delay,
+    }
+    return _rec(STEP_FAILED, step, payload)
+
+
+def step_conflicted(step: str, event_id: int, attempt: int, keys: Sequence[str]) -> Record:
+    payload: StepConflicted = {"id": event_id, "attempt": attempt, "keys": list(keys)}
+    return _rec(STEP_CONFLICTED, step, payload)
+
+
+def state_set_value(step: str | None, key: str, value_dump: Dump) -> Record:
+    payload: StateValue = {"key": key, "value": value_dump}
+    return _rec(STATE_SET, step, payload)
+
+
+def state_set_patch(step: str | None, key: str, ops_json: list[Any] | orjson.Fragment) -> Record:
+    # A Fragment is the patch already encoded: the record holds the list it encodes.
+    payload: StatePatch = {"key": key, "patch": cast("list[Any]", ops_json)}
+    return _rec(STATE_SET, step, payload)
+
+
+def state_deleted(step: str | None, key: str) -> Record:
+    payload: StateDeleted = {"key": key}
+    return _rec(STATE_DELETED, step, payload)
+
+
+def collected(step: str, buffer: str, put: EventRef | None, take: Sequence[str] | None) -> Record:
+    """A collect buffer changed: an event put in, or one event of each type taken out.
+
+    ``buffer`` is the buffer's id within its step (``_buffers.buffer_key``); ``take`` names
+    the classes by their qualified names without module. ``"v": 2`` tells these apart from
+    the records written before, whose ids and names carried modules (``collect_key``).
+    """
+    payload: Collected = {"buf": buffer, "put": put, "take": list(take) if take else None, "v": 2}
+    return _rec(COLLECTED, step, payload)
+
+
+def waiting(
+    step: str,
+    event_id: int,
+    attempt: int,
+    waiter_id: str,
+    awaited: str,
+    requirements_dump: Dump,
+    deadline: float | None,
+    waiter_event_dump: Dump | None,
+) -> Record:
+    payload: Waiting = {
+        "id": event_id,
+        "attempt": attempt,
+        "waiter": waiter_id,
+        "awaited": awaited,
+        "requirements": requirements_dump,
+        "deadline": deadline,
+        "event": waiter_event_dump,
+    }
+    return _rec(WAITING, step, payload)
+
+
+def wait_resolved(
+    step: str, waiter_id: str, answer_id: int | None, answer_dump: Dump | None
+) -> Record:
+    """A wait was answered (or timed out, with no answer): its step runs again."""
+    payload: WaitResolved = {"waiter": waiter_id, "id": answer_id, "event": answer_dump}
+    return _rec(WAIT_RESOLVED, step, payload)
+
+
+def streamed(step: str | None, event_id: int, attempt: int, event_dump: Dump) -> Record:
+    payload: Streamed = {"id": event_id, "attempt": attempt, "event": event_dump}
+    return _rec(STREAMED, step, payload)
+
+
+def run_finished(result_dump: Dump, stop_id: int) -> Record:
+    payload: RunFinished = {"result": result_dump, "id": stop_id}
+    return _rec(RUN_FINISHED, None, payload)
+
+
+def run_failed(step: str | None, error: BaseException | str, message: str = "") -> Record:
+    name = error if isinstance(error, str) else type(error).__qualname__
+    text = message if isinstance(error, str) else _message(error)
+    payload: RunFailed = {"error": _text(name), "message": _text(text)}
+    return _rec(RUN_FAILED, step, payload)
+
+
+def run_cancelled() -> Record:
+    payload: RunCancelled = {}
+    return _rec(RUN_CANCELLED, None, payload)
+
+
+def run_resumed(epoch: int, previous: str) -> Record:
+    payload: RunResumed = {"epoch": epoch, "previous": previous}
+    return _rec(RUN_RESUMED, None, payload)
+
+
+def run_timed_out(elapsed: float) -> Record:
+    payload: RunTimedOut = {"elapsed": elapsed}
+    return _rec(RUN_TIMED_OUT, None, payload)
+
+
+def run_suspended() -> Record:
+    payload: RunSuspended = {}
+    return _rec(RUN_SUSPENDED, None, payload)

@@ -1,0 +1,252 @@
+"""The cached state: a folded state as JSON in the store, so that reads fold only what follows.
+
+The executor keeps the fold of its own commits as it goes and now and then stores it as the
+run's snapshot (:func:`dump_folded`); readers start from it (:func:`load_folded`) and fold
+only the records after it. The cache is never trusted: what does not load exactly as it was
+dumped is refused, and the fold of the log is always the truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final, NoReturn
+
+import orjson
+
+from ._buffers import class_qualname, legacy_buffer_key
+from ._fold import Ev, Folded, KeyLog, Prog, WaitRec
+
+__all__ = ["SNAPSHOT_FORMAT", "SnapshotError", "dump_folded", "load_folded"]
+
+SNAPSHOT_FORMAT: Final = 3  # the "v" of dump_folded's output; 3: buffers keyed by buffer_key
+# Older formats still read: 2 (buffers keyed by module names, converted as they load).
+_READ_FORMATS: Final = frozenset({2, SNAPSHOT_FORMAT})
+
+
+def _evs(evs: Iterable[Ev]) -> list[Any]:
+    return [[e.id, e.dump, e.seq] for e in evs]
+
+
+def dump_folded(s: Folded) -> bytes:
+    """The folded state as JSON, for the snapshot cache."""
+    return orjson.dumps(
+        {
+            "v": SNAPSHOT_FORMAT,
+            "run_id": s.run_id,
+            "seq": s.seq,
+            "first_seq": s.first_seq,
+            "status": s.status,
+            "workflow": s.workflow,
+            "fingerprint": s.fingerprint,
+            "parent": list(s.parent) if s.parent else None,
+            "result": s.result,
+            "error": s.error,
+            "queues": {k: _evs(q.values()) for k, q in s.queues.items()},
+            "in_progress": {
+                k: [
+                    [p.ev.id, p.ev.dump, p.attempt, p.failures, p.conflicts, p.ev.seq]
+                    for p in v.values()
+                ]
+                for k, v in s.in_progress.items()
+            },
+            "context": {
+                k: [v.dump, v.full_bytes, v.patch_bytes, v.seq] for k, v in s.context.items()
+            },
+            "buffers": {b: {t: _evs(es) for t, es in d.items()} for b, d in s.buffers.items()},
+            "waiters": [
+                [
+                    w.waiter_id,
+                    w.step,
+                    w.ev.id,
+                    w.ev.dump,
+                    w.awaited,
+                    w.requirements,
+                    w.deadline,
+                    w.waiter_event,
+                    w.ev.seq,
+                ]
+                for w in s.waiters.values()
+            ],
+            "answers": {
+                k: None if a is None else [a.id, a.dump, a.seq] for k, a in s.answers.items()
+            },
+            "unclaimed": _evs(s.unclaimed.values()),
+            "stream": _evs(s.stream),
+            "next_id": s.next_id,
+            "exec_us": s.exec_us,
+            "prev_ts": s._prev_ts,
+            "paused": s._paused,
+        }
+    )
+
+
+def _legacy_buffers(raw: dict[str, dict[str, list[Ev]]]) -> dict[str, dict[str, list[Ev]]]:
+    """Buffers of a cached state written before v3, keyed as the fold keys them now.
+
+    Buffers that differed only by module names (``__main__`` and its imported name) are
+    one buffer now: their events are merged in the order the log holds them.
+    """
+    out: dict[str, dict[str, list[Ev]]] = {}
+    for b, by in raw.items():
+        buf = out.setdefault(legacy_buffer_key(b), {})
+        for t, es in by.items():
+            buf.setdefault(class_qualname(t), []).extend(es)
+    for buf in out.values():
+        for es in buf.values():
+            es.sort(key=lambda e: e.seq)
+    return out
+
+
+class SnapshotError(ValueError):
+    """A cached state that cannot be used; ``stale`` when it is only of another format."""
+
+    def __init__(self, reason: str, *, stale: bool = False) -> None:
+        self.reason = reason
+        self.stale = stale
+        super().__init__(reason)
+
+
+def load_folded(data: str | bytes) -> Folded:
+    """A folded state back from :func:`dump_folded`, checked shape by shape.
+
+    The cache is never trusted: whatever is not exactly what :func:`dump_folded` writes is
+    refused rather than turned into a state that only looks right.
+
+    :raises SnapshotError: the text is not JSON, not a cached state, or one of another
+        format (``stale``: an older version of the library wrote it).
+    """
+    try:
+        d = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        msg = f"it is not JSON ({exc})"
+        raise SnapshotError(msg) from exc
+    version = d.get("v") if isinstance(d, dict) else None
+    if not _is_int(version):
+        msg = f"it is not a cached state (JSON {_clip(d)})"
+        raise SnapshotError(msg)
+    if version not in _READ_FORMATS:
+        msg = f"it is in format {version}, this version reads formats {sorted(_READ_FORMATS)}"
+        raise SnapshotError(msg, stale=True)
+    try:
+        return _load(d)
+    except SnapshotError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        msg = f"it does not have the shape of a cached state ({exc!r})"
+        raise SnapshotError(msg) from exc
+
+
+def _load(d: dict[str, Any]) -> Folded:
+    s = Folded(_typed(d, "run_id", str))
+    s.seq = _typed(d, "seq", int)
+    s.first_seq = _typed(d, "first_seq", int, none=True)
+    s.status = _typed(d, "status", str)
+    s.workflow = _typed(d, "workflow", str)
+    s.fingerprint = _typed(d, "fingerprint", str)
+    parent = _typed(d, "parent", list, none=True)
+    if parent is not None:
+        if len(parent) != 2 or not isinstance(parent[0], str) or not _is_int(parent[1]):
+            msg = f"its parent {_clip(parent)} is not [run_id, seq]"
+            raise SnapshotError(msg)
+        s.parent = (parent[0], parent[1])
+    s.result = d["result"]
+    s.error = _typed(d, "error", dict, none=True)
+    s.queues = {k: {e.id: e for e in map(_ev, q)} for k, q in _items(d, "queues", list)}
+    s.in_progress = {
+        k: {p.ev.id: p for p in map(_progress, v)} for k, v in _items(d, "in_progress", list)
+    }
+    s.context = {k: _keylog(v) for k, v in _items(d, "context", list)}
+    s.buffers = {
+        b: {t: [_ev(e) for e in _list(es, "buffer")] for t, es in by.items()}
+        for b, by in _items(d, "buffers", dict)
+    }
+    if d["v"] < 3:
+        s.buffers = _legacy_buffers(s.buffers)
+    s.waiters = {w.waiter_id: w for w in map(_waiter, _typed(d, "waiters", list))}
+    s.answers = {k: None if a is None else _ev(a) for k, a in _typed(d, "answers", dict).items()}
+    s.unclaimed = {e.id: e for e in map(_ev, _typed(d, "unclaimed", list))}
+    s.stream = [_ev(e) for e in _typed(d, "stream", list)]
+    s.next_id = _typed(d, "next_id", int)
+    s.exec_us = _typed(d, "exec_us", int)
+    s._prev_ts = _typed(d, "prev_ts", int, none=True)
+    s._paused = _typed(d, "paused", bool)
+    return s
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _clip(x: Any) -> str:
+    text = orjson.dumps(x).decode()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _typed(d: dict[str, Any], key: str, kind: type, *, none: bool = False) -> Any:
+    """``d[key]``, refused unless it is a ``kind`` (or None, with ``none``)."""
+    x = d[key]
+    if x is None and none:
+        return None
+    ok = _is_int(x) if kind is int else isinstance(x, kind)
+    if not ok:
+        msg = f"its {key!r} is {_clip(x)}, not a {kind.__name__}"
+        raise SnapshotError(msg)
+    return x
+
+
+def _list(x: Any, what: str) -> list[Any]:
+    if not isinstance(x, list):
+        msg = f"a {what} entry {_clip(x)} is not a list"
+        raise SnapshotError(msg)
+    return x
+
+
+def _items(d: dict[str, Any], key: str, kind: type) -> list[tuple[str, Any]]:
+    """The entries of the object ``d[key]``, each value refused unless it is a ``kind``."""
+    obj = _typed(d, key, dict)
+    return [(k, _typed(obj, k, kind)) for k in obj]
+
+
+def _bad_shape(what: str, e: Any) -> NoReturn:
+    msg = f"a {what} entry {_clip(e)} does not have the shape dump_folded writes"
+    raise SnapshotError(msg)
+
+
+# The entries are checked with `type(x) is ...` (no bools for ints): a state of thousands of
+# events loads at about the cost of building it.
+
+
+def _ev(e: Any) -> Ev:
+    if type(e) is list and len(e) == 3:
+        i, dump, seq = e
+        if type(i) is int and type(seq) is int:
+            return Ev(i, dump, seq)
+    _bad_shape("event", e)
+
+
+def _progress(e: Any) -> Prog:
+    if type(e) is list and len(e) == 6:
+        i, dump, attempt, failures, conflicts, seq = e
+        if type(i) is type(attempt) is type(failures) is type(conflicts) is type(seq) is int:
+            return Prog(Ev(i, dump, seq), attempt, failures, conflicts)
+    _bad_shape("step", e)
+
+
+def _keylog(e: Any) -> KeyLog:
+    if type(e) is list and len(e) == 4:
+        dump, full, patch, seq = e
+        if type(full) is type(patch) is type(seq) is int:
+            return KeyLog(dump, full, patch, seq)
+    _bad_shape("context", e)
+
+
+def _waiter(e: Any) -> WaitRec:
+    if type(e) is list and len(e) == 9:
+        wid, step, i, dump, awaited, req, deadline, event, seq = e
+        if (
+            type(wid) is type(step) is type(awaited) is str
+            and type(i) is type(seq) is int
+            and (deadline is None or type(deadline) in (int, float))
+        ):
+            return WaitRec(wid, step, Ev(i, dump, seq), awaited, req, deadline, event)
+    _bad_shape("waiter", e)
