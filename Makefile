@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-postgres lint typecheck bench clean
+.PHONY: demo test test-slow test-postgres test-node lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,12 @@ test-slow: $(STAMP)
 test-postgres: $(STAMP)
 	bash .ci/postgres-up
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest -q -m postgres
+
+# Tests that run JavaScript in Node.js (the timeline page's fold, pyright); installs Node.js
+# from Debian's packages when it is missing (needs root), as test-browser does for Chromium.
+test-node: $(STAMP)
+	command -v node >/dev/null 2>&1 || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs)
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest -q -m node
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

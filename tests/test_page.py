@@ -36,6 +36,9 @@ from workflow.cli._page import FOLD_SCRIPT
 from workflow.cli._render import short_class
 from workflow.cli._timeline import TEXT, UNSHOWN, _Builder, timeline_data
 
+# Runs in `make test-node`, which installs Node.js when the machine lacks it.
+pytestmark = pytest.mark.node
+
 # Runs FOLD_SCRIPT on the data given on stdin, strict as in the page, and prints its table of
 # kinds and, after each commit, everything its state holds.
 HARNESS: Final = (

@@ -65,6 +65,7 @@ def test_mypy_strict_accepts_llama_spelling_and_readme(tmp_path: Path) -> None:
     assert f"Found 1 error in 1 file (checked {len(files) + 1} source files)" in proc.stdout
 
 
+@pytest.mark.node  # pyright's PyPI package runs on Node.js: `make test-node`
 def test_pyright_strict_accepts_llama_spelling_and_readme(tmp_path: Path) -> None:
     """Pyright in strict mode passes on the same files, resolving the installed package."""
     files = _user_files(tmp_path)
