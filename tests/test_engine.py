@@ -274,11 +274,16 @@ async def test_timeout_raises() -> None:
 
 
 async def test_verbose_prints_steps(capsys: pytest.CaptureFixture[str]) -> None:
-    """verbose=True prints each step and what it produced, like LlamaIndex."""
+    """verbose=True prints each attempt, what it produced and the result, as LlamaIndex."""
     await Linear(verbose=True).run(topic="v")
-    out = capsys.readouterr().out
-    assert "Running step start" in out
-    assert "Step start produced event Middle" in out
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "[start:0] started from StartEvent",
+        "[start:0] complete with Middle",
+        "[finish:0] started from Middle",
+        "[finish:0] complete with StopEvent",
+        "[result] StopEvent(result='hello v!')",
+    ]
 
 
 class Streamer(Workflow):
@@ -317,7 +322,7 @@ def test_validation_no_start_step() -> None:
         async def a(self, ev: Middle) -> StopEvent:
             return StopEvent()
 
-    with pytest.raises(WorkflowValidationError, match="no step takes StartEvent"):
+    with pytest.raises(WorkflowValidationError, match="no @step that accepts StartEvent"):
         NoStart()
 
 
@@ -341,7 +346,7 @@ def test_validation_produced_not_consumed() -> None:
         async def a(self, ev: StartEvent) -> Middle | StopEvent:
             return StopEvent()
 
-    with pytest.raises(WorkflowValidationError, match="'a' produces Middle"):
+    with pytest.raises(WorkflowValidationError, match="step 'a' produces Middle"):
         Leak()
 
 
@@ -357,7 +362,7 @@ def test_validation_consumed_not_produced() -> None:
         async def b(self, ev: Other) -> StopEvent:
             return StopEvent()
 
-    with pytest.raises(WorkflowValidationError, match="'b' consumes Other"):
+    with pytest.raises(WorkflowValidationError, match="step 'b' consumes Other"):
         Orphan()
 
 

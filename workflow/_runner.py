@@ -37,14 +37,32 @@ from eventstore import (
 
 from . import _journal as J
 from ._changes import ContextChanges, KeyChange, refused
-from ._context import COLLECT_PREFIX, Attempt, Context, WaitSuspend, current_attempt
+from ._context import (
+    COLLECT_PREFIX,
+    Attempt,
+    Context,
+    WaitSuspend,
+    current_attempt,
+    current_context,
+)
 from ._errors import (
     RunAbandonedError,
+    RunSuspendedError,
+    WorkflowCancelledByUser,
     WorkflowCancelledError,
     WorkflowRuntimeError,
     WorkflowTimeoutError,
 )
-from ._events import Event, InputRequiredEvent, StopEvent
+from ._events import (
+    Event,
+    InputRequiredEvent,
+    StepState,
+    StepStateChanged,
+    StopEvent,
+    WorkflowCancelledEvent,
+    WorkflowFailedEvent,
+    WorkflowTimedOutEvent,
+)
 from ._fold import Folded, fold, result_of
 from ._ownership import LeaseOwners
 from ._snapshot import dump_folded
@@ -150,7 +168,13 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._poke = asyncio.Event()
         self._taken_inbox: set[int] = set()
         self._subscribers: list[asyncio.Queue[Event | None]] = []
+        # Consumers of the engine's own events (stream_events(expose_internal=True)):
+        # these are never journaled nor kept, so a run no one watches pays nothing for them.
+        self._internal: list[asyncio.Queue[Event | None]] = []
         self._history: list[Event] = []
+        # What ended the run, for the stream's last event: (step, attempts, elapsed seconds).
+        self._failed_step: tuple[str, int | None, float | None] | None = None
+        self._running: dict[tuple[str, int], int] = {}  # (step, worker) -> attempts running
         # The questions a resumed run asks again (None until the inbox is taken in), and
         # the consumers subscribed before that, who are to be asked.
         self._reasks: list[Event] | None = None if folded is not None else []
@@ -251,7 +275,9 @@ class Executor(ContextChanges, WaitsAndInbox):
         for q in self._subscribers:
             q.put_nowait(event)
 
-    def subscribe(self, *, replay: bool = False) -> asyncio.Queue[Event | None]:
+    def subscribe(
+        self, *, replay: bool = False, internal: bool = False
+    ) -> asyncio.Queue[Event | None]:
         """A queue of the run's stream from this executor's start, then live events.
 
         Without ``replay`` (whose recorded stream holds them already) a consumer of a
@@ -270,7 +296,35 @@ class Executor(ContextChanges, WaitsAndInbox):
             q.put_nowait(None)
         else:
             self._subscribers.append(q)
+            if internal:
+                self._internal.append(q)
         return q
+
+    def _step_state(
+        self, step: str, worker: int, state: StepState, given: Event, output: Event | None = None
+    ) -> None:
+        """Tells internal-event consumers (and, verbose, the console) an attempt's state."""
+        verbose = self.wf._verbose
+        if not self._internal and not verbose:
+            return
+        name_in = type(given).__name__
+        name_out = None if output is None else type(output).__name__
+        if verbose:
+            if state is StepState.RUNNING:
+                print(f"[{step}:{worker}] started from {name_in}")  # noqa: T201
+            else:
+                result = f"with {name_out}" if name_out else "with no result"
+                print(f"[{step}:{worker}] complete {result}")  # noqa: T201
+        if self._internal:
+            ev = StepStateChanged(
+                name=step,
+                step_state=state,
+                worker_id=str(worker),
+                input_event_name=name_in,
+                output_event_name=name_out,
+            )
+            for q in self._internal:
+                q.put_nowait(ev)
 
     def ask_again(self) -> None:
         """Asks the questions of waits still unanswered once the inbox is taken in (resume).
@@ -441,6 +495,9 @@ class Executor(ContextChanges, WaitsAndInbox):
             else:
                 self._lazy(started)
             att = Attempt(step, d.event_id, attempt, d.event)
+            self._step_state(step, worker, StepState.RUNNING, d.event)
+            self._running[(step, worker)] = attempt
+            ended: Event | None = None  # what the attempt returned, once that took effect
             if conflicts >= CONFLICTS_BEFORE_LOCK:
                 await self.state_lock.acquire()
                 att.holds_lock = True
@@ -457,6 +514,8 @@ class Executor(ContextChanges, WaitsAndInbox):
                         outcome = ("error", err, traceback.format_exc())
                     else:
                         if written is not None:
+                            ended = outcome[1]
+                            self._step_state(step, worker, StepState.NOT_RUNNING, d.event, ended)
                             self._took_effect(att, *written)
                             return
                         conflicts += 1
@@ -487,12 +546,16 @@ class Executor(ContextChanges, WaitsAndInbox):
                 )
                 await self._commit_failure(att, exc, tb, delay)
                 if delay is None:
-                    await self._fail_run(step, exc)
+                    elapsed = time.monotonic() - first_started
+                    await self._fail_run(step, exc, attempt, elapsed)
                     return
                 if self.wf._verbose:
-                    print(f"Step {step} failed ({exc!r}), retrying in {delay} s")  # noqa: T201
+                    print(f"[{step}:{worker}] failed with {exc!r}, retrying in {delay} s")  # noqa: T201
                 await asyncio.sleep(delay)
             finally:
+                self._running.pop((step, worker), None)
+                if ended is None and not self._closing:
+                    self._step_state(step, worker, StepState.NOT_RUNNING, d.event)
                 if att.holds_lock:
                     self.state_lock.release()
                 self._unpin(att)
@@ -501,11 +564,16 @@ class Executor(ContextChanges, WaitsAndInbox):
         kwargs: dict[str, Any] = {spec.event_param: att.event}
         if spec.ctx_param is not None:
             kwargs[spec.ctx_param] = self.ctx
-        if self.wf._verbose:
-            print(f"Running step {spec.name}")  # noqa: T201
+        args = (self.wf,) if spec.bound else ()
         token = current_attempt.set(att)
+        ctx_token = current_context.set(self.ctx)
         try:
-            result = await spec.func(self.wf, **kwargs)
+            if spec.is_async:
+                result = await spec.func(*args, **kwargs)
+            else:
+                # A plain def runs in a worker thread (which sees this attempt): it cannot
+                # be interrupted, so if the run ends first its late outcome is dropped.
+                result = await asyncio.to_thread(spec.func, *args, **kwargs)
         except WaitSuspend as ws:
             return ("wait", ws.waiter)
         except asyncio.CancelledError:
@@ -513,15 +581,14 @@ class Executor(ContextChanges, WaitsAndInbox):
         except Exception as exc:
             return ("error", exc, traceback.format_exc())
         finally:
+            current_context.reset(ctx_token)
             current_attempt.reset(token)
         if result is not None and not isinstance(result, Event):
             wrong = WorkflowRuntimeError(
-                f"step {spec.name!r} returned {type(result).__name__}, not an Event or None"
+                f"Step function {spec.name} returned {type(result).__name__} instead of an"
+                " Event instance."
             )
             return ("error", wrong, "")
-        if self.wf._verbose:
-            name = "None" if result is None else type(result).__name__
-            print(f"Step {spec.name} produced event {name}")  # noqa: T201
         return ("ok", result)
 
     def _stale(self, att: Attempt) -> list[str]:
@@ -783,10 +850,15 @@ class Executor(ContextChanges, WaitsAndInbox):
             self._update_clock()
             remaining = timeout - self.exec_time()
             if remaining <= 0:
+                active = sorted({s for s, _ in self._running})
+                steps = (
+                    "Currently active steps: " + ", ".join(active) if active else "No steps active"
+                )
                 await self._end_run(
                     J.run_timed_out(self.exec_time()),
                     WorkflowTimeoutError(
-                        f"run {self.run_id!r} timed out after {timeout} s of execution"
+                        f"Operation timed out after {timeout} seconds of execution"
+                        f" (run {self.run_id!r}). {steps}"
                     ),
                 )
                 return
@@ -794,7 +866,14 @@ class Executor(ContextChanges, WaitsAndInbox):
 
     # ------------------------------------------------------------------ ending
 
-    async def _fail_run(self, step: str, exc: BaseException) -> None:
+    async def _fail_run(
+        self,
+        step: str,
+        exc: BaseException,
+        attempts: int | None = None,
+        elapsed: float | None = None,
+    ) -> None:
+        self._failed_step = (step, attempts, elapsed)
         try:
             await self.append([J.run_failed(step, exc)], status="failed")
         except _Sealed:
@@ -822,7 +901,7 @@ class Executor(ContextChanges, WaitsAndInbox):
     async def cancel(self) -> None:
         await self.wait_ready()
         await self._end_run(
-            J.run_cancelled(), WorkflowCancelledError(f"run {self.run_id!r} was cancelled")
+            J.run_cancelled(), WorkflowCancelledByUser(f"run {self.run_id!r} was cancelled")
         )
 
     async def suspend(self, exc: BaseException) -> None:
@@ -830,6 +909,8 @@ class Executor(ContextChanges, WaitsAndInbox):
         await self._end_run(J.run_suspended(), exc)
 
     def _finish(self, stop: StopEvent) -> None:
+        if self.wf._verbose:
+            print(f"[result] {stop!r}")  # noqa: T201
         self.status = "finished"
         self._history.append(stop)
         for q in self._subscribers:
@@ -845,6 +926,22 @@ class Executor(ContextChanges, WaitsAndInbox):
             )
         self.status = "failed"
         self._close(exc=exc)
+
+    def _last_event(self, exc: BaseException) -> StopEvent | None:
+        """The stream's last event for a run that ended with ``exc`` (as LlamaIndex's)."""
+        if isinstance(exc, WorkflowTimeoutError):
+            timeout = self.wf._timeout or 0.0
+            return WorkflowTimedOutEvent(
+                timeout=timeout, active_steps=sorted({s for s, _ in self._running})
+            )
+        if isinstance(exc, WorkflowCancelledError):
+            return WorkflowCancelledEvent()
+        if isinstance(exc, RunSuspendedError | RunAbandonedError):
+            return None  # the run goes on elsewhere, or later
+        step, attempts, elapsed = self._failed_step or ("", None, None)
+        return WorkflowFailedEvent(
+            step_name=step, exception=exc, attempts=attempts, elapsed_seconds=elapsed
+        )
 
     def _close(self, *, result: Any = None, exc: BaseException | None = None) -> None:
         if self._closing:
@@ -871,7 +968,12 @@ class Executor(ContextChanges, WaitsAndInbox):
         for w in self.waiters.values():
             if w.timer is not None:
                 w.timer.cancel()
+        last = None if exc is None else self._last_event(exc)
+        if last is not None:
+            self._history.append(last)
         for q in self._subscribers:
+            if last is not None:
+                q.put_nowait(last)
             q.put_nowait(None)
         self._subscribers.clear()
         try:
