@@ -247,6 +247,8 @@ async def test_steps_may_take_a_start_event_subclass() -> None:
     assert result.outcome == "Q"
     with pytest.raises(WorkflowRuntimeError, match="Failed creating a start event of type"):
         wf.run(wrong="x")
+    with pytest.raises(WorkflowRuntimeError, match="no step of Custom takes a StartEvent"):
+        wf.run(start_event=StartEvent())  # refused at the call: it would only time out
 
 
 class Base(Event):
@@ -310,6 +312,17 @@ async def test_free_function_steps_join_a_workflow_class() -> None:
 
     with pytest.raises(WorkflowValidationError, match="num_workers must be an integer greater"):
         step(workflow=Host, num_workers=0)
+
+    class Other(Workflow):
+        @step
+        async def begin(self, ev: StartEvent) -> StopEvent:
+            return StopEvent()
+
+    def with_self(self, ev: Middle) -> None:  # type: ignore[no-untyped-def]
+        return None
+
+    # An unannotated first ``self`` of a function is not its event parameter (LlamaIndex's).
+    assert step(workflow=Other)(with_self)._step_config.event_name == "ev"  # type: ignore[attr-defined]
 
 
 async def test_events_defined_in_a_function_resolve_under_postponed_annotations() -> None:

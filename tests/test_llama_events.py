@@ -125,6 +125,8 @@ async def test_a_failed_run_ends_its_stream_with_workflow_failed_event() -> None
     assert last.attempts == 2
     assert last.elapsed_seconds is not None
     assert isinstance(last.exception, ValueError)
+    assert last.exception_type == "builtins.ValueError"
+    assert last.exception_message == "boom"
     with pytest.raises(ValueError, match="boom"):
         await handler
 

@@ -226,6 +226,17 @@ class WorkflowFailedEvent(StopEvent):
     attempts: int | None = None
     elapsed_seconds: float | None = None
 
+    @property
+    def exception_type(self) -> str:
+        """The qualified name of the exception's class (what older LlamaIndex docs read)."""
+        t = type(self.exception)
+        return f"{t.__module__}.{t.__qualname__}"
+
+    @property
+    def exception_message(self) -> str:
+        """The exception's message."""
+        return str(self.exception)
+
 
 # ---------------------------------------------------------------- internal events
 # ``handler.stream_events(expose_internal=True)`` yields these too; they are never journaled.

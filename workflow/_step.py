@@ -300,8 +300,8 @@ def inspect_step(name: str, func: Callable[..., Any], *, bound: bool = True) -> 
     where = f"step {name!r}"
     hints = _hints(name, func)
     params = list(inspect.signature(func).parameters.values())
-    if bound and params:
-        params = params[1:]  # self
+    if params and (bound or (params[0].name == "self" and params[0].name not in hints)):
+        params = params[1:]  # self (also an unannotated one of a function, as LlamaIndex)
     event_param: str | None = None
     ctx_param: str | None = None
     state_type: type | None = None

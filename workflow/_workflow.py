@@ -354,7 +354,18 @@ class Workflow:
         return run_id
 
     def _start_records(self, start_event: StartEvent) -> list[Record]:
-        """A new run's first commit: run_started, and the start event for its steps."""
+        """A new run's first commit: run_started, and the start event for its steps.
+
+        :raises WorkflowRuntimeError: no step takes the start event (the run could never
+            begin: it would only wait for its timeout).
+        """
+        if not self._graph.route(type(start_event)):
+            msg = (
+                f"no step of {type(self).__name__} takes a {type(start_event).__name__}:"
+                f" start it with a {self._start_event_class.__name__} (start_event=, or its"
+                " fields as keyword arguments)"
+            )
+            raise WorkflowRuntimeError(msg)
         dump = orjson.Fragment(self._codec.encode(start_event, name=type(start_event).__name__))
         targets = self._graph.route(type(start_event))
         return [
