@@ -275,6 +275,41 @@ async def test_accept_event_subclasses_routes_subclasses() -> None:
     assert await Subs().run() == "Derived"
 
 
+async def test_events_go_by_their_exact_class_unless_a_step_opts_in() -> None:
+    """As in LlamaIndex: a Derived event reaches the Derived step, not the Base one."""
+    seen: list[str] = []
+
+    class Exact(Workflow):
+        @step
+        async def begin(self, ctx: Context, ev: StartEvent) -> Base | Derived:
+            ctx.send_event(Base())
+            return Derived()
+
+        @step
+        async def base(self, ev: Base) -> None:
+            seen.append("base")
+
+        @step
+        async def derived(self, ev: Derived) -> StopEvent:
+            seen.append("derived")
+            return StopEvent()
+
+    await Exact().run()
+    assert sorted(seen) == ["base", "derived"]  # one each: the Base step never got Derived
+
+    class OnlyBase(Workflow):
+        @step
+        async def begin(self, ev: StartEvent) -> Derived:
+            return Derived()
+
+        @step
+        async def base(self, ev: Base) -> StopEvent:
+            return StopEvent()
+
+    with pytest.raises(WorkflowValidationError, match="consumed but never produced: Base"):
+        OnlyBase()
+
+
 async def test_free_function_steps_join_a_workflow_class() -> None:
     """``@step(workflow=Cls)`` adds a function as a step (``Cls.add_step``), with checks."""
 

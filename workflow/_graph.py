@@ -29,10 +29,20 @@ class Graph:
                 self._takers.setdefault(t, []).append(name)
 
     def route(self, event_type: type) -> tuple[str, ...]:
-        """The steps that take events of this class (its own or a base class's annotation)."""
+        """The steps that take events of this class: those annotated with the class itself,
+        and (``accept_event_subclasses=True``) those annotated with one of its bases.
+
+        As in LlamaIndex an event goes by its exact class unless a step opts in.
+        """
         found = self._routes.get(event_type)
         if found is None:
-            names = {n for base in event_type.__mro__ for n in self._takers.get(base, ())}
+            names = set(self._takers.get(event_type, ()))
+            for base in event_type.__mro__[1:]:
+                names.update(
+                    n
+                    for n in self._takers.get(base, ())
+                    if self.steps[n].accept_event_subclasses
+                )
             found = tuple(n for n in self.steps if n in names)  # in declaration order
             self._routes[event_type] = found
         return found
@@ -109,14 +119,12 @@ class Graph:
             )
             raise WorkflowValidationError(msg)
         start = self.start_event_class()
-        # Every class some produced event is an instance of (its bases included).
-        produced = {b for s in self.steps.values() for t in s.returns for b in t.__mro__}
-        produced.update(start.__mro__)
+        produced = {t for s in self.steps.values() for t in s.returns} | {start}
         boundary_in = (InputRequiredEvent, HumanResponseEvent, StopEvent)
         orphans: dict[str, str] = {}
         for name, spec in self.steps.items():
             for t in spec.accepted:
-                if issubclass(t, boundary_in) or t in produced:
+                if issubclass(t, boundary_in) or name in self._produced_takers(produced, t):
                     continue  # a human's response comes from send()
                 orphans.setdefault(t.__name__, name)
         if orphans:
@@ -141,6 +149,12 @@ class Graph:
             )
             raise WorkflowValidationError(msg)
         self._check_graph(start, set(skip_checks))
+
+    def _produced_takers(self, produced: set[type[Event]], accepted: type) -> set[str]:
+        """The steps taking ``accepted`` that some produced class reaches."""
+        return {
+            n for p in produced if p is accepted or issubclass(p, accepted) for n in self.route(p)
+        }
 
     def _check_graph(self, start: type[Event], skip: set[str]) -> None:
         takers = {
