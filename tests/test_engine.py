@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -284,6 +285,16 @@ async def test_verbose_prints_steps(capsys: pytest.CaptureFixture[str]) -> None:
         "[finish:0] complete with StopEvent",
         "[result] StopEvent(result='hello v!')",
     ]
+
+
+async def test_verbose_goes_to_its_logger_when_that_is_enabled(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the ``workflow.verbose`` logger at INFO, verbose lines are logged, not printed."""
+    with caplog.at_level(logging.INFO, logger="workflow.verbose"):
+        await Linear(verbose=True).run(topic="v")
+    assert "[start:0] started from StartEvent" in caplog.messages
+    assert capsys.readouterr().out == ""
 
 
 class Streamer(Workflow):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import logging
 import time
 import traceback
 import weakref
@@ -117,6 +118,20 @@ class _Conflict(ConcurrencyError):
     def __init__(self, keys: list[str]) -> None:
         self.keys = keys
         super().__init__(f"stale reads of {keys}")
+
+
+_verbose_log = logging.getLogger("workflow.verbose")
+
+
+def _say(line: str) -> None:
+    """A ``verbose=True`` line: to the ``workflow.verbose`` logger when it is enabled for
+    DEBUG or INFO (as LlamaIndex's ``workflows.verbose``), else printed."""
+    if _verbose_log.isEnabledFor(logging.DEBUG):
+        _verbose_log.debug(line)
+    elif _verbose_log.isEnabledFor(logging.INFO):
+        _verbose_log.info(line)
+    else:
+        print(line)  # noqa: T201
 
 
 class Executor(ContextChanges, WaitsAndInbox):
@@ -311,10 +326,10 @@ class Executor(ContextChanges, WaitsAndInbox):
         name_out = None if output is None else type(output).__name__
         if verbose:
             if state is StepState.RUNNING:
-                print(f"[{step}:{worker}] started from {name_in}")  # noqa: T201
+                _say(f"[{step}:{worker}] started from {name_in}")
             else:
                 result = f"with {name_out}" if name_out else "with no result"
-                print(f"[{step}:{worker}] complete {result}")  # noqa: T201
+                _say(f"[{step}:{worker}] complete {result}")
         if self._internal:
             ev = StepStateChanged(
                 name=step,
@@ -550,7 +565,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                     await self._fail_run(step, exc, attempt, elapsed)
                     return
                 if self.wf._verbose:
-                    print(f"[{step}:{worker}] failed with {exc!r}, retrying in {delay} s")  # noqa: T201
+                    _say(f"[{step}:{worker}] failed with {exc!r}, retrying in {delay} s")
                 await asyncio.sleep(delay)
             finally:
                 self._running.pop((step, worker), None)
@@ -910,7 +925,7 @@ class Executor(ContextChanges, WaitsAndInbox):
 
     def _finish(self, stop: StopEvent) -> None:
         if self.wf._verbose:
-            print(f"[result] {stop!r}")  # noqa: T201
+            _say(f"[result] {stop!r}")
         self.status = "finished"
         self._history.append(stop)
         for q in self._subscribers:
