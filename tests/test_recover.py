@@ -384,3 +384,62 @@ def test_cli_recover_exits_1_on_stranded_runs(tmp_path: Path) -> None:
     assert "3 pending run(s): 3 stranded" in result.stderr
     # Nothing was written: the right code recovers all of them.
     assert recover_cli(db).exit_code == 0
+
+
+# ---------------------------------------------------------------------------- whose runs
+
+
+class Twin(Workflow):
+    """A workflow with the same name as one in another module (below)."""
+
+    @step
+    async def only(self, ev: StartEvent) -> StopEvent:
+        return StopEvent(result="ours")
+
+
+class OtherTwin(Workflow):
+    """Another team's ``Twin``: same class name, another module, other steps."""
+
+    @step
+    async def theirs(self, ev: StartEvent) -> StopEvent:
+        return StopEvent(result="theirs")
+
+
+OtherTwin.__module__ = "billing.flows"
+OtherTwin.__name__ = OtherTwin.__qualname__ = "Twin"
+
+
+class ScriptTwin(Twin):
+    """``Twin`` as ``python twin.py`` would record it: ``__main__:Twin``."""
+
+
+ScriptTwin.__module__ = "__main__"
+ScriptTwin.__name__ = ScriptTwin.__qualname__ = "Twin"
+
+
+async def test_pending_runs_are_only_this_workflow_s(tmp_path: Path) -> None:
+    """A same-named workflow class of another module is another workflow: its runs are not
+    pending for this one, and recover() leaves them alone. A run recorded under
+    ``__main__`` (a script's run of this workflow) is still this workflow's."""
+    db = tmp_path / "r.db"
+    ours = Twin(store=db)
+    theirs = OtherTwin(store=db)
+    ours.submit(run_id="ours")
+    theirs.submit(run_id="theirs")
+    ScriptTwin(store=db).submit(run_id="script")
+    assert [r.workflow for r in ours.runs()] == [
+        "tests.test_recover:Twin",
+        "billing.flows:Twin",
+        "__main__:Twin",
+    ]
+    assert ours.pending_runs() == ["ours", "script"]
+    assert theirs.pending_runs() == ["theirs"]
+    before = last_seqs(db)["theirs"]
+    found = ours.recover()
+    assert outcomes(found) == [("ours", "resumed"), ("script", "resumed")]
+    assert [await r.handler for r in found if r.handler] == ["ours", "ours"]
+    assert last_seqs(db)["theirs"] == before
+    found = theirs.recover()
+    assert outcomes(found) == [("theirs", "resumed")]
+    assert found[0].handler is not None
+    assert await found[0].handler == "theirs"

@@ -12,16 +12,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
-from eventstore import UnknownClassError
+from eventstore import LogCorruptedError, UnknownClassError
+from eventstore._codec import _main_names
 
 from ._errors import RecoveryLimitError, RunOwnedError, WorkflowChangedError
+from ._fold import payload_of
 
 if TYPE_CHECKING:
     from ._fold import Folded
     from ._handler import WorkflowHandler
+    from ._journal import RunStarted
+    from ._read import RunSummary
     from ._workflow import Workflow
 
-__all__ = ["Recovery", "RecoveryOutcome", "over_recovery_limit", "recover"]
+__all__ = ["Recovery", "RecoveryOutcome", "is_run_of", "over_recovery_limit", "recover"]
 
 # What recover() did with a run: see Recovery.
 RecoveryOutcome = Literal["resumed", "owned", "stranded", "recovery_limit", "failed"]
@@ -54,6 +58,46 @@ class Recovery:
     outcome: RecoveryOutcome
     handler: WorkflowHandler | None = None
     error: BaseException | None = None
+
+
+def is_run_of(wf: Workflow, run: RunSummary) -> bool:
+    """Whether ``run`` is a run of ``wf``'s workflow: its class's module and qualified name.
+
+    A script's run records its module as ``__main__``: such a run of the same qualified name
+    is ``wf``'s when the steps its first record lists share a step with ``wf`` (a log too old
+    to list them counts as ``wf``'s), so another module's same-named workflow does not take
+    it; a class of this process's ``__main__`` owns the runs recorded under the module names
+    its file imports as. Another module's class of the same name is another workflow.
+    """
+    cls = type(wf)
+    if run.workflow == wf._name:
+        return True
+    module, _, qualname = run.workflow.rpartition(":")
+    if qualname != cls.__qualname__:
+        return False
+    if cls.__module__ == "__main__" and module in _main_names():
+        return True
+    if module != "__main__":
+        return False
+    known = wf._script_runs.get(run.run_id)
+    if known is None:
+        known = wf._script_runs[run.run_id] = _shares_a_step(wf, run)
+    return known
+
+
+def _shares_a_step(wf: Workflow, run: RunSummary) -> bool:
+    """Whether the steps a run's first record lists meet ``wf``'s (True when it lists none)."""
+    if run.first_seq is None:
+        return True
+    try:
+        first = next(iter(wf.store.records(run.run_id, upto=run.first_seq)), None)
+        started: RunStarted | None = None if first is None else payload_of(first)
+    except LogCorruptedError:
+        return True  # resuming it reports the damage
+    graph = started.get("graph") if isinstance(started, dict) else None
+    if not isinstance(graph, dict) or not graph:
+        return True
+    return not graph.keys().isdisjoint(wf._graph.steps)
 
 
 def over_recovery_limit(

@@ -14,6 +14,7 @@ import signal
 from typing import TYPE_CHECKING, Final
 
 from ._errors import RunAbandonedError, WorkflowError
+from ._recover import is_run_of
 
 if TYPE_CHECKING:
     from ._handler import WorkflowHandler
@@ -48,10 +49,9 @@ class Worker:
 
     def _candidates(self) -> list[str]:
         wf = self.workflow
-        name = wf._name.split(":")[-1]
         out = []
         for r in wf.runs():
-            if r.workflow.split(":")[-1] != name or r.run_id in self._active:
+            if not is_run_of(wf, r) or r.run_id in self._active:
                 continue
             if r.status == "interrupted":
                 out.append(r.run_id)

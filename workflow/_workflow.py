@@ -43,7 +43,7 @@ from ._graph import Graph
 from ._handler import WorkflowHandler
 from ._ownership import LeaseOwners, Owners
 from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
-from ._recover import Recovery, over_recovery_limit
+from ._recover import Recovery, is_run_of, over_recovery_limit
 from ._recover import recover as recover_runs
 from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
@@ -130,6 +130,8 @@ class Workflow:
             sidecar = self._store.path if self._store.kind == "sqlite" else None
             self._owners = Owners(sidecar, memory_key=str(id(self._store)))
         self._name = class_name(type(self))
+        # Runs recorded under __main__ with this class's name: whether each is this one's.
+        self._script_runs: dict[str, bool] = {}
         # On PostgreSQL an answer posted on any host wakes the run's owner at once (the
         # owner also polls, which is all SQLite needs).
         self._store.on_post(self._posted)
@@ -514,11 +516,16 @@ class Workflow:
         return run_summaries(self._store, self._owners)
 
     def pending_runs(self) -> list[str]:
-        """Runs of this workflow not finished and owned by no live executor."""
+        """Runs of this workflow not finished and owned by no live executor.
+
+        A run is this workflow's when it records this class's module and qualified name,
+        or the same qualified name under ``__main__`` (a run of ``python script.py``) with
+        a step of this workflow; a same-named class of another module is another workflow.
+        """
         return [
             r.run_id
             for r in self.runs()
-            if r.workflow.split(":")[-1] == self._name.split(":")[-1]  # also under __main__
+            if is_run_of(self, r)
             and r.status in ("interrupted", "waiting")
             and (id(self._store), r.run_id) not in _live
         ]
