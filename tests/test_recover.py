@@ -443,3 +443,36 @@ async def test_pending_runs_are_only_this_workflow_s(tmp_path: Path) -> None:
     assert outcomes(found) == [("theirs", "resumed")]
     assert found[0].handler is not None
     assert await found[0].handler == "theirs"
+
+
+# ---------------------------------------------------------------------------- waiting runs
+
+
+def test_runs_show_a_run_waiting_for_an_answer_as_waiting(tmp_path: Path) -> None:
+    """A run whose process died while it waited for an answer is waiting, not interrupted:
+    `wf.runs()` and `workflow runs` say so, and name the event it waits for; so does a run
+    whose live owner is waiting."""
+    db = tmp_path / "r.db"
+    with left_behind(db, "ask", kill=False) as proc:
+        live = CliRunner().invoke(cli, ["runs", str(db), "--json"])
+        assert live.exit_code == 0, live.output
+        shown = {row["run_id"]: row for row in json.loads(live.stdout)}
+        assert shown["ask"]["status"] == "waiting"
+        assert shown["run-0"]["status"] == "running"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        let_go(db)
+    wf = Pipeline(store=db)
+    statuses = {r.run_id: (r.status, r.waiting_for) for r in wf.runs()}
+    assert statuses["ask"] == ("waiting", ("tests.test_recover:Answer",))
+    assert statuses["run-0"] == ("interrupted", ())
+    text = CliRunner().invoke(cli, ["runs", str(db)])
+    assert text.exit_code == 0, text.output
+    rows = {ln.split()[0]: ln for ln in text.stdout.splitlines()[2:]}
+    assert rows["ask"].split()[1:4] == ["waiting", "for", "Answer"]
+    assert rows["run-0"].split()[1] == "interrupted"
+    data = json.loads(CliRunner().invoke(cli, ["runs", str(db), "--json"]).stdout)
+    shown = {row["run_id"]: row for row in data}
+    assert shown["ask"]["status"] == "waiting"
+    assert shown["ask"]["waiting_for"] == ["tests.test_recover:Answer"]
+    assert shown["run-0"]["waiting_for"] == []

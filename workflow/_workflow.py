@@ -512,8 +512,14 @@ class Workflow:
         return checkpoints(self._store, run_id, step=step, event=event, resolve=self._codec.resolve)
 
     def runs(self) -> list[RunSummary]:
-        """Every run in the store with its status (``interrupted``: unfinished, no owner)."""
-        return run_summaries(self._store, self._owners)
+        """Every run in the store with its status: ``interrupted`` when it is unfinished and
+        no live executor owns it, ``waiting`` (``waiting_for`` names the awaited classes)
+        when, so unowned or suspended, it has nothing to do but wait for an event.
+
+        A run a live executor owns is ``running`` here (a listing that is polled does not
+        fold busy runs); ``state_at`` and ``workflow runs`` tell when it is waiting.
+        """
+        return run_summaries(self._store, self._owners, owned=False)
 
     def pending_runs(self) -> list[str]:
         """Runs of this workflow not finished and owned by no live executor.
