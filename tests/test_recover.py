@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -292,9 +293,9 @@ async def test_recover_leaves_runs_another_live_process_holds(tmp_path: Path) ->
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         let_go(db)
+    wf.send("ask", Answer(response="4"))  # answered: the waiting run has work now
     found = wf.recover()
     assert outcomes(found) == [(r, "resumed") for r in [*BUSY, "ask"]]
-    wf.send("ask", Answer(response="4"))
     assert [await r.handler for r in found if r.handler] == [0, 10, 20, 40]
 
 
@@ -333,14 +334,32 @@ def test_cli_recover_resumes_and_reports_each_run(tmp_path: Path) -> None:
         ["run-0", "resumed, finished  0"],
         ["run-1", "resumed, finished  10"],
         ["run-2", "resumed, finished  20"],
-        ["ask", "resumed, waiting   for tests.test_recover:Answer"],
+        ["ask", "waiting            for tests.test_recover:Answer"],
     ]
-    assert "4 pending run(s): 4 resumed" in result.stderr
-    # The waiting run was left resumable, and nothing else is pending.
+    assert "4 pending run(s): 3 resumed, 1 waiting" in result.stderr
+    # The waiting run is left as it is, however often recover runs, until it is answered.
+    before = last_seqs(db)["ask"]
     again = recover_cli(db)
     assert again.exit_code == 0
-    assert [ln.split()[:3] for ln in again.stdout.splitlines()[2:]] == [
-        ["ask", "resumed,", "waiting"]
+    assert [ln.split()[:3] for ln in again.stdout.splitlines()[2:]] == [["ask", "waiting", "for"]]
+    assert last_seqs(db)["ask"] == before
+    sent = CliRunner().invoke(
+        cli,
+        [
+            "send",
+            str(db),
+            "ask",
+            "--event",
+            "tests.test_recover:Answer",
+            "--data",
+            '{"response": "4"}',
+        ],
+    )
+    assert sent.exit_code == 0, sent.output
+    answered = recover_cli(db)
+    assert answered.exit_code == 0
+    assert [ln.split(None, 1) for ln in answered.stdout.splitlines()[2:]] == [
+        ["ask", "resumed, finished  40"]
     ]
 
 
@@ -476,3 +495,64 @@ def test_runs_show_a_run_waiting_for_an_answer_as_waiting(tmp_path: Path) -> Non
     assert shown["ask"]["status"] == "waiting"
     assert shown["ask"]["waiting_for"] == ["tests.test_recover:Answer"]
     assert shown["run-0"]["waiting_for"] == []
+
+
+async def test_recover_leaves_a_waiting_run_without_an_answer_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run that waits for an answer nobody sent is reported waiting and left as it is,
+    however often recover runs: nothing is claimed, written or run again. Once its answer
+    is in the inbox, recover resumes it and it takes the answer."""
+    db = tmp_path / "r.db"
+    with left_behind(db, "ask"):
+        pass
+    wf = Pipeline(store=db)
+    found = wf.recover()
+    assert outcomes(found) == [(r, "resumed") for r in BUSY] + [("ask", "waiting")]
+    assert found[3].handler is None
+    assert found[3].error is None
+    assert [await r.handler for r in found if r.handler] == [0, 10, 20]
+    before = last_seqs(db)["ask"]
+    with caplog.at_level(logging.INFO, logger="workflow"):
+        for _ in range(3):
+            assert outcomes(wf.recover()) == [("ask", "waiting")]
+    assert last_seqs(db)["ask"] == before
+    messages = [rec.getMessage() for rec in caplog.records]
+    assert "recover: run ask left waiting for tests.test_recover:Answer" in messages
+    wf.send("ask", Answer(response="4"))
+    found = wf.recover()
+    assert outcomes(found) == [("ask", "resumed")]
+    assert found[0].handler is not None
+    assert await found[0].handler == 40
+
+
+class Deadline(Workflow):
+    """Waits a moment for an answer, then says it got none."""
+
+    @step
+    async def ask(self, ctx: Context[Any], ev: StartEvent) -> StopEvent:
+        try:
+            answer = await ctx.wait_for_event(Answer, timeout=0.2)
+        except TimeoutError:
+            return StopEvent(result="no answer")
+        return StopEvent(result=answer.response)
+
+
+async def test_recover_resumes_a_waiting_run_whose_deadline_passed(tmp_path: Path) -> None:
+    """A wait whose deadline passed while nobody ran it has something to do (time out):
+    recover resumes it."""
+    db = tmp_path / "r.db"
+    wf = Deadline(store=db)
+    handler = wf.run(run_id="late")
+    await handler.wait_until_waiting()
+    await handler.suspend()
+    with contextlib.suppress(Exception):
+        await handler
+    assert [(r.run_id, r.status) for r in wf.runs()] == [("late", "waiting")]
+    waits = wf.state_at("late").waiters
+    assert waits[0].deadline is not None
+    await asyncio.sleep(max(0.0, waits[0].deadline - time.time()) + 0.05)
+    found = Deadline(store=db).recover()
+    assert outcomes(found) == [("late", "resumed")]
+    assert found[0].handler is not None
+    assert await found[0].handler == "no answer"

@@ -8,6 +8,7 @@ logger, so that a startup can report what it resumed and what needs a person.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
@@ -17,6 +18,7 @@ from eventstore._codec import _main_names
 
 from ._errors import RecoveryLimitError, RunOwnedError, WorkflowChangedError
 from ._fold import payload_of
+from ._read import waits_of
 
 if TYPE_CHECKING:
     from ._fold import Folded
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["Recovery", "RecoveryOutcome", "is_run_of", "over_recovery_limit", "recover"]
 
 # What recover() did with a run: see Recovery.
-RecoveryOutcome = Literal["resumed", "owned", "stranded", "recovery_limit", "failed"]
+RecoveryOutcome = Literal["resumed", "waiting", "owned", "stranded", "recovery_limit", "failed"]
 
 _log: Final = logging.getLogger("workflow")
 
@@ -40,6 +42,10 @@ class Recovery:
     ``outcome`` is one of:
 
     - ``"resumed"``: the run continues in this process; await ``handler`` for its result.
+    - ``"waiting"``: the run has nothing to do but wait for an event that nobody has sent
+      yet (its inbox is empty, no wait's deadline has passed); it was left as it is, not
+      claimed, and nothing of it ran again. Send the event (``wf.send``), then resume it,
+      or recover again, or let a worker take it.
     - ``"owned"``: another live executor (another process) took the run after it was
       listed as pending; it was left to it. ``error`` is the :class:`RunOwnedError`.
     - ``"stranded"``: the log holds work or classes this code cannot take: queued or
@@ -58,6 +64,7 @@ class Recovery:
     outcome: RecoveryOutcome
     handler: WorkflowHandler | None = None
     error: BaseException | None = None
+    waiting_for: tuple[str, ...] = ()  # ``waiting``: the awaited classes' qualified names
 
 
 def is_run_of(wf: Workflow, run: RunSummary) -> bool:
@@ -124,6 +131,21 @@ def _unresolved(exc: BaseException) -> bool:
     return False
 
 
+def has_work(wf: Workflow, run: RunSummary) -> bool:
+    """Whether a pending run needs an executor: it is interrupted, or it waits and an event
+    is in its inbox or one of its waits' deadlines has passed. A run that only waits for an
+    event nobody sent would be claimed, and the code before its wait run, for nothing."""
+    if run.status != "waiting":
+        return True
+    if wf.store.inbox(run.run_id):
+        return True
+    info = wf.store.get_run(run.run_id)
+    if info is None:
+        return True  # let the resume say what happened to it
+    now = time.time()
+    return any(deadline is not None and deadline <= now for _, deadline in waits_of(wf.store, info))
+
+
 def _recover_one(wf: Workflow, run_id: str) -> Recovery:
     try:
         handler = wf.resume(run_id)
@@ -147,6 +169,10 @@ def _recover_one(wf: Workflow, run_id: str) -> Recovery:
 def _log_one(r: Recovery) -> None:
     if r.outcome == "resumed":
         _log.info("recover: run %s resumed", r.run_id)
+    elif r.outcome == "waiting":
+        _log.info(
+            "recover: run %s left waiting for %s", r.run_id, ", ".join(r.waiting_for) or "an event"
+        )
     elif r.outcome == "owned":
         _log.info("recover: run %s left to its live owner: %s", r.run_id, r.error)
     elif r.outcome == "stranded":
@@ -165,8 +191,13 @@ def _text(exc: BaseException | None) -> str:
 def recover(wf: Workflow) -> list[Recovery]:
     """Resumes every pending run of ``wf``; one :class:`Recovery` per run, each logged."""
     done = []
+    listed = {r.run_id: r for r in wf.runs()}
     for run_id in wf.pending_runs():
-        r = _recover_one(wf, run_id)
+        run = listed.get(run_id)
+        if run is None or has_work(wf, run):
+            r = _recover_one(wf, run_id)
+        else:
+            r = Recovery(run_id, "waiting", waiting_for=run.waiting_for)
         _log_one(r)
         done.append(r)
     if done:

@@ -541,11 +541,14 @@ class Workflow:
 
         Returns what happened to each run that :meth:`pending_runs` lists, in that order:
         a :class:`Recovery` whose ``outcome`` is ``resumed`` (await its ``handler``),
-        ``owned`` (another live process holds it), ``stranded`` (the log no longer fits
+        ``waiting`` (it only waits for an event nobody sent yet: left as it is, not run
+        again; ``waiting_for`` names the classes), ``owned`` (another live process holds
+        it), ``stranded`` (the log no longer fits
         this code), ``recovery_limit`` (its input kept killing the process; the run is now
         failed) or ``failed`` (resuming raised; ``error`` says what). One run's problem
         never stops the others. Each outcome is also logged on the ``workflow`` logger
-        (``resumed`` and ``owned`` at INFO, ``stranded`` at WARNING, the rest at ERROR).
+        (``resumed``, ``waiting`` and ``owned`` at INFO, ``stranded`` at WARNING, the rest
+        at ERROR).
         """
         _require_loop("recover")
         return recover_runs(self)

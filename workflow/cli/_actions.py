@@ -265,10 +265,11 @@ def _error_text(exc: BaseException | None) -> str:
 def recover(db: str, workflow_spec: str, timeout: float | None, as_json: bool) -> None:
     """Resume every pending run of the workflow here (wf.recover()) and wait for each.
 
-    Prints a line a run: its id, what recover did (resumed, owned, stranded,
+    Prints a line a run: its id, what recover did (resumed, waiting, owned, stranded,
     recovery_limit, failed) with how a resumed run ended, and its result or error. A run
-    left waiting for an event stays resumable. Exit status 1 when a run could not be
-    resumed or failed.
+    that only waits for an event nobody sent is left as it is (waiting); one left waiting
+    after its resume stays resumable. Exit status 1 when a run could not be resumed or
+    failed.
     """
     wf = _build(db, workflow_spec, timeout)
 
@@ -320,6 +321,10 @@ def _recovery_row(
         "waiting_for": [],
     }
     text = error
+    if r.outcome == "waiting":
+        row["status"] = "waiting"
+        row["waiting_for"] = list(r.waiting_for)
+        text = "for " + ", ".join(short_class(a) for a in r.waiting_for)
     if r.outcome == "resumed" and end is not None:
         status, value = end
         row["status"] = status
