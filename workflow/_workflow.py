@@ -83,6 +83,10 @@ class Workflow:
         classes, pydantic models, enums) besides those the steps' annotations name.
     :param max_recovery_attempts: how often an input may be started again by a resume
         without ever ending before the run fails (an input that kills the process).
+    :param allow_pickle: store values of types the codec does not (a plain class) as
+        pickles, and read pickles back. Off by default: the log is then no longer plain
+        JSON, and reading it runs whatever code it names, so read only logs you trust.
+        Every program that reads such a run (resume, fork, ``state_at``) must opt in too.
     """
 
     # A test hook: called with (executor, seq) after each commit that changed state took
@@ -98,6 +102,7 @@ class Workflow:
         types: Iterable[type] = (),
         max_recovery_attempts: int = 10,
         disable_validation: bool = False,
+        allow_pickle: bool = False,
     ) -> None:
         self._graph = Graph(collect_steps(type(self)))
         if not disable_validation:
@@ -106,7 +111,11 @@ class Workflow:
         self._timeout = timeout
         self._verbose = verbose
         self._max_recovery = max_recovery_attempts
-        self._codec = Codec(how_to_register="Workflow(types=[{name}])")
+        self._codec = Codec(
+            allow_pickle=allow_pickle,
+            how_to_register="Workflow(types=[{name}])",
+            how_to_allow_pickle="Workflow(allow_pickle=True)",
+        )
         self._codec.register(*self._graph.event_types(), *types)
         # Views handed out by ctx.store.get are written as the value they show.
         self._codec.register_proxy(TrackedList, list)
