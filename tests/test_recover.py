@@ -556,3 +556,20 @@ async def test_recover_resumes_a_waiting_run_whose_deadline_passed(tmp_path: Pat
     assert outcomes(found) == [("late", "resumed")]
     assert found[0].handler is not None
     assert await found[0].handler == "no answer"
+
+
+async def test_recover_is_awaitable_as_well(tmp_path: Path) -> None:
+    """`await wf.recover()` (how async code calls it) gives the same report as the plain
+    call; the run is resumed once either way."""
+    db = tmp_path / "r.db"
+    wf = Twin(store=db)
+    wf.submit(run_id="a")
+    found = await wf.recover()
+    assert outcomes(found) == [("a", "resumed")]
+    assert found[0].handler is not None
+    assert await found[0].handler == "ours"
+    assert await wf.recover() == []
+    wf.submit(run_id="b")
+    plain = wf.recover()
+    assert outcomes(plain) == [("b", "resumed")]
+    assert await plain is plain  # awaiting a report that was not awaited yet: the same

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from eventstore import LogCorruptedError, UnknownClassError
 from eventstore._codec import _main_names
@@ -27,7 +27,14 @@ if TYPE_CHECKING:
     from ._read import RunSummary
     from ._workflow import Workflow
 
-__all__ = ["Recovery", "RecoveryOutcome", "is_run_of", "over_recovery_limit", "recover"]
+__all__ = [
+    "Recoveries",
+    "Recovery",
+    "RecoveryOutcome",
+    "is_run_of",
+    "over_recovery_limit",
+    "recover",
+]
 
 # What recover() did with a run: see Recovery.
 RecoveryOutcome = Literal["resumed", "waiting", "owned", "stranded", "recovery_limit", "failed"]
@@ -131,6 +138,21 @@ def _unresolved(exc: BaseException) -> bool:
     return False
 
 
+class Recoveries(list[Recovery]):
+    """What :meth:`Workflow.recover` did with each pending run: a list of
+    :class:`Recovery`, which ``await`` gives back as it is.
+
+    The runs are resumed by the call itself, so ``wf.recover()`` and
+    ``await wf.recover()`` do the same, once.
+    """
+
+    def __await__(self) -> Generator[Any, None, Recoveries]:
+        return self._itself().__await__()
+
+    async def _itself(self) -> Recoveries:
+        return self
+
+
 def has_work(wf: Workflow, run: RunSummary) -> bool:
     """Whether a pending run needs an executor: it is interrupted, or it waits and an event
     is in its inbox or one of its waits' deadlines has passed. A run that only waits for an
@@ -188,9 +210,9 @@ def _text(exc: BaseException | None) -> str:
     return "" if exc is None else f"{type(exc).__name__}: {exc}"
 
 
-def recover(wf: Workflow) -> list[Recovery]:
+def recover(wf: Workflow) -> Recoveries:
     """Resumes every pending run of ``wf``; one :class:`Recovery` per run, each logged."""
-    done = []
+    done = Recoveries()
     listed = {r.run_id: r for r in wf.runs()}
     for run_id in wf.pending_runs():
         run = listed.get(run_id)

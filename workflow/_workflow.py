@@ -43,7 +43,7 @@ from ._graph import Graph
 from ._handler import WorkflowHandler
 from ._ownership import LeaseOwners, Owners
 from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
-from ._recover import Recovery, is_run_of, over_recovery_limit
+from ._recover import Recoveries, is_run_of, over_recovery_limit
 from ._recover import recover as recover_runs
 from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
@@ -545,8 +545,10 @@ class Workflow:
             and (id(self._store), r.run_id) not in _live
         ]
 
-    def recover(self) -> list[Recovery]:
-        """Resumes every pending run (what a service does at startup); call it in async code.
+    def recover(self) -> Recoveries:
+        """Resumes every pending run (what a service does at startup); call it in async code,
+        as ``await wf.recover()`` or ``wf.recover()``: the call resumes them, and awaiting its
+        report gives it back as it is.
 
         Returns what happened to each run that :meth:`pending_runs` lists, in that order:
         a :class:`Recovery` whose ``outcome`` is ``resumed`` (await its ``handler``),

@@ -268,8 +268,8 @@ def recover(db: str, workflow_spec: str, timeout: float | None, as_json: bool) -
     Prints a line a run: its id, what recover did (resumed, waiting, owned, stranded,
     recovery_limit, failed) with how a resumed run ended, and its result or error. A run
     that only waits for an event nobody sent is left as it is (waiting); one left waiting
-    after its resume stays resumable. Exit status 1 when a run could not be resumed or
-    failed.
+    after its resume stays resumable. Exit status 1 when a run is stranded, past its
+    recovery limit, failed to resume, or failed once resumed.
     """
     wf = _build(db, workflow_spec, timeout)
 
