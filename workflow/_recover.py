@@ -13,7 +13,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from eventstore import LogCorruptedError, UnknownClassError
+from eventstore import LogCorruptedError, UnknownClassError, class_name
 from eventstore._codec import _main_names
 
 from ._errors import RecoveryLimitError, RunOwnedError, WorkflowChangedError
@@ -34,6 +34,7 @@ __all__ = [
     "is_run_of",
     "over_recovery_limit",
     "recover",
+    "same_name",
 ]
 
 # What recover() did with a run: see Recovery.
@@ -83,20 +84,26 @@ def is_run_of(wf: Workflow, run: RunSummary) -> bool:
     it; a class of this process's ``__main__`` owns the runs recorded under the module names
     its file imports as. Another module's class of the same name is another workflow.
     """
-    cls = type(wf)
-    if run.workflow == wf._name:
-        return True
-    module, _, qualname = run.workflow.rpartition(":")
-    if qualname != cls.__qualname__:
+    if not same_name(run.workflow, type(wf)):
         return False
-    if cls.__module__ == "__main__" and module in _main_names():
+    if not run.workflow.startswith("__main__:") or wf._name.startswith("__main__:"):
         return True
-    if module != "__main__":
-        return False
     known = wf._script_runs.get(run.run_id)
     if known is None:
         known = wf._script_runs[run.run_id] = _shares_a_step(wf, run)
     return known
+
+
+def same_name(recorded: str, cls: type) -> bool:
+    """Whether a workflow name the log records (``module:Qual.Name``) can be ``cls``'s: its
+    own, the same qualified name under ``__main__`` (a script's run), or, for a class of this
+    process's ``__main__``, a module name its file imports as."""
+    if recorded == class_name(cls):
+        return True
+    module, _, qualname = recorded.rpartition(":")
+    if qualname != cls.__qualname__:
+        return False
+    return module == "__main__" or (cls.__module__ == "__main__" and module in _main_names())
 
 
 def _shares_a_step(wf: Workflow, run: RunSummary) -> bool:

@@ -43,7 +43,7 @@ from ._graph import Graph
 from ._handler import WorkflowHandler
 from ._ownership import LeaseOwners, Owners
 from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
-from ._recover import Recoveries, is_run_of, over_recovery_limit
+from ._recover import Recoveries, is_run_of, over_recovery_limit, same_name
 from ._recover import recover as recover_runs
 from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
@@ -177,6 +177,16 @@ class Workflow:
             return self._start_event_type()(**fields)
         if fields:
             msg = "pass either start_event= or keyword fields for the start event, not both"
+            raise WorkflowRuntimeError(msg)
+        if not isinstance(given, StartEvent):
+            msg = f"start_event must be a StartEvent, not {type(given).__qualname__}"
+            raise WorkflowRuntimeError(msg)
+        if not self._graph.route(type(given)):
+            # Nothing would ever run: the run could only idle until its timeout.
+            msg = (
+                f"no step of {type(self).__qualname__} takes {class_name(type(given))}; its"
+                f" start step takes {class_name(self._start_event_type())}"
+            )
             raise WorkflowRuntimeError(msg)
         return given
 
@@ -483,6 +493,11 @@ class Workflow:
                     f"event {ev.id} ({type(event).__name__}) is no longer accepted by step {step!r}"
                 )
         if problems and not allow:
+            if folded.workflow and not same_name(folded.workflow, type(self)):
+                # Not a changed version of this workflow: another one's run.
+                raise WorkflowChangedError(
+                    run_id, problems, recorded_by=folded.workflow, workflow=self._name
+                )
             raise WorkflowChangedError(run_id, problems)
 
     async def _post(self, run_id: str, event: Event, key: str | None) -> int:
