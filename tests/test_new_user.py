@@ -212,3 +212,29 @@ def test_ctrl_c_in_cli_run_says_how_to_continue(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "run nap-1 finished: 'rested'" in result.stdout
+
+
+def test_the_demo_keeps_its_store_and_its_commands_work(tmp_path: Path) -> None:
+    """`make demo` tells the story and ends with commands that look at the run: they work
+    on the store it kept."""
+    demo = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "demo.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    out = demo.stdout
+    assert "publish: the process dies here" in out
+    assert "result: published:" in out
+    assert f"The store is kept at {tmp_path / 'runs.db'}" in out
+    commands = [ln.split() for ln in out.splitlines()[-3:]]
+    assert ["runs" in commands[0], "history" in commands[1], "timeline" in commands[2]] == [
+        True
+    ] * 3
+    for command in commands:
+        shown = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
+        assert shown.returncode == 0, (command, shown.stderr)
+    history = subprocess.run(commands[1], capture_output=True, text=True, check=True).stdout
+    assert "run_resumed" in history
+    assert "run_finished" in history
