@@ -28,6 +28,7 @@ READ_ERRORS: Final[tuple[type[BaseException], ...]] = (
     (psycopg.DatabaseError,) if psycopg is not None else ()
 )
 APP_ID: Final = "durable-workflows/eventstore"
+CONNECT_TIMEOUT_S: Final = "10"  # seconds, unless the URL says connect_timeout=
 _IDENT: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 __all__ = ["PostgresBackend", "PostgresWriteSQL", "connect", "is_url", "open_database"]
@@ -101,6 +102,8 @@ def _params(url: str) -> tuple[dict[str, str], str]:
     if not _IDENT.match(schema):
         msg = f"schema must be a plain identifier, not {schema!r}"
         raise ValueError(msg)
+    # libpq waits as long as TCP does (minutes) for a host that does not answer: say so sooner.
+    params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     return params, schema
 
 

@@ -48,6 +48,7 @@ def test_reserved_characters_in_user_and_password_are_decoded_once() -> None:
         "host": "127.0.0.1",
         "port": "5432",
         "dbname": "test",
+        "connect_timeout": "10",
     }
     assert schema == "public"
     plain, _ = parsed("postgresql://dw:a+b@127.0.0.1/test")
@@ -62,7 +63,8 @@ def test_an_unencoded_at_sign_in_the_password_is_the_password_s() -> None:
 
 def test_query_parameters_keep_their_value_and_schema_is_ours() -> None:
     """Query values are percent-decoded (a `+` is a plus, as libpq reads it); `schema` is
-    taken out; hosts, ports and sockets pass through."""
+    taken out; hosts, ports and sockets pass through; a connection attempt gives up after
+    10 s unless the URL says otherwise."""
     params, schema = parsed(
         "postgresql://dw@h1:5432,[::1]:5433/my%20db?schema=s1"
         "&options=-c%20statement_timeout%3D5000&application_name=a+b&password=x%2By%20z"
@@ -76,9 +78,17 @@ def test_query_parameters_keep_their_value_and_schema_is_ours() -> None:
         "options": "-c statement_timeout=5000",
         "application_name": "a+b",
         "password": "x+y z",
+        "connect_timeout": "10",
     }
-    sock, _ = parsed("postgresql://postgres@/postgres?host=/tmp/pg%20dir&schema=t")
-    assert sock == {"user": "postgres", "host": "/tmp/pg dir", "dbname": "postgres"}
+    sock, _ = parsed(
+        "postgresql://postgres@/postgres?host=/tmp/pg%20dir&schema=t&connect_timeout=3"
+    )
+    assert sock == {
+        "user": "postgres",
+        "host": "/tmp/pg dir",
+        "dbname": "postgres",
+        "connect_timeout": "3",
+    }
 
 
 def test_a_bad_percent_escape_is_refused_without_showing_the_password() -> None:
