@@ -160,23 +160,12 @@ async def asyncio_sleep_long() -> None:
     await asyncio.sleep(3600)
 
 
-def test_ctrl_c_in_cli_run_says_how_to_continue(tmp_path: Path) -> None:
-    """Ctrl-C (SIGINT) stops `workflow run` with status 130 and the command that continues
-    the run; what was committed is kept and the resume finishes it."""
-    db = tmp_path / "r.db"
+def _interrupted(tmp_path: Path, *args: str) -> str:
+    """Runs ``workflow ARGS`` until the Sleepy step naps, then Ctrl-C (SIGINT); its stderr."""
     ready = tmp_path / "ready"
+    ready.unlink(missing_ok=True)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "workflow",
-            "run",
-            str(db),
-            "--workflow",
-            "tests.test_new_user:Sleepy",
-            "--run-id",
-            "nap-1",
-        ],
+        [sys.executable, "-m", "workflow", *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "SLEEPY_READY": str(ready)},
         stdout=subprocess.PIPE,
@@ -194,21 +183,26 @@ def test_ctrl_c_in_cli_run_says_how_to_continue(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 130, (out, err)
+    return err
+
+
+def test_ctrl_c_in_cli_run_says_how_to_continue(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) stops `workflow run` (and `recover`) with status 130 and the command
+    that continues the run; what was committed is kept and the resume finishes it."""
+    db = tmp_path / "r.db"
+    spec = "tests.test_new_user:Sleepy"
+    err = _interrupted(tmp_path, "run", str(db), "--workflow", spec, "--run-id", "nap-1")
     assert (
-        f"run nap-1 was left unfinished; `workflow resume {db} nap-1 --workflow"
-        " tests.test_new_user:Sleepy` continues it" in err
+        f"run nap-1 was left unfinished; `workflow resume {db} nap-1 --workflow {spec}`"
+        " continues it" in err
+    )
+    err = _interrupted(tmp_path, "recover", str(db), "--workflow", spec)
+    assert (
+        f"the runs resumed here were left unfinished; `workflow recover {db} --workflow {spec}`"
+        " continues them" in err
     )
     result = CliRunner().invoke(
-        cli,
-        [
-            "resume",
-            str(db),
-            "nap-1",
-            "--workflow",
-            "tests.test_new_user:Sleepy",
-            "--set",
-            "awake=true",
-        ],
+        cli, ["resume", str(db), "nap-1", "--workflow", spec, "--set", "awake=true"]
     )
     assert result.exit_code == 0, result.output
     assert "run nap-1 finished: 'rested'" in result.stdout

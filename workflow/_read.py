@@ -311,21 +311,15 @@ def run_summaries(
     for info in store.runs():
         status = info.status or "running"
         waiting_for: tuple[str, ...] = ()
-        if status == "waiting" or (
-            status == "running" and not owners.is_owned(info.rid, info.run_id)
-        ):
+        unowned = status == "running" and not owners.is_owned(info.rid, info.run_id)
+        # A live owner may be waiting too; asking costs a fold, once per change of its log.
+        if status == "waiting" or unowned or (status == "running" and owned):
             waits = waits_of(store, info)
             if waits:
                 status = "waiting"
                 waiting_for = tuple(dict.fromkeys(awaited for awaited, _ in waits))
-            elif status == "running":
+            elif unowned:
                 status = "interrupted"
-        elif status == "running" and owned:
-            # A live owner may be waiting too.
-            waits = waits_of(store, info)
-            if waits:
-                status = "waiting"
-                waiting_for = tuple(dict.fromkeys(awaited for awaited, _ in waits))
         out.append(
             RunSummary(
                 info.run_id,

@@ -315,7 +315,15 @@ def recover(db: str, workflow_spec: str, timeout: float | None, as_json: bool) -
         return found, list(await asyncio.gather(*map(settle, found)))
 
     try:
-        found, ends = asyncio.run(go())
+        try:
+            found, ends = asyncio.run(go())
+        except KeyboardInterrupt:
+            click.echo(
+                f"the runs resumed here were left unfinished; `workflow recover"
+                f" {shlex.quote(db)} --workflow {workflow_spec}` continues them",
+                err=True,
+            )
+            raise
         rows = [_recovery_row(wf, r, end) for r, end in zip(found, ends, strict=True)]
     finally:
         wf.store.close()
