@@ -34,6 +34,7 @@ from workflow import (
     RunOwnedError,
     StartEvent,
     StopEvent,
+    Worker,
     Workflow,
     WorkflowChangedError,
     WorkflowRuntimeError,
@@ -573,3 +574,27 @@ async def test_recover_is_awaitable_as_well(tmp_path: Path) -> None:
     plain = wf.recover()
     assert outcomes(plain) == [("b", "resumed")]
     assert await plain is plain  # awaiting a report that was not awaited yet: the same
+
+
+async def test_a_worker_takes_a_waiting_run_once_its_deadline_passed(tmp_path: Path) -> None:
+    """A worker leaves a run that only waits alone until its wait's deadline passes, then
+    takes it (the wait times out)."""
+    db = tmp_path / "r.db"
+    wf = Deadline(store=db)
+    handler = wf.run(run_id="late")
+    await handler.wait_until_waiting()
+    await handler.suspend()
+    with contextlib.suppress(Exception):
+        await handler
+    worker = Worker(Deadline(store=db), poll_interval=0.05)
+    assert worker._candidates() == []  # waiting, unanswered, before its deadline
+    deadline = wf.state_at("late").waiters[0].deadline
+    assert deadline is not None
+    await asyncio.sleep(max(0.0, deadline - time.time()) + 0.05)
+    assert worker._candidates() == ["late"]
+    task = asyncio.create_task(worker.run())
+    while wf.state_at("late").status != "finished":  # noqa: ASYNC110 - polls the log
+        await asyncio.sleep(0.02)
+    worker.stop()
+    assert await task == 1
+    assert wf.state_at("late").result == "no answer"
