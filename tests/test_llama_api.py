@@ -247,7 +247,7 @@ async def test_steps_may_take_a_start_event_subclass() -> None:
     assert result.outcome == "Q"
     with pytest.raises(WorkflowRuntimeError, match="Failed creating a start event of type"):
         wf.run(wrong="x")
-    with pytest.raises(WorkflowRuntimeError, match="no step of Custom takes a StartEvent"):
+    with pytest.raises(WorkflowRuntimeError, match=r"no step of .*Custom takes .*StartEvent"):
         wf.run(start_event=StartEvent())  # refused at the call: it would only time out
 
 

@@ -39,9 +39,7 @@ class Graph:
             names = set(self._takers.get(event_type, ()))
             for base in event_type.__mro__[1:]:
                 names.update(
-                    n
-                    for n in self._takers.get(base, ())
-                    if self.steps[n].accept_event_subclasses
+                    n for n in self._takers.get(base, ()) if self.steps[n].accept_event_subclasses
                 )
             found = tuple(n for n in self.steps if n in names)  # in declaration order
             self._routes[event_type] = found
