@@ -225,3 +225,55 @@ async def test_the_stream_is_consumed_once() -> None:
         f"WorkflowHandler(workflow=tests.test_llama_events.TwoSteps, run_id={handler.run_id},"
         " result=ok)"
     )
+
+
+async def test_an_event_waiting_for_a_worker_is_preparing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With every worker of a step taken, a new event for it is PREPARING (and verbose says so)."""
+
+    class Narrow(Workflow):
+        @step
+        async def fan(self, ctx: Context, ev: StartEvent) -> Mid | None:
+            ctx.send_event(Mid())
+            ctx.send_event(Mid())
+            return None
+
+        @step(num_workers=1)
+        async def one(self, ctx: Context, ev: Mid) -> StopEvent | None:
+            got = ctx.collect_events(ev, [Mid, Mid])
+            return None if got is None else StopEvent(result="both")
+
+    handler = Narrow(verbose=True).run()
+    events = [e async for e in handler.stream_events(expose_internal=True)]
+    assert await handler == "both"
+    preparing = [
+        e for e in events if isinstance(e, StepStateChanged) and e.step_state is StepState.PREPARING
+    ]
+    assert [(e.name, e.worker_id, e.input_event_name) for e in preparing] == [
+        ("one", "<enqueued>", "Mid")
+    ]
+    assert "[one] enqueued (waiting for capacity)" in capsys.readouterr().out
+
+
+async def test_a_run_left_only_waiting_streams_workflow_idle_event() -> None:
+    """Once nothing is left but a wait, internal-event consumers get a WorkflowIdleEvent."""
+    from workflow.events import HumanResponseEvent, InputRequiredEvent, WorkflowIdleEvent
+
+    class Waits(Workflow):
+        @step
+        async def ask(self, ctx: Context, ev: StartEvent) -> StopEvent:
+            answer = await ctx.wait_for_event(
+                HumanResponseEvent, waiter_event=InputRequiredEvent(prefix="?")
+            )
+            return StopEvent(result=answer.response)
+
+    handler = Waits().run()
+    seen: list[type] = []
+    async for ev in handler.stream_events(expose_internal=True):
+        seen.append(type(ev))
+        if isinstance(ev, WorkflowIdleEvent):
+            await handler.send_event(HumanResponseEvent(response="yes"))
+    assert await handler == "yes"
+    assert WorkflowIdleEvent in seen
+    assert seen.index(InputRequiredEvent) < seen.index(WorkflowIdleEvent)

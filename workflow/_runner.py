@@ -62,6 +62,7 @@ from ._events import (
     StopEvent,
     WorkflowCancelledEvent,
     WorkflowFailedEvent,
+    WorkflowIdleEvent,
     WorkflowTimedOutEvent,
 )
 from ._fold import Folded, fold, result_of
@@ -325,7 +326,9 @@ class Executor(ContextChanges, WaitsAndInbox):
         name_in = type(given).__name__
         name_out = None if output is None else type(output).__name__
         if verbose:
-            if state is StepState.RUNNING:
+            if state is StepState.PREPARING:
+                _say(f"[{step}] enqueued (waiting for capacity)")
+            elif state is StepState.RUNNING:
                 _say(f"[{step}:{worker}] started from {name_in}")
             else:
                 result = f"with {name_out}" if name_out else "with no result"
@@ -334,7 +337,7 @@ class Executor(ContextChanges, WaitsAndInbox):
             ev = StepStateChanged(
                 name=step,
                 step_state=state,
-                worker_id=str(worker),
+                worker_id="<enqueued>" if state is StepState.PREPARING else str(worker),
                 input_event_name=name_in,
                 output_event_name=name_out,
             )
@@ -475,7 +478,14 @@ class Executor(ContextChanges, WaitsAndInbox):
 
     def deliver(self, step: str, d: Delivery) -> None:
         self._busy += 1
-        self.queues[step].put_nowait(d)
+        queue = self.queues[step]
+        if (self._internal or self.wf._verbose) and self._tasks:
+            # Every worker of the step is taken: the event waits for one (LlamaIndex's
+            # PREPARING). Only counted when someone watches.
+            running = sum(1 for s, _ in self._running if s == step)
+            if running + queue.qsize() >= self.graph.steps[step].num_workers:
+                self._step_state(step, -1, StepState.PREPARING, d.event)
+        queue.put_nowait(d)
 
     async def _worker(self, step: str, spec: StepSpec, worker: int) -> None:
         queue = self.queues[step]
@@ -836,6 +846,10 @@ class Executor(ContextChanges, WaitsAndInbox):
         if paused and self._clock_start is not None:
             self._exec_before += now - self._clock_start
             self._clock_start = None
+            if self._internal:  # nothing to do but wait for an event: idle
+                idle = WorkflowIdleEvent()
+                for q in self._internal:
+                    q.put_nowait(idle)
         elif not paused and self._clock_start is None:
             self._clock_start = now
 
