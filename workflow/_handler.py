@@ -167,9 +167,10 @@ class WorkflowHandler:
     async def send_event(self, event: Event, step: str | None = None) -> None:
         """Sends an event into the run (recorded in its inbox, taken in by the executor).
 
-        :raises WorkflowStepDoesNotExistError: ``step`` is given: an event from outside is
-            routed by its class, and addressing one step is refused rather than ignored
-            unless the workflow has that step (it still goes by its class).
+        An event from outside goes to the steps (or the wait) its class routes it to:
+        ``step`` is checked, not used to route it.
+
+        :raises WorkflowStepDoesNotExistError: ``step`` names no step of the workflow.
         """
         if step is not None and step not in self._wf._graph.steps:
             msg = f"Step {step} does not exist"
