@@ -15,6 +15,7 @@ __all__ = [
     "Record",
     "RunInfo",
     "Seq",
+    "Snapshot",
     "StoredRecord",
     "run_info_from_row",
 ]
@@ -30,6 +31,21 @@ class Record:
     kind: str
     step: str | None = None
     payload: str = "{}"
+
+
+class Snapshot(NamedTuple):
+    """A run's cached derived state: never the source of truth, always reproducible.
+
+    ``seq`` is the seq it reflects (the end of one of the run's commits), ``data`` its text,
+    ``version`` the version of the code that derived it (a reader trusts only its own),
+    ``records`` how many of the run's records it covers (None: a store written before it was
+    kept). A run keeps many, one every so often.
+    """
+
+    seq: int
+    data: str
+    version: int = 0
+    records: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +69,9 @@ class Commit:
     transaction is durable); it sees the commit's last seq. Both hooks run again, with the
     new seqs, when their batch is written again because another commit of it failed after
     writing. ``status`` updates the run's status column; ``inbox_taken`` marks inbox
-    entries as taken into the log by this commit. ``snapshot`` replaces the run's cached
-    derived state: the seq it reflects and its JSON text. It is a cache, reproducible from
+    entries as taken into the log by this commit. ``snapshot`` adds a cached derived state of
+    the run (a :class:`Snapshot`, or the pair seq and JSON text), written in the same
+    transaction; another one at the same seq is replaced. It is a cache, reproducible from
     the log; a commit may carry only a snapshot.
     """
 
@@ -66,7 +83,7 @@ class Commit:
     check: Callable[[], None] | None = None
     on_written: Callable[[Seq], None] | None = None
     inbox_taken: Sequence[int] = ()
-    snapshot: tuple[int, str] | None = None
+    snapshot: Snapshot | tuple[int, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from ._state import TERMINAL, InProgress, RunState, Waiter
 
 __all__ = [
     "APPLY",
+    "FOLD_VERSION",
     "Ev",
     "Folded",
     "KeyLog",
@@ -37,6 +38,12 @@ __all__ = [
     "result_of",
     "to_run_state",
 ]
+
+
+# The version of what the fold makes of the log. A snapshot stores the version that folded
+# it and is trusted only by this one: raise it whenever a change here would fold some log
+# differently, so that the snapshots written before are ignored.
+FOLD_VERSION: Final = 1
 
 
 @dataclass(slots=True)
@@ -112,6 +119,7 @@ class Folded:
     exec_us: int = 0
     _prev_ts: int | None = None
     _paused: bool = False
+    records: int = 0  # how many of the run's own records were folded in (a fork's: its own)
 
     def only_waiters(self) -> bool:
         """Nothing queued or running, and someone waits: the run's clock is stopped."""
@@ -315,7 +323,10 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
         the records before it; the message names its seq. The fold never skips a record.
     """
     apply = APPLY
+    count = state.records
     for r in records:
+        count += 1
+        state.records = count
         fn = apply.get(r.kind)
         if fn is None:
             msg = f"record seq {r.seq} of run {r.run_id!r} has an unknown kind {r.kind!r}"
