@@ -56,6 +56,7 @@ class NewRun:
     parent_run_id: str | None = None
     parent_seq: int | None = None
     status: str | None = None
+    created: int | None = None  # when the run was created (µs): a copied run keeps its own
 
 
 @dataclass(slots=True)
@@ -72,7 +73,9 @@ class Commit:
     entries as taken into the log by this commit. ``snapshot`` adds a cached derived state of
     the run (a :class:`Snapshot`, or the pair seq and JSON text), written in the same
     transaction; another one at the same seq is replaced. It is a cache, reproducible from
-    the log; a commit may carry only a snapshot.
+    the log; a commit may carry only a snapshot. ``seq`` and ``ts``, for a commit copied
+    from another store (``workflow export``), keep its first seq (after every seq written
+    so far) and its time.
     """
 
     run_id: str
@@ -84,6 +87,8 @@ class Commit:
     on_written: Callable[[Seq], None] | None = None
     inbox_taken: Sequence[int] = ()
     snapshot: Snapshot | tuple[int, str] | None = None
+    seq: int | None = None
+    ts: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

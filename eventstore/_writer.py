@@ -167,16 +167,19 @@ class BatchWriter:
             if not isinstance(r.kind, str) or not isinstance(r.payload, str):
                 msg = f"a record needs a str kind and a JSON text payload, got {r!r}"
                 raise TypeError(msg)
+        if commit.seq is not None and commit.seq <= self.last_seq:
+            msg = f"a commit cannot keep seq {commit.seq}: the log's last seq is {self.last_seq}"
+            raise ValueError(msg)
         self._wrote = True
         if create is not None:
             epoch = commit.epoch or 0
-            rid = self.sql.insert_run(run_id, epoch, create, now_us())
+            rid = self.sql.insert_run(run_id, epoch, create, create.created or now_us())
             self._runs[run_id] = _Run(rid, epoch)
         else:
             rid = run.rid
-        first = self.last_seq + 1
-        last = self.last_seq + len(records)
-        ts = now_us()
+        first = self.last_seq + 1 if commit.seq is None else commit.seq
+        last = first + len(records) - 1
+        ts = now_us() if commit.ts is None else commit.ts
         rows = [
             (first + i, rid, r.kind, r.step, r.payload, last, ts) for i, r in enumerate(records)
         ]

@@ -10,7 +10,7 @@ shape the log has written; ``_snapshot`` caches a folded state in the store.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -120,6 +120,27 @@ class Folded:
     _prev_ts: int | None = None
     _paused: bool = False
     records: int = 0  # how many of the run's own records were folded in (a fork's: its own)
+
+    def events(self, *, stream: bool = True) -> Iterator[Ev]:
+        """Every event the state holds: queued, in progress, waiting, buffered, unclaimed,
+        answers and (unless ``stream`` is False) the stream, whose ids are those of the
+        streaming attempts' input events, not their own."""
+        for q in self.queues.values():
+            yield from q.values()
+        for ps in self.in_progress.values():
+            for p in ps.values():
+                yield p.ev
+        for w in self.waiters.values():
+            yield w.ev
+        for d in self.buffers.values():
+            for es in d.values():
+                yield from es
+        yield from self.unclaimed.values()
+        for a in self.answers.values():
+            if a is not None:
+                yield a
+        if stream:
+            yield from self.stream
 
     def only_waiters(self) -> bool:
         """Nothing queued or running, and someone waits: the run's clock is stopped."""

@@ -157,13 +157,7 @@ def _event_types(store: EventStore, run: str, after: int) -> dict[int, str]:
             s = fold_run(store, run, after)
     except Exception:  # whatever the damage: the slow way reads past it
         return event_types_upto(store, run, after)
-    events = [e for q in s.queues.values() for e in q.values()]
-    events += [p.ev for ps in s.in_progress.values() for p in ps.values()]
-    events += [w.ev for w in s.waiters.values()]
-    events += [e for d in s.buffers.values() for es in d.values() for e in es]
-    events += list(s.unclaimed.values())
-    events += [a for a in s.answers.values() if a is not None]
-    return {e.id: event_class(e.dump) for e in events}
+    return {e.id: event_class(e.dump) for e in s.events(stream=False)}
 
 
 def _step(r: StoredRecord | Damaged) -> str:
