@@ -366,6 +366,7 @@ class Workflow:
         at = folded.seq
         folded.run_id = run_id
         folded.first_seq = None  # the fork's own records start it
+        folded.records = 0
         x = Executor(self, run_id, 0, 1, folded)
         handler = WorkflowHandler(self, run_id, x.done, x)
         x._spawn(self._fork(x, folded, (parent_id, at), updates))
