@@ -21,7 +21,7 @@ from eventstore import EncodeError, class_name
 
 from ._buffers import buffer_key, default_buffer_id
 from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, value_change
-from ._diff import TrackedList, Tracker, materialize
+from ._diff import Tracker, is_view, materialize
 from ._errors import WorkflowRuntimeError, WorkflowTimeoutError
 from ._events import Event
 
@@ -111,9 +111,19 @@ def _step_into(obj: Any, part: str) -> Any:
             return obj[part]
         except (KeyError, TypeError, IndexError):
             pass
-    if isinstance(obj, list | tuple | TrackedList):
+    if isinstance(obj, list | tuple):
         return obj[int(part)]
     return getattr(obj, part)
+
+
+def _assign(parent: Any, part: str, value: Any) -> None:
+    """``parent[part] = value`` for a dict or list, else ``setattr`` (an event, a model)."""
+    if isinstance(parent, Event) or not hasattr(parent, "__setitem__"):
+        setattr(parent, part, value)
+    elif isinstance(parent, list):
+        parent[int(part)] = value
+    else:
+        parent[part] = value
 
 
 class ContextStore(Generic[S]):
@@ -196,35 +206,48 @@ class ContextStore(Generic[S]):
         codec = self._x.codec
         if not root_key.isascii():
             check_key(codec, root_key, BY_SET, path)
+        x = self._x
         if rest:
+            # Checked where it will sit before anything changes, so a refusal leaves no trace
+            # (a view's change is checked as the root's patch is encoded).
+            if not is_view(value):
+                try:
+                    codec.encode(value, depth=len(rest) + 1, name=path)
+                except EncodeError as exc:
+                    raise refused(exc, BY_SET.format(path)) from None
             root = self._root(att, root_key)
-            if root is _MISSING:
-                msg = f"cannot set {path!r}: context has no value at {root_key!r}"
-                raise KeyError(msg)
+            if root is _MISSING:  # missing parents are created as dicts, as in LlamaIndex
+                root = {}
             parent = root
             for part in rest[:-1]:
-                parent = _step_into(parent, part)
-            last = rest[-1]
-            # Checked where it will sit before anything changes, so a refusal leaves no trace.
-            try:
-                codec.encode(value, depth=len(rest) + 1, name=path)
-            except EncodeError as exc:
-                raise refused(exc, BY_SET.format(path)) from None
-            if isinstance(parent, Event) or not hasattr(parent, "__setitem__"):
-                setattr(parent, last, value)
-            elif isinstance(parent, list | TrackedList):
-                parent[int(last)] = value
-            else:
-                parent[last] = value
+                try:
+                    parent = _step_into(parent, part)
+                except (KeyError, AttributeError, IndexError, TypeError, ValueError):
+                    child: dict[str, Any] = {}
+                    _assign(parent, part, child)
+                    parent = child
+            _assign(parent, rest[-1], value)
             value = root
         tracker = att.trackers.get(root_key)
         if tracker is not None and tracker.is_view(value):
             change = encode_tracked(codec, root_key, tracker, BY_SET, path)
             att.writes[root_key] = Write(tracker=tracker, change=change)
             return
-        text = encode_value(codec, root_key, value, BY_SET, path)
-        x = self._x
-        change, version = value_change(codec, x.committed, x.versions, root_key, value, text)
+        # A value derived from the view (items + [x], {**d, k: v}) is diffed against it by
+        # identity and costs the change; any other value is encoded whole once.
+        text = None if tracker is not None else encode_value(codec, root_key, value, BY_SET, path)
+        log = x._keylog.get(root_key)
+        change, version = value_change(
+            codec,
+            x.committed,
+            x.versions,
+            root_key,
+            value,
+            text,
+            hint=tracker,
+            size=None if log is None else log[0] + log[1],
+            how=BY_SET.format(path),
+        )
         att.writes[root_key] = Write(value=value, change=change, text=text, version=version)
 
     async def delete(self, path: str) -> None:

@@ -240,6 +240,7 @@ class _Replay:
         self.graph = wf._graph
         self.committed = context
         self.versions: dict[str, int] = {}
+        self._keylog: dict[str, list[int]] = {}  # sizes of values: none known here
         self.buffers: dict[str, Any] = {}
         self.answers: dict[str, Any] = {}
         self.state_lock = asyncio.Lock()
