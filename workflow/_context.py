@@ -8,7 +8,9 @@ recorded as operator updates.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -86,6 +88,13 @@ class Attempt:
         default_factory=list
     )
     buffers: dict[str, dict[str, list[tuple[int, Event]]]] = field(default_factory=dict)
+    # What its collect_events calls took out of live buffers (buffer key, entries), the
+    # outcomes of the attempts whose puts it took, and its own outcome (True: committed;
+    # False: its collects were undone), for those who took what it put.
+    taken: list[tuple[str, list[tuple[int, Event]]]] = field(default_factory=list)
+    deps: list[asyncio.Future[bool]] = field(default_factory=list)
+    outcome: asyncio.Future[bool] | None = None
+    collect_base: int = 0  # the latest commit of the buffers it collected in (for "base")
     wait_calls: int = 0
     answers_used: list[str] = field(default_factory=list)
     holds_lock: bool = False
@@ -422,15 +431,28 @@ class Context(Generic[S]):
         # program that imports app.
         bid = default_buffer_id(att.step, names) if buffer_id is None else buffer_id
         key = buffer_key(att.step, bid)
-        buf = self._x.read_buffer(att, key)
-        ev_id = att.event_id if event is att.event else self._x.new_event_id()
-        buf.setdefault(type(event).__qualname__, []).append((ev_id, event))
-        att.collects.append((key, bid, (ev_id, event), None))
-        if any(len(buf.get(n, ())) < names.count(n) for n in set(names)):
+        x = self._x
+        # The live buffer changes now, atomically on the event loop (no other attempt can
+        # see it half done); not an OCC key, so collectors never conflict. The change is
+        # undone if this attempt does not commit.
+        buf = x.live_buffer(key)
+        ev_id = att.event_id if event is att.event else x.new_event_id()
+        entry = (ev_id, event)
+        buf.setdefault(type(event).__qualname__, []).append(entry)
+        att.collects.append((key, bid, entry, None))
+        x.collect_put(att, key, entry)
+        need = Counter(names)
+        if any(len(buf.get(n, ())) < k for n, k in need.items()):
             return None
-        taken = [buf[n].pop(0)[1] for n in names]
+        taken = []
+        for n in names:
+            events = buf[n]
+            taken.append(events.pop(0))
+            if not events:
+                del buf[n]
         att.collects.append((key, bid, None, names))
-        return taken
+        x.collect_take(att, key, taken)
+        return [ev for _, ev in taken]
 
     async def wait_for_event(
         self,
