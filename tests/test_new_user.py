@@ -250,3 +250,13 @@ def test_a_module_that_exits_on_import_is_named(
         " (sys.exit('usage: exits_at_import.py DB')); put its script code under"
         ' `if __name__ == "__main__":`'
     ) in result.stderr
+
+
+async def test_send_refuses_what_is_not_an_event(tmp_path: Path) -> None:
+    """`wf.send(run_id, {...})` is refused at the call, as `handler.ctx.send_event` refuses
+    it; before, the dict was recorded and parked, and the wait went on."""
+    wf = Writer(store=tmp_path / "r.db", disable_validation=True)
+    run_id = wf.submit(start_event=Topic(topic="x"))
+    with pytest.raises(WorkflowRuntimeError, match="send takes an Event, not dict"):
+        wf.send(run_id, {"response": "x"})  # type: ignore[arg-type]
+    assert wf.store.inbox(run_id) == []
