@@ -31,7 +31,7 @@ from eventstore import (
 
 from . import _journal as J
 from ._changes import encode_updates
-from ._diff import register_views
+from ._diff import TrackedDict, TrackedList
 from ._errors import (
     RunFinishedError,
     WorkflowChangedError,
@@ -118,7 +118,8 @@ class Workflow:
         )
         self._codec.register(*self._graph.event_types(), *types)
         # Views handed out by ctx.store.get are written as the value they show.
-        register_views(self._codec)
+        self._codec.register_proxy(TrackedList, list)
+        self._codec.register_proxy(TrackedDict, lambda view: dict(view.items()))
         self._state_type: type | None = self._find_state_type()
         if self._state_type is not None:
             self._codec.register(self._state_type)
