@@ -27,6 +27,7 @@ from ._state import TERMINAL, InProgress, RunState, Waiter
 __all__ = [
     "APPLY",
     "Ev",
+    "Failure",
     "Folded",
     "KeyLog",
     "Prog",
@@ -54,11 +55,29 @@ class Ev:
 
 
 @dataclass(slots=True)
+class Failure:
+    """The latest failure of an event in progress, as its ``step_failed`` record says.
+
+    ``retry_at`` is when the next attempt is due (None: at once, or not retried),
+    ``elapsed`` the seconds since the first attempt began (None: a record written before
+    it was recorded), ``failed_at`` when it failed (seconds since the epoch).
+    """
+
+    retry_at: float | None
+    elapsed: float | None
+    failed_at: float
+    error: str  # the exception class's qualified name
+    module: str
+    message: str
+
+
+@dataclass(slots=True)
 class Prog:
     ev: Ev
     attempt: int = 0
     failures: int = 0
     conflicts: int = 0
+    failure: Failure | None = None
 
     @property
     def crashes(self) -> int:
@@ -185,7 +204,10 @@ def _prog(
 
 
 def _step_started(s: Folded, r: StoredRecord, p: J.StepStarted) -> None:
-    _prog(s, r, p).attempt = p["attempt"]
+    prog = _prog(s, r, p)
+    prog.attempt = p["attempt"]
+    if prog.failure is not None:
+        prog.failure.retry_at = None  # the retry began: a resume does not wait for it again
 
 
 def _step_finished(s: Folded, r: StoredRecord, p: J.StepFinished) -> None:
@@ -196,7 +218,16 @@ def _step_finished(s: Folded, r: StoredRecord, p: J.StepFinished) -> None:
 
 
 def _step_failed(s: Folded, r: StoredRecord, p: J.StepFailed) -> None:
-    _prog(s, r, p).failures += 1
+    prog = _prog(s, r, p)
+    prog.failures += 1
+    delay = p["delay"]
+    retry_at = p.get("retry_at")
+    if retry_at is None and p["retry"] and delay is not None:
+        retry_at = r.ts / 1e6 + delay  # written before retry_at: the commit's time is close
+    failed_at = retry_at - delay if retry_at is not None and delay is not None else r.ts / 1e6
+    prog.failure = Failure(
+        retry_at, p.get("elapsed"), failed_at, p["error"], p["module"], p["message"]
+    )
 
 
 def _step_conflicted(s: Folded, r: StoredRecord, p: J.StepConflicted) -> None:

@@ -47,6 +47,7 @@ from ._errors import (
 from ._events import Event, InputRequiredEvent, StopEvent
 from ._fold import Folded, fold, result_of
 from ._ownership import LeaseOwners
+from ._retry import RetryClock
 from ._snapshot import dump_folded
 from ._waits import Delivery, WaitInfo, WaitsAndInbox
 
@@ -427,9 +428,10 @@ class Executor(ContextChanges, WaitsAndInbox):
             else:
                 self._lazy(dequeued)
         attempt = d.attempts
-        failures = d.failures
+        clock = RetryClock.resume(d.failures, d.failure)
+        # Resumed mid-backoff: the retry is due when the failure's record says.
+        await clock.wait_due()
         conflicts = 0
-        first_started = time.monotonic()
         while True:
             attempt += 1
             started = [J.step_started(step, d.event_id, attempt)]
@@ -441,6 +443,7 @@ class Executor(ContextChanges, WaitsAndInbox):
             else:
                 self._lazy(started)
             att = Attempt(step, d.event_id, attempt, d.event)
+            att.retry = clock
             if conflicts >= CONFLICTS_BEFORE_LOCK:
                 await self.state_lock.acquire()
                 att.holds_lock = True
@@ -478,14 +481,10 @@ class Executor(ContextChanges, WaitsAndInbox):
                     await self._commit_conflict(att, stale)
                     conflicts += 1
                     continue
-                failures += 1
-                policy = spec.retry_policy
-                delay = (
-                    policy.next(time.monotonic() - first_started, failures, exc)
-                    if policy is not None
-                    else None
+                delay, retry_at, elapsed = clock.decide(
+                    spec.retry_policy, exc, (self.run_id, step, d.event_id, attempt)
                 )
-                await self._commit_failure(att, exc, tb, delay)
+                await self._commit_failure(att, exc, tb, delay, retry_at, elapsed)
                 if delay is None:
                     await self._fail_run(step, exc)
                     return
@@ -567,11 +566,25 @@ class Executor(ContextChanges, WaitsAndInbox):
                 raise refused(exc, f"step {att.step!r} {verb} it") from None
 
     async def _commit_failure(
-        self, att: Attempt, exc: BaseException, tb: str, delay: float | None
+        self,
+        att: Attempt,
+        exc: BaseException,
+        tb: str,
+        delay: float | None,
+        retry_at: float | None,
+        elapsed: float,
     ) -> None:
         """Records an attempt's failure; a failure is recorded whatever it carries."""
         failed = J.step_failed(
-            att.step, att.event_id, att.attempt, exc, tb, delay is not None, delay
+            att.step,
+            att.event_id,
+            att.attempt,
+            exc,
+            tb,
+            delay is not None,
+            delay,
+            retry_at,
+            elapsed,
         )
         try:
             streamed = self._streamed(att)
@@ -584,7 +597,15 @@ class Executor(ContextChanges, WaitsAndInbox):
         except Exception:
             # Refused for its size or content: the failure alone, without its traceback.
             bare = J.step_failed(
-                att.step, att.event_id, att.attempt, exc, "", delay is not None, delay
+                att.step,
+                att.event_id,
+                att.attempt,
+                exc,
+                "",
+                delay is not None,
+                delay,
+                retry_at,
+                elapsed,
             )
             await self.append([bare])
 

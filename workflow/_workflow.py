@@ -428,6 +428,7 @@ class Workflow:
                         attempts=p.attempt,
                         failures=0 if failed else p.failures,
                         redelivered=True,
+                        failure=None if failed else p.failure,
                     ),
                 )
         for step, queue in folded.queues.items():

@@ -173,6 +173,8 @@ def step_failed(
     traceback: str,
     retry: bool,
     delay: float | None,
+    retry_at: float | None,
+    elapsed: float,
 ) -> Record:
     payload: StepFailed = {
         "id": event_id,
@@ -183,6 +185,8 @@ def step_failed(
         "traceback": _text(traceback),
         "retry": retry,
         "delay": delay,
+        "retry_at": retry_at,
+        "elapsed": elapsed,
     }
     return _rec(STEP_FAILED, step, payload)
 

@@ -164,7 +164,12 @@ class StepFinished(TypedDict):
 
 
 class StepFailed(TypedDict):
-    """An attempt raised; ``retry`` with the ``delay`` before the next, else the run fails."""
+    """An attempt raised; ``retry`` with the ``delay`` before the next, else the run fails.
+
+    ``retry_at`` (when the next attempt is due, seconds since the epoch; None without a
+    retry) and ``elapsed`` (seconds since the first attempt at this event began, counted
+    across processes) make the backoff durable: a resumed run waits until ``retry_at``.
+    """
 
     id: int
     attempt: int
@@ -174,6 +179,8 @@ class StepFailed(TypedDict):
     traceback: str
     retry: bool
     delay: float | None
+    retry_at: NotRequired[float | None]  # since durable retries (issue 16)
+    elapsed: NotRequired[float]  # since durable retries (issue 16)
 
 
 class StepConflicted(TypedDict):
