@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -45,6 +46,8 @@ from workflow.retry_policy import (
 )
 
 ROOT: Final = Path(__file__).resolve().parent.parent
+# Set in the process the crash tests kill (tests/retry_proc.py).
+DYING: Final = threading.Event()
 
 
 class UpstreamDown(Exception):
@@ -87,10 +90,11 @@ class Deadline(Workflow):
 
 
 @contextlib.contextmanager
-def killed_in_backoff(db: Path, flow: str, run_id: str) -> Iterator[None]:
-    """A real process whose step failed and sleeps in its backoff, killed with SIGKILL."""
+def killed(db: Path, flow: str, run_id: str, until: str) -> Iterator[None]:
+    """A real process running ``flow``, killed with SIGKILL once its run is ``until``
+    (tests/retry_proc.py says how)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.retry_proc", str(db), flow, run_id],
+        [sys.executable, "-m", "tests.retry_proc", str(db), flow, run_id, until],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -117,7 +121,7 @@ def records(db: Path, run_id: str, kind: str) -> list[tuple[StoredRecord, Any]]:
 
 async def test_a_run_killed_in_its_backoff_retries_when_the_record_says(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    with killed_in_backoff(db, "Resumable", "r1"):
+    with killed(db, "Resumable", "r1", "failed"):
         pass
     [(_, failed)] = records(db, "r1", J.STEP_FAILED)
     starts = records(db, "r1", J.STEP_STARTED)
@@ -148,7 +152,7 @@ async def test_a_run_killed_in_its_backoff_retries_when_the_record_says(tmp_path
 
 async def test_stop_after_delay_counts_the_time_across_processes(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    with killed_in_backoff(db, "Deadline", "r2"):
+    with killed(db, "Deadline", "r2", "failed"):
         pass
     [(_, first)] = records(db, "r2", J.STEP_FAILED)
     assert [p["attempt"] for _, p in records(db, "r2", J.STEP_STARTED)] == [1]

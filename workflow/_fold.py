@@ -127,6 +127,8 @@ class Folded:
     answers: dict[str, Ev | None] = field(default_factory=dict)
     unclaimed: dict[int, Ev] = field(default_factory=dict)
     stream: list[Ev] = field(default_factory=list)
+    # Event id -> how often each @catch_error handler took over along its lineage.
+    recoveries: dict[int, dict[str, int]] = field(default_factory=dict)
     next_id: int = 1
     exec_us: int = 0
     _prev_ts: int | None = None
@@ -172,6 +174,15 @@ def _enqueued(s: Folded, r: StoredRecord, p: J.Enqueued) -> None:
         s.unclaimed[ev.id] = ev
     else:
         s.queues.setdefault(r.step, {})[ev.id] = ev
+    counts = p.get("recoveries")
+    if counts is not None:
+        s.recoveries[ev.id] = counts
+    elif s.recoveries:  # only runs where a handler took over pay for the lineage
+        src = p["src"]
+        if type(src) is list:
+            inherited = s.recoveries.get(src[0])
+            if inherited is not None:
+                s.recoveries[ev.id] = inherited
 
 
 def _step_of(r: StoredRecord) -> str:

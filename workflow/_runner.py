@@ -13,6 +13,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import orjson
@@ -36,6 +37,7 @@ from eventstore import (
 )
 
 from . import _journal as J
+from ._catch_error import StepFailedEvent
 from ._changes import ContextChanges, KeyChange, refused
 from ._context import COLLECT_PREFIX, Attempt, Context, WaitSuspend, current_attempt
 from ._errors import (
@@ -484,7 +486,19 @@ class Executor(ContextChanges, WaitsAndInbox):
                 delay, retry_at, elapsed = clock.decide(
                     spec.retry_policy, exc, (self.run_id, step, d.event_id, attempt)
                 )
-                await self._commit_failure(att, exc, tb, delay, retry_at, elapsed)
+                recovery = None if delay is not None else self._recovery(att, exc, clock, elapsed)
+                await self._commit_failure(
+                    att,
+                    exc,
+                    tb,
+                    delay,
+                    retry_at,
+                    elapsed,
+                    None if recovery is None else recovery[2],
+                )
+                if recovery is not None:
+                    self.deliver(recovery[0], recovery[1])  # its commit is durable
+                    return
                 if delay is None:
                     await self._fail_run(step, exc)
                     return
@@ -565,6 +579,42 @@ class Executor(ContextChanges, WaitsAndInbox):
             except EncodeError as exc:
                 raise refused(exc, f"step {att.step!r} {verb} it") from None
 
+    def _recovery(
+        self, att: Attempt, exc: Exception, clock: RetryClock, elapsed: float
+    ) -> tuple[str, Delivery, Record] | None:
+        """The ``@catch_error`` handler that takes over a step out of retries, if any: its
+        name, the delivery of its StepFailedEvent and that event's ``enqueued`` record.
+
+        None when no handler covers the step, or its ``max_recoveries`` along this event's
+        lineage are used up (the run fails then).
+        """
+        route = self.wf._catchers.get(att.step)
+        if route is None:
+            return None
+        handler, limit = route
+        counts = self._folded.recoveries.get(att.event_id, {})
+        n = counts.get(handler, 0) + 1
+        if n > limit:
+            return None
+        failed_at = clock.last_failed_at if clock.last_failed_at is not None else time.time()
+        ev = StepFailedEvent(
+            step_name=att.step,
+            input_event=att.event,
+            exception=exc,
+            attempts=clock.failures,
+            elapsed_seconds=elapsed,
+            failed_at=datetime.fromtimestamp(failed_at, tz=UTC),
+        )
+        ev_id = self.new_event_id()
+        record = J.enqueued_recovery(
+            handler,
+            ev_id,
+            self.codec.dump(ev),
+            [att.event_id, att.attempt],
+            {**counts, handler: n},
+        )
+        return handler, Delivery(ev_id, ev), record
+
     async def _commit_failure(
         self,
         att: Attempt,
@@ -573,8 +623,14 @@ class Executor(ContextChanges, WaitsAndInbox):
         delay: float | None,
         retry_at: float | None,
         elapsed: float,
+        recovery: Record | None = None,
     ) -> None:
-        """Records an attempt's failure; a failure is recorded whatever it carries."""
+        """Records an attempt's failure; a failure is recorded whatever it carries.
+
+        ``recovery`` (the StepFailedEvent a ``@catch_error`` handler is given) is in the
+        same commit, so the handler's input and the recovery count are durable together.
+        """
+        extra = [] if recovery is None else [recovery]
         failed = J.step_failed(
             att.step,
             att.event_id,
@@ -591,7 +647,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         except CodecError:
             streamed = []  # what it streamed cannot be stored, unlike its failure
         try:
-            await self.append([failed, *streamed])
+            await self.append([failed, *extra, *streamed])
         except _STORE_FAILURES:
             raise
         except Exception:
@@ -607,7 +663,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                 retry_at,
                 elapsed,
             )
-            await self.append([bare])
+            await self.append([bare, *extra])
 
     async def _commit_conflict(self, att: Attempt, keys: list[str]) -> None:
         shown = [k.replace(COLLECT_PREFIX, "collect:") for k in keys]

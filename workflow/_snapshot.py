@@ -19,7 +19,7 @@ from ._fold import Ev, Failure, Folded, KeyLog, Prog, WaitRec
 __all__ = ["SNAPSHOT_FORMAT", "SnapshotError", "dump_folded", "load_folded"]
 
 # The "v" of dump_folded's output; 3: buffers keyed by buffer_key; 4: steps in progress
-# carry their latest failure (durable retries).
+# carry their latest failure (durable retries), and the lineages' recovery counts.
 SNAPSHOT_FORMAT: Final = 4
 # Older formats still read: 2 (buffers keyed by module names, converted as they load), 3.
 _READ_FORMATS: Final = frozenset({2, 3, SNAPSHOT_FORMAT})
@@ -82,6 +82,7 @@ def dump_folded(s: Folded) -> bytes:
             },
             "unclaimed": _evs(s.unclaimed.values()),
             "stream": _evs(s.stream),
+            "recoveries": {str(i): c for i, c in s.recoveries.items()},
             "next_id": s.next_id,
             "exec_us": s.exec_us,
             "prev_ts": s._prev_ts,
@@ -176,11 +177,25 @@ def _load(d: dict[str, Any]) -> Folded:
     s.answers = {k: None if a is None else _ev(a) for k, a in _typed(d, "answers", dict).items()}
     s.unclaimed = {e.id: e for e in map(_ev, _typed(d, "unclaimed", list))}
     s.stream = [_ev(e) for e in _typed(d, "stream", list)]
+    if "recoveries" in d or d["v"] >= 4:
+        s.recoveries = {_id(k): _counts(c) for k, c in _typed(d, "recoveries", dict).items()}
     s.next_id = _typed(d, "next_id", int)
     s.exec_us = _typed(d, "exec_us", int)
     s._prev_ts = _typed(d, "prev_ts", int, none=True)
     s._paused = _typed(d, "paused", bool)
     return s
+
+
+def _id(key: str) -> int:
+    if not key.isdigit():
+        _bad_shape("recoveries", key)
+    return int(key)
+
+
+def _counts(c: Any) -> dict[str, int]:
+    if type(c) is not dict or not all(_is_int(n) for n in c.values()):
+        _bad_shape("recoveries", c)
+    return c
 
 
 def _is_int(x: Any) -> bool:

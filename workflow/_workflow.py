@@ -30,6 +30,7 @@ from eventstore import (
 )
 
 from . import _journal as J
+from ._catch_error import catchers
 from ._changes import encode_updates
 from ._diff import TrackedDict, TrackedList
 from ._errors import (
@@ -102,6 +103,8 @@ class Workflow:
         self._graph = Graph(collect_steps(type(self)))
         if not disable_validation:
             self._graph.validate(type(self).__name__)
+        # Which @catch_error handler takes over which step once it is out of retries.
+        self._catchers = catchers(self._graph.steps, type(self).__name__)
         self._store = _open_store(store)
         self._timeout = timeout
         self._verbose = verbose

@@ -62,6 +62,7 @@ __all__ = [
     "collected",
     "dequeued",
     "enqueued",
+    "enqueued_recovery",
     "run_cancelled",
     "run_failed",
     "run_finished",
@@ -133,6 +134,15 @@ def run_started(
 def enqueued(step: str | None, event_id: int, event_dump: Dump, src: Source) -> Record:
     """An event put on a step's queue (``step`` None: taken in, but no step takes it)."""
     payload: Enqueued = {"id": event_id, "event": event_dump, "src": src}
+    return _rec(ENQUEUED, step, payload)
+
+
+def enqueued_recovery(
+    step: str, event_id: int, event_dump: Dump, src: Source, recoveries: dict[str, int]
+) -> Record:
+    """A ``StepFailedEvent`` put on a ``@catch_error`` handler's queue, with the lineage's
+    recovery counts (this recovery included)."""
+    payload: Enqueued = {"id": event_id, "event": event_dump, "src": src, "recoveries": recoveries}
     return _rec(ENQUEUED, step, payload)
 
 

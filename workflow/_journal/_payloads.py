@@ -132,11 +132,17 @@ class RunStarted(TypedDict):
 
 
 class Enqueued(TypedDict):
-    """An event put on the record's step's queue (no step: taken in, parked as unclaimed)."""
+    """An event put on the record's step's queue (no step: taken in, parked as unclaimed).
+
+    ``recoveries`` (only on the ``StepFailedEvent`` a ``@catch_error`` handler is given)
+    counts, by handler, how often handlers took over along the event's lineage; events
+    made from it inherit the counts through ``src``.
+    """
 
     id: int
     event: Dump
     src: Source
+    recoveries: NotRequired[dict[str, int]]  # since @catch_error (issue 16)
 
 
 class Dequeued(TypedDict):
