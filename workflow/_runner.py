@@ -518,6 +518,8 @@ class Executor(ContextChanges, WaitsAndInbox):
             print(f"Running step {spec.name}")  # noqa: T201
         token = current_attempt.set(att)
         try:
+            if spec.resources:  # built (or taken from the cache) for each attempt, never logged
+                kwargs.update(await self.wf._resource_manager.inject(spec.resources))
             result = await spec.func(self.wf, **kwargs)
         except WaitSuspend as ws:
             return ("wait", ws.waiter)

@@ -50,6 +50,7 @@ from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
 from ._step import collect_steps
 from ._waits import Delivery
+from .resource import ResourceManager, check_configs
 
 __all__ = ["RunSummary", "Workflow"]
 
@@ -84,6 +85,8 @@ class Workflow:
         classes, pydantic models, enums) besides those the steps' annotations name.
     :param max_recovery_attempts: how often an input may be started again by a resume
         without ever ending before the run fails (an input that kills the process).
+    :param resource_manager: where the steps' resources are built and cached (a new one
+        by default: cached resources are this workflow object's).
     """
 
     # A test hook: called with (executor, seq) after each commit that changed state took
@@ -99,10 +102,17 @@ class Workflow:
         types: Iterable[type] = (),
         max_recovery_attempts: int = 10,
         disable_validation: bool = False,
+        resource_manager: ResourceManager | None = None,
     ) -> None:
         self._graph = Graph(collect_steps(type(self)))
         if not disable_validation:
             self._graph.validate(type(self).__name__)
+            check_configs(
+                {n: s.resources for n, s in self._graph.steps.items() if s.resources},
+                type(self).__name__,
+            )
+        # Resources are this object's, never the log's: a resume elsewhere builds its own.
+        self._resource_manager = resource_manager or ResourceManager()
         # Which @catch_error handler takes over which step once it is out of retries.
         self._catchers = catchers(self._graph.steps, type(self).__name__)
         self._store = _open_store(store)
