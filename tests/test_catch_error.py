@@ -369,6 +369,35 @@ async def test_the_failed_attempts_commit_holds_the_handlers_input() -> None:
     assert orjson.loads(failed.payload)["retry"] is False
 
 
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"),
+    [
+        (Down("bad \udc80 text"), "bad \\udc80 text"),  # a lone surrogate, escaped
+        (Unprintable(), "<unprintable Unprintable: str() raised RuntimeError('no text')>"),
+    ],
+)
+async def test_a_failure_whose_text_json_cannot_hold_still_reaches_the_handler(
+    error: Exception, shown: str
+) -> None:
+    class Flow(Workflow):
+        @step
+        async def a(self, ev: StartEvent) -> StopEvent:
+            raise error
+
+        @catch_error
+        async def handle(self, ev: StepFailedEvent) -> StopEvent:
+            return StopEvent(result=ev.error_message)
+
+    wf = Flow()
+    assert await wf.run(run_id="t") == shown
+    assert wf.state_at("t").status == "finished"
+
+
 # ---------------------------------------------------------------------- across a crash
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
 from ._errors import WorkflowValidationError
 from ._events import Event
+from ._journal._builders import _message as recorded_message
 from ._retry import rebuild_error
 
 if TYPE_CHECKING:
@@ -89,7 +90,8 @@ class StepFailedEvent(Event):
                     raise TypeError(msg)
                 kind = type(exc)
                 data.setdefault("error_type", f"{kind.__module__}:{kind.__qualname__}")
-                data.setdefault("error_message", str(exc))
+                # As step_failed records it: whatever its text holds, even a raising __str__.
+                data.setdefault("error_message", recorded_message(exc))
             super().__init__(**data)
             if exc is not None:
                 key = id(self)
