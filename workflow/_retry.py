@@ -83,9 +83,10 @@ class RetryClock:
     @classmethod
     def resume(cls, failures: int, failure: Failure | None) -> RetryClock:
         """The clock of an event delivered again, from its latest recorded failure."""
-        now_mono, now = time.monotonic(), time.time()
+        now_mono = time.monotonic()
         if failure is None:
             return cls(now_mono, failures)
+        now = time.time()
         if failure.elapsed is None:  # recorded before ``elapsed``: the schedule starts here
             started = now_mono
         else:

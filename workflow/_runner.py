@@ -431,8 +431,9 @@ class Executor(ContextChanges, WaitsAndInbox):
                 self._lazy(dequeued)
         attempt = d.attempts
         clock = RetryClock.resume(d.failures, d.failure)
-        # Resumed mid-backoff: the retry is due when the failure's record says.
-        await clock.wait_due()
+        if clock.retry_at is not None:
+            # Resumed mid-backoff: the retry is due when the failure's record says.
+            await clock.wait_due()
         conflicts = 0
         while True:
             attempt += 1
