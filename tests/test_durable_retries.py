@@ -128,6 +128,9 @@ async def test_a_run_killed_in_its_backoff_retries_when_the_record_says(tmp_path
     assert [p["attempt"] for _, p in starts] == [1], "the dead process began its retry"
     assert failed["retry"] is True
     assert failed["retry_at"] == pytest.approx(time.time() + failed["delay"], abs=5.0)
+    # The run's state says when its retry is due.
+    [waiting] = Resumable(store=db).state_at("r1").in_progress["call"]
+    assert (waiting.failures, waiting.retry_at) == (1, failed["retry_at"])
 
     # Jitter replays identically: the policy, seeded from the attempt, draws the same delay.
     seed = _attempt_seed("r1", "call", failed["id"], failed["attempt"])

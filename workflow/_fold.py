@@ -448,7 +448,16 @@ def _to_run_state(s: Folded, codec: Codec, status: str | None) -> RunState:
         error=s.error,
         queues={k: [ev(e) for e in q.values()] for k, q in s.queues.items() if q},
         in_progress={
-            k: [InProgress(ev(p.ev), p.attempt, p.failures, p.ev.id) for p in v.values()]
+            k: [
+                InProgress(
+                    ev(p.ev),
+                    p.attempt,
+                    p.failures,
+                    p.ev.id,
+                    None if p.failure is None else p.failure.retry_at,
+                )
+                for p in v.values()
+            ]
             for k, v in s.in_progress.items()
             if v
         },
