@@ -157,6 +157,42 @@ def test_step_failed_event_keeps_its_exception_in_the_log_as_class_and_message()
         )
 
 
+class EarlyFlow(Workflow):
+    """Its handler names classes defined below it: checked when the workflow is built."""
+
+    @step
+    async def a(self, ev: StartEvent) -> Later:
+        raise Down("a-fail")
+
+    @catch_error
+    async def handle(self, ev: StepFailedEvent) -> Later:
+        return Later()
+
+    @step
+    async def b(self, ev: Later) -> StopEvent:
+        return StopEvent(result="later")
+
+
+class EarlyWrong(Workflow):
+    @step
+    async def a(self, ev: StartEvent) -> StopEvent:
+        return StopEvent()
+
+    @catch_error
+    async def handle(self, ev: Later) -> StopEvent:
+        return StopEvent()
+
+
+class Later(Event):
+    pass
+
+
+async def test_a_handler_whose_names_come_later_is_checked_when_the_workflow_is_built() -> None:
+    assert await EarlyFlow().run() == "later"
+    with pytest.raises(WorkflowValidationError, match="'handle' must accept StepFailedEvent"):
+        EarlyWrong()
+
+
 # ---------------------------------------------------------------------- routing
 
 

@@ -105,6 +105,8 @@ class Workflow:
         resource_manager: ResourceManager | None = None,
     ) -> None:
         self._graph = Graph(collect_steps(type(self)))
+        # Which @catch_error handler takes over which step once it is out of retries.
+        self._catchers = catchers(self._graph.steps, type(self).__name__)
         if not disable_validation:
             self._graph.validate(type(self).__name__)
             check_configs(
@@ -113,8 +115,6 @@ class Workflow:
             )
         # Resources are this object's, never the log's: a resume elsewhere builds its own.
         self._resource_manager = resource_manager or ResourceManager()
-        # Which @catch_error handler takes over which step once it is out of retries.
-        self._catchers = catchers(self._graph.steps, type(self).__name__)
         self._store = _open_store(store)
         self._timeout = timeout
         self._verbose = verbose
