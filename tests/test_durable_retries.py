@@ -35,6 +35,7 @@ from workflow import _journal as J
 from workflow._fold import Ev, Failure, Folded, Prog, fold
 from workflow._retry import RetryClock, UnreconstructedException, rebuild_error
 from workflow._snapshot import dump_folded, load_folded
+from workflow._verify import verify
 from workflow.retry_policy import (
     RetryInfo,
     _attempt_seed,
@@ -204,6 +205,27 @@ async def test_retry_info_on_the_first_attempt_and_after_failures() -> None:
     assert seen[1].last_failed_at is not None
     assert seen[1].last_failed_at <= seen[2].last_failed_at
     assert seen[2].elapsed_seconds >= seen[1].elapsed_seconds >= 0.0
+
+
+class SecondTime(Workflow):
+    """Succeeds on its retry only: what its attempt does depends on ctx.retry_info()."""
+
+    @step(retry_policy=retry_policy(wait=wait_fixed(0), stop=stop_after_attempt(2)))
+    async def call(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        info = ctx.retry_info()
+        if info.retry_number == 0:
+            raise UpstreamDown("first")
+        return StopEvent(result=[info.retry_number, str(info.last_exception)])
+
+
+async def test_verify_reexecutes_a_retry_with_the_retry_info_the_log_recorded(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    assert await SecondTime(store=db).run(run_id="v") == [1, "first"]
+    report = verify(SecondTime(store=db), ["v"], reexecute=True)
+    assert report.attempts_reexecuted == 1
+    assert report.problems == []
 
 
 async def test_retry_info_outside_a_step_is_an_error() -> None:

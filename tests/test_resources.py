@@ -27,6 +27,7 @@ from workflow import (
     step,
 )
 from workflow import _journal as J
+from workflow._verify import verify
 from workflow.resource import Resource, ResourceConfig, ResourceManager
 from workflow.retry_policy import retry_policy, stop_after_attempt, wait_fixed
 
@@ -354,3 +355,25 @@ async def test_resources_never_enter_the_log_and_a_resume_builds_its_own(tmp_pat
     # The log holds the values the steps wrote, never the resource objects themselves.
     texts = [r.payload for r in again.store.records("d")]
     assert not any("Client" in t or "lock" in t for t in texts)
+
+
+def greeting() -> str:
+    return "hello"
+
+
+class Greets(Workflow):
+    @step
+    async def only(
+        self, ev: StartEvent, word: Annotated[str, Resource(greeting, cache=False)]
+    ) -> StopEvent:
+        return StopEvent(result=f"{word} {ev.name}")
+
+
+async def test_verify_reexecutes_a_step_with_the_resources_of_the_verifying_workflow(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    assert await Greets(store=db).run(run_id="v", name="ada") == "hello ada"
+    report = verify(Greets(store=db), ["v"], reexecute=True)
+    assert report.attempts_reexecuted == 1
+    assert report.problems == []
