@@ -36,6 +36,7 @@ from workflow._fold import Ev, Failure, Folded, Prog, fold
 from workflow._retry import RetryClock, UnreconstructedException, rebuild_error
 from workflow._snapshot import dump_folded, load_folded
 from workflow._verify import verify
+from workflow.cli._timeline import timeline_data
 from workflow.retry_policy import (
     RetryInfo,
     _attempt_seed,
@@ -254,6 +255,26 @@ async def test_a_failure_without_a_policy_records_when_and_how_long() -> None:
     assert failed["delay"] is None
     assert failed["retry_at"] is None
     assert failed["elapsed"] >= 0.0
+
+
+async def test_the_timeline_says_when_a_retry_was_due(tmp_path: Path) -> None:
+    class Twice(Workflow):
+        @step(retry_policy=retry_policy(wait=wait_fixed(0), stop=stop_after_attempt(2)))
+        async def call(self, ctx: Context, ev: StartEvent) -> StopEvent:
+            if ctx.retry_info().retry_number == 0:
+                raise UpstreamDown("once")
+            return StopEvent(result="ok")
+
+    db = tmp_path / "t.db"
+    wf = Twice(store=db)
+    assert await wf.run(run_id="t") == "ok"
+    [(_, failed)] = records(db, "t", J.STEP_FAILED)
+    with EventStore(db, readonly=True) as store:
+        bars = timeline_data(store, "t")["attempts"]
+    due = datetime.fromtimestamp(failed["retry_at"], tz=UTC).strftime("%H:%M:%S.%f")[:-3]
+    after = f"{failed['elapsed']:.3f} s after the first attempt"
+    note = f"UpstreamDown: once (retried at {due} UTC, {after})"
+    assert [b[5:7] for b in bars] == [["failed", note], ["ok", "emitted #2"]]
 
 
 # ---------------------------------------------------------------------- the rebuilt exception
