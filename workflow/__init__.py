@@ -1,5 +1,6 @@
 """workflow: LlamaIndex-style event-driven workflows, durable by event sourcing."""
 
+from ._catch_error import StepFailedEvent, catch_error
 from ._context import Context, ContextStore
 from ._errors import (
     CheckpointNotFoundError,
@@ -52,6 +53,7 @@ __all__ = [
     "SnapshotIgnoredWarning",
     "StartEvent",
     "StateConflictError",
+    "StepFailedEvent",
     "StopEvent",
     "Waiter",
     "Worker",
@@ -63,5 +65,6 @@ __all__ = [
     "WorkflowRuntimeError",
     "WorkflowTimeoutError",
     "WorkflowValidationError",
+    "catch_error",
     "step",
 ]
