@@ -82,6 +82,10 @@ class Committer:
         self._inline_writer: BatchWriter | None = None
         self._pending: list[_Item] = []
         self._flush_scheduled = False
+        # Items of event loops for the writer thread, handed over once per loop iteration:
+        # one wake-up of the writer for what the loop's tasks queued together, and a whole
+        # batch for it to find (rather than the first item alone).
+        self._handover: dict[asyncio.AbstractEventLoop, tuple[list[_Item], list[bool]]] = {}
         self._lazy_handle: asyncio.TimerHandle | None = None
         self.operations = 0
         self.transactions = 0
@@ -94,6 +98,9 @@ class Committer:
     # ------------------------------------------------------------------ the writer thread
 
     def _enqueue(self, item: _Item, *, lazy: bool = False) -> None:
+        self._enqueue_all([item], lazy=lazy)
+
+    def _enqueue_all(self, items: list[_Item], *, lazy: bool = False) -> None:
         self._check_writable()
         if self._thread is None:
             with self._lock:
@@ -102,7 +109,7 @@ class Committer:
                         target=self._writer_main, name="eventstore-writer", daemon=True
                     )
                     self._thread.start()
-        self._queue.append(item)
+        self._queue.extend(items)
         self._wake.put(_LAZY if lazy else None)
 
     def _writer_main(self) -> None:
@@ -187,7 +194,13 @@ class Committer:
         fut: asyncio.Future[T] = loop.create_future()
         item = _Item(op, fut, loop)
         if not self._uses_inline(loop):
-            self._enqueue(item, lazy=lazy)
+            self._check_writable()
+            queued = self._handover.get(loop)
+            if queued is None:
+                queued = self._handover[loop] = ([], [True])
+                loop.call_soon(self._hand_over, loop)
+            queued[0].append(item)
+            queued[1][0] = queued[1][0] and lazy
             return fut
         self._check_writable()
         self._pending.append(item)
@@ -199,6 +212,17 @@ class Committer:
         elif self._lazy_handle is None:
             self._lazy_handle = loop.call_later(LAZY_FLUSH_S, self.flush_inline)
         return fut
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Gives the writer thread what the loop's tasks queued in this iteration."""
+        queued = self._handover.pop(loop, None)
+        if queued is None:
+            return  # close() handed them over
+        items, (lazy,) = queued
+        try:
+            self._enqueue_all(items, lazy=lazy)
+        except Exception as exc:  # the store was closed, or its writer failed, meanwhile
+            _resolve([(i.future, False, exc) for i in items])  # type: ignore[misc]
 
     def submit_sync(self, op: Callable[[BatchWriter], T]) -> T:
         """Runs ``op`` from synchronous code on the writer thread; blocks until durable."""
@@ -257,6 +281,8 @@ class Committer:
             self.flush_inline()
         if self._inline_writer is not None:
             self._inline_writer.close()
+        for loop in list(self._handover):
+            self._hand_over(loop)
         thread = self._thread
         if thread is not None and self.failed is None:
             self._queue.append(_STOP)

@@ -75,7 +75,10 @@ def test_a_failed_check_refuses_its_commit_alone(store: EventStore, writer: Batc
 def test_a_failure_after_writing_reruns_the_batch_without_it(
     store: EventStore, writer: BatchWriter
 ) -> None:
-    """A commit that fails once written is rolled back; the batch runs again without it."""
+    """A commit that fails once written is rolled back; the batch runs again without it.
+
+    On PostgreSQL the hooks run before the batch is sent (see ServerWriteSQL): a hook that
+    fails leaves its commit out of the one statement, and nothing needs running again."""
     started(writer)
     checks: list[str] = []
 
@@ -92,7 +95,8 @@ def test_a_failure_after_writing_reruns_the_batch_without_it(
     assert [ok for ok, _ in out] == [True, False, True]
     assert isinstance(out[1][1], ValueError)
     assert kinds(store) == [(1, "run_started", 1), (2, "a", 2), (3, "c", 3)]
-    assert checks == ["a", "a", "c"]  # the first commit was checked again on the rerun
+    # The first commit was checked again on the rerun (on PostgreSQL there was none).
+    assert checks == (["a", "c"] if store.kind == "postgres" else ["a", "a", "c"])
 
 
 def test_a_database_error_refuses_its_op_alone(store: EventStore, writer: BatchWriter) -> None:
