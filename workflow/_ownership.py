@@ -26,7 +26,7 @@ from eventstore import EventStore
 
 from ._errors import RunOwnedError
 
-__all__ = ["LeaseOwners", "Owners", "probe_owners"]
+__all__ = ["LEASE_TTL_S", "LeaseOwners", "Owners", "probe_owners"]
 
 _MEMORY: Final = "<memory>"
 # struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid (native alignment).
@@ -111,6 +111,7 @@ class Owners:
             return holder != fcntl.F_UNLCK
 
 
+# How long a run's lease lasts by default (Workflow(lease_ttl=...) sets another).
 LEASE_TTL_S: Final = 10.0
 
 

@@ -41,7 +41,7 @@ from ._events import Event, StartEvent
 from ._fold import Folded, to_run_state
 from ._graph import Graph
 from ._handler import WorkflowHandler
-from ._ownership import LeaseOwners, Owners
+from ._ownership import LEASE_TTL_S, LeaseOwners, Owners
 from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
 from ._recover import Recovery, over_recovery_limit
 from ._recover import recover as recover_runs
@@ -83,6 +83,11 @@ class Workflow:
         classes, pydantic models, enums) besides those the steps' annotations name.
     :param max_recovery_attempts: how often an input may be started again by a resume
         without ever ending before the run fails (an input that kills the process).
+    :param lease_ttl: on a PostgreSQL store, the seconds a run's lease lasts unless its
+        executor renews it (every third of that): how soon another host takes over the
+        runs of a host that died or was cut off, and how long such a host's runs wait.
+        None: :data:`~workflow._ownership.LEASE_TTL_S` (10 s). Stores on one machine need
+        no lease: the kernel frees a dead process's runs at once.
     """
 
     # A test hook: called with (executor, seq) after each commit that changed state took
@@ -98,7 +103,11 @@ class Workflow:
         types: Iterable[type] = (),
         max_recovery_attempts: int = 10,
         disable_validation: bool = False,
+        lease_ttl: float | None = None,
     ) -> None:
+        if lease_ttl is not None and not lease_ttl > 0:
+            msg = f"lease_ttl must be a positive number of seconds, not {lease_ttl!r}"
+            raise ValueError(msg)
         self._graph = Graph(collect_steps(type(self)))
         if not disable_validation:
             self._graph.validate(type(self).__name__)
@@ -125,7 +134,7 @@ class Workflow:
         # Kernel locks need a file (one machine); a shared PostgreSQL store needs leases.
         self._owners: Owners | LeaseOwners
         if self._store.kind == "postgres":
-            self._owners = LeaseOwners(self._store)
+            self._owners = LeaseOwners(self._store, lease_ttl or LEASE_TTL_S)
         else:
             sidecar = self._store.path if self._store.kind == "sqlite" else None
             self._owners = Owners(sidecar, memory_key=str(id(self._store)))
