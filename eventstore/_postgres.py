@@ -16,7 +16,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final
-from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import orjson
 
@@ -45,16 +45,21 @@ def is_url(target: str) -> bool:
 
 
 def _split(url: str) -> tuple[str, str]:
-    """The URL for libpq, without our ``schema`` parameter, and the schema."""
+    """The URL for libpq, without our ``schema`` parameter, and the schema.
+
+    The rest of the query goes to libpq exactly as written: libpq decodes ``%XX`` only, so
+    decoding and encoding it again here would turn a ``+`` (or a space) into another
+    character (``password=a+b`` is the password ``a+b`` to libpq).
+    """
     parts = urlsplit(url)
     schema = "public"
     rest = []
-    for k, v in parse_qsl(parts.query, keep_blank_values=True):
-        if k == "schema":
-            schema = v
-        else:
-            # Encoded again as libpq decodes it: %XX only ("+" is a plus, not a space).
-            rest.append(f"{quote(k, safe='')}={quote(v, safe='')}")
+    for piece in parts.query.split("&"):
+        key, _, value = piece.partition("=")
+        if unquote(key) == "schema":
+            schema = unquote(value)
+        elif piece:
+            rest.append(piece)
     if not _IDENT.match(schema):
         msg = f"schema must be a plain identifier, not {schema!r}"
         raise ValueError(msg)
