@@ -222,6 +222,11 @@ class Backend(Protocol):
         ...
 
     @property
+    def unavailable_errors(self) -> tuple[type[BaseException], ...]:
+        """Which of the read errors mean the server is unreachable, not a damaged store."""
+        ...
+
+    @property
     def writes_inline(self) -> bool:
         """Whether a write costs microseconds of CPU and no wait on a server, so that the
         event loop's thread may write itself rather than wake the writer thread."""

@@ -20,7 +20,7 @@ from queue import Empty, SimpleQueue
 from typing import Any, Final, TypeVar
 
 from ._backend import Backend, Busy
-from ._errors import WriterFailedError
+from ._errors import StoreUnavailableError, WriterFailedError
 from ._writer import BatchWriter, Op
 
 __all__ = ["INLINE_BUSY_MS", "LAZY_FLUSH_S", "Committer"]
@@ -71,6 +71,7 @@ class Committer:
         self._queue: deque[_Item] = deque()
         self._wake: SimpleQueue[object] = SimpleQueue()
         self._thread: threading.Thread | None = None
+        self.writer: BatchWriter | None = None  # the writer thread's, while connected
         self.failed: WriterFailedError | None = None
         # With durability "normal" a commit costs tens of microseconds of CPU and no fsync,
         # less than waking a thread and being woken by it (~100 us here), so the event loop
@@ -113,7 +114,8 @@ class Committer:
         self._wake.put(_LAZY if lazy else None)
 
     def _writer_main(self) -> None:
-        writer = BatchWriter(self._backend.write_sql())
+        # Connected for the first batch, and again after a connection to a server was lost.
+        writer: BatchWriter | None = None
         try:
             while True:
                 token = self._wake.get()
@@ -135,16 +137,42 @@ class Committer:
                     items.append(self._queue.popleft())
                 stop = any(item is _STOP for item in items)
                 items = [item for item in items if item is not _STOP]
-                if items and not self._write(writer, items):
-                    return
+                if items:
+                    if writer is None:
+                        writer = self._connect(items)
+                    if writer is not None and not self._write(writer, items):
+                        if self.failed is not None:
+                            return
+                        writer.close()  # the connection was lost: a new one for the next
+                        writer = None
                 if stop:
                     return
         finally:
-            writer.close()
+            self.writer = None
+            if writer is not None:
+                writer.close()
+
+    def _connect(self, items: list[_Item]) -> BatchWriter | None:
+        """The writer thread's writer; None (the batch refused) when the database cannot
+        be reached now: the next batch tries again."""
+        try:
+            writer = self.writer = BatchWriter(self._backend.write_sql())
+        except Exception as exc:
+            msg = f"cannot connect to write to {self._backend.where}: {exc}"
+            err = StoreUnavailableError(msg)
+            err.__cause__ = exc
+            self._settle(items, [(False, err)] * len(items))
+            return None
+        return writer
 
     def _write(self, writer: BatchWriter, items: list[_Item]) -> bool:
         try:
             outcomes = self._run_blocking(writer, items)
+        except StoreUnavailableError as exc:
+            # The connection went away mid-batch; the database may be fine. This batch is
+            # in doubt (its callers are told), the store is not failed.
+            self._settle(items, [(False, exc)] * len(items))
+            return False
         except WriterFailedError as exc:
             self.failed = exc
             while self._queue:

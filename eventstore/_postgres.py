@@ -33,6 +33,10 @@ SCHEMA_VERSION: Final = 3  # 2: leases; 3: the dw_write function
 READ_ERRORS: Final[tuple[type[BaseException], ...]] = (
     (psycopg.DatabaseError,) if psycopg is not None else ()
 )
+# A read that fails with one of these met a lost connection or an unreachable server.
+UNAVAILABLE_ERRORS: Final[tuple[type[BaseException], ...]] = (
+    (psycopg.OperationalError, psycopg.InterfaceError) if psycopg is not None else ()
+)
 APP_ID: Final = "durable-workflows/eventstore"
 _IDENT: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
@@ -389,14 +393,23 @@ def _fatal(exc: BaseException) -> bool:
 
 
 class _Connection:
-    """A psycopg connection that takes ``?`` placeholders, as the shared SQL is written."""
+    """A psycopg connection that takes ``?`` placeholders, as the shared SQL is written.
 
-    __slots__ = ("raw",)
+    With ``reconnect``, a connection the server or the network lost is replaced by a new
+    one at the next statement (the statement that met the loss fails): a reader's.
+    """
 
-    def __init__(self, raw: Any) -> None:
+    __slots__ = ("_closed", "_reconnect", "raw")
+
+    def __init__(self, raw: Any, reconnect: Callable[[], Any] | None = None) -> None:
         self.raw = raw
+        self._reconnect = reconnect
+        self._closed = False
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Any:
+        if self._reconnect is not None and not self._closed and self.raw.broken:
+            self.raw.close()
+            self.raw = self._reconnect()
         return self.raw.execute(sql.replace("?", "%s"), parameters)
 
     def executemany(self, sql: str, parameters: Sequence[Sequence[Any]], /) -> None:
@@ -404,6 +417,7 @@ class _Connection:
             cur.executemany(sql.replace("?", "%s"), parameters)
 
     def close(self) -> None:
+        self._closed = True
         self.raw.close()
 
 
@@ -464,6 +478,11 @@ class PostgresWriteSQL:
 
     def close(self) -> None:
         self.raw.close()
+
+    @property
+    def broken(self) -> bool:
+        """Whether the connection is gone (the server may be fine: a new one may write)."""
+        return bool(self.raw.broken or self.raw.closed)
 
     def is_fatal(self, exc: BaseException) -> bool:
         return _fatal(exc)
@@ -560,6 +579,7 @@ class PostgresBackend:
     kind = "postgres"
     where = "the postgres store"
     read_errors = READ_ERRORS
+    unavailable_errors = UNAVAILABLE_ERRORS
     writes_inline = False  # each write waits for the server: the event loop must not
 
     def __init__(self, url: str, *, readonly: bool, durability: str) -> None:
@@ -568,7 +588,10 @@ class PostgresBackend:
         self._durability = durability
 
     def reader(self) -> _Connection:
-        return _Connection(connect(self._url, readonly=True, durability=self._durability))
+        def new() -> Any:
+            return connect(self._url, readonly=True, durability=self._durability)
+
+        return _Connection(new(), reconnect=new)
 
     def write_sql(self, *, busy_timeout_ms: int | None = None) -> PostgresWriteSQL:
         # PostgreSQL waits for row locks itself; the loop never writes here, so no caller

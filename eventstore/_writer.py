@@ -30,7 +30,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from ._backend import Busy, PreparedCommit, Reply, Request, ServerWriteSQL, WriteSQL, now_us
-from ._errors import ConcurrencyError, RunNotFoundError, WriterFailedError
+from ._errors import (
+    ConcurrencyError,
+    RunNotFoundError,
+    StoreUnavailableError,
+    WriterFailedError,
+)
 from ._records import AppendResult, Commit, Seq
 
 __all__ = ["BatchWriter", "Op"]
@@ -94,6 +99,8 @@ class BatchWriter:
 
         :raises Busy: the write lock could not be taken within the busy timeout.
         :raises WriterFailedError: the database failed; nothing of the batch was written.
+        :raises StoreUnavailableError: the connection to a server was lost (a new one may
+            write); the batch may or may not have been written.
         """
         if self._server is not None:
             return self._run_on_server(self._server, ops)
@@ -134,6 +141,12 @@ class BatchWriter:
             replies, last = sql.apply(plan)
         except Exception as exc:
             self.last_seq = start
+            if getattr(sql, "broken", False):
+                msg = (
+                    f"the connection to the database was lost during a write ({exc});"
+                    " what the batch wrote, if anything, is in the log"
+                )
+                raise StoreUnavailableError(msg) from exc
             if sql.is_fatal(exc):
                 msg = f"the write transaction failed: {exc}"
                 raise WriterFailedError(msg) from exc

@@ -267,3 +267,39 @@ def test_a_batch_is_one_statement(pg: EventStore) -> None:
     assert pg.head() == 30
     assert [r.seq for r in pg.records("r9")] == [28, 29, 30]
     assert all(pg.run(f"r{i}").epoch == 1 for i in range(10))
+
+
+def test_the_writer_connects_again_after_its_connection_is_lost(pg: EventStore) -> None:
+    """A writer whose server connection went away (here: ended by the server) refuses the
+    batch it was writing, as in doubt, and writes the next one on a new connection; the
+    store is not failed."""
+    from eventstore import StoreUnavailableError
+
+    pg.append_sync(Commit("r1", [Record("a", None, "{}")], create=NewRun()))
+    writer = pg._committer.writer
+    assert writer is not None
+    session = cast("PostgresWriteSQL", writer.sql).raw.info.backend_pid
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (session,))
+    with pytest.raises(StoreUnavailableError, match="connection to the database was lost"):
+        pg.append_sync(Commit("r1", [Record("b", None, "{}")], epoch=0))
+    res = pg.append_sync(Commit("r1", [Record("c", None, "{}")], epoch=0))
+    assert pg._failed is None
+    assert [r.kind for r in pg.records("r1")] == ["a", "c"]
+    assert res.last_seq == 2
+
+
+def test_a_reader_connects_again_after_its_connection_is_lost(pg: EventStore) -> None:
+    """A read that meets a lost connection says the store cannot be read now (not that it
+    is damaged); the next read works on a new connection."""
+    from eventstore import StoreUnavailableError
+
+    pg.append_sync(Commit("r1", [Record("a", None, "{}")], create=NewRun()))
+    assert pg.head() == 1
+    session = pg._reader().raw.info.backend_pid  # type: ignore[attr-defined]
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (session,))
+    with pytest.raises(StoreUnavailableError, match="cannot read the store now"):
+        pg.head()
+    assert pg.head() == 1
+    assert [r.kind for r in pg.records("r1")] == ["a"]
