@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ._records import Commit, NewRun
+from ._records import Commit, NewRun, Snapshot
 
 __all__ = [
     "Backend",
@@ -75,7 +75,7 @@ class PreparedCommit:
     last_seq: int  # the seq that ends the commit: taken inbox entries are marked with it
     status: str | None
     inbox_taken: Sequence[int]
-    snapshot: tuple[int, str] | None
+    snapshot: Snapshot | None
 
 
 @dataclass(slots=True)
@@ -224,6 +224,11 @@ class Backend(Protocol):
     @property
     def unavailable_errors(self) -> tuple[type[BaseException], ...]:
         """Which of the read errors mean the server is unreachable, not a damaged store."""
+        ...
+
+    @property
+    def schema_version(self) -> int:
+        """The version of the tables readers find (older when opened read-only)."""
         ...
 
     @property

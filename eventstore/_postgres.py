@@ -6,7 +6,7 @@ locked for the whole write transaction, so they are assigned in commit order and
 never sees seq 14 before seq 13 commits (a PostgreSQL sequence would not promise that).
 
 A batch of the writer is one call of the store's ``dw_write`` function (created by the
-schema, version 3): the commit rules run inside the server, so a transaction is one round
+schema, version 4): the commit rules run inside the server, so a transaction is one round
 trip and never waits for the client. A host cut off mid-call holds no lock past the call.
 """
 
@@ -16,12 +16,13 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import orjson
 
 from ._backend import Reply, Request
 from ._errors import NotAStoreError, SchemaVersionError, StoreUnavailableError
+from ._records import Snapshot
 
 try:
     import psycopg
@@ -29,7 +30,7 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the extra
     psycopg = None  # type: ignore[assignment]
 
-SCHEMA_VERSION: Final = 3  # 2: leases; 3: the dw_write function
+SCHEMA_VERSION: Final = 4  # 2: leases; 3: many snapshots a run; 4: the dw_write function
 READ_ERRORS: Final[tuple[type[BaseException], ...]] = (
     (psycopg.DatabaseError,) if psycopg is not None else ()
 )
@@ -38,6 +39,7 @@ UNAVAILABLE_ERRORS: Final[tuple[type[BaseException], ...]] = (
     (psycopg.OperationalError, psycopg.InterfaceError) if psycopg is not None else ()
 )
 APP_ID: Final = "durable-workflows/eventstore"
+CONNECT_TIMEOUT_S: Final = "10"  # seconds, unless the URL says connect_timeout=
 _IDENT: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 __all__ = ["PostgresBackend", "PostgresWriteSQL", "connect", "is_url", "open_database"]
@@ -48,26 +50,83 @@ def is_url(target: str) -> bool:
     return target.startswith(("postgresql://", "postgres://"))
 
 
-def _split(url: str) -> tuple[str, str]:
-    """The URL for libpq, without our ``schema`` parameter, and the schema.
+# A "%" that does not start an escape: libpq refuses it, and unquote() would keep it.
+_BAD_ESCAPE: Final = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
-    The rest of the query goes to libpq exactly as written: libpq decodes ``%XX`` only, so
-    decoding and encoding it again here would turn a ``+`` (or a space) into another
-    character (``password=a+b`` is the password ``a+b`` to libpq).
+
+def _decoded(text: str, part: str) -> str:
+    """One part of a URL percent-decoded once, as libpq does (``+`` is a plus sign).
+
+    :raises ValueError: a ``%`` that starts no escape; the message names the part only,
+        never its text (it may be a password).
+    """
+    if _BAD_ESCAPE.search(text):
+        msg = (
+            f"the PostgreSQL URL's {part} has a '%' that starts no percent-escape;"
+            " write a literal '%' as %25"
+        )
+        raise ValueError(msg)
+    return unquote(text)
+
+
+def _params(url: str) -> tuple[dict[str, str], str]:
+    """A store URL's libpq connection parameters, and the store's schema (ours).
+
+    User and password are what precedes the last ``@`` (so an ``@`` in a password needs no
+    escape); hosts may be a list (``h1:5432,[::1]:5433``); query parameters pass to libpq
+    by name except ``schema``.
     """
     parts = urlsplit(url)
+    params: dict[str, str] = {}
+    userinfo, at, hostinfo = parts.netloc.rpartition("@")
+    if at:
+        user, colon, password = userinfo.partition(":")
+        if user:
+            params["user"] = _decoded(user, "user name")
+        if colon:
+            params["password"] = _decoded(password, "password")
+    hosts: list[str] = []
+    ports: list[str] = []
+    for item in hostinfo.split(",") if hostinfo else []:
+        if item.startswith("["):  # [IPv6]:port
+            host, _, rest = item[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else ""
+        else:
+            host, _, port = item.rpartition(":") if ":" in item else (item, "", "")
+        hosts.append(_decoded(host, "host"))
+        ports.append(port)
+    if any(hosts):
+        params["host"] = ",".join(hosts)
+    if any(ports):
+        params["port"] = ",".join(ports)
+    if len(parts.path) > 1:
+        params["dbname"] = _decoded(parts.path[1:], "database name")
     schema = "public"
-    rest = []
-    for piece in parts.query.split("&"):
-        key, _, value = piece.partition("=")
-        if unquote(key) == "schema":
-            schema = unquote(value)
-        elif piece:
-            rest.append(piece)
+    for item in parts.query.split("&") if parts.query else []:
+        raw_key, _, raw_value = item.partition("=")
+        key = _decoded(raw_key, "query")
+        value = _decoded(raw_value, f"{key!r} parameter")
+        if key == "schema":
+            schema = value
+        elif key:
+            params[key] = value
     if not _IDENT.match(schema):
         msg = f"schema must be a plain identifier, not {schema!r}"
         raise ValueError(msg)
-    return urlunsplit(parts._replace(query="&".join(rest))), schema
+    # libpq waits as long as TCP does (minutes) for a host that does not answer: say so sooner.
+    params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
+    return params, schema
+
+
+def _quoted(value: str) -> str:
+    """A value as a libpq connection string writes it: in quotes, ``'`` and ``\\`` escaped."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _split(url: str) -> tuple[str, str]:
+    """The libpq connection string a store URL stands for, and the store's schema."""
+    params, schema = _params(url)
+    return " ".join(f"{k}={_quoted(v)}" for k, v in params.items()), schema
 
 
 def _require() -> None:
@@ -90,13 +149,16 @@ def connect(target: str, *, readonly: bool, durability: str = "normal") -> Any:
 
 
 def _where(target: str) -> str:
-    url, schema = _split(target)
-    parts = urlsplit(url)
-    return f"{parts.hostname or 'localhost'}/{parts.path.lstrip('/')} schema {schema}"
+    """The store's place for messages: host, database and schema, never a password."""
+    params, schema = _params(target)
+    return f"{params.get('host') or 'localhost'}/{params.get('dbname', '')} schema {schema}"
 
 
-def open_database(path: str, *, readonly: bool) -> None:
-    """Validates, creates or migrates the store's tables; foreign schemas are refused."""
+def open_database(path: str, *, readonly: bool) -> int:
+    """Validates, creates or migrates the store's tables; foreign schemas are refused.
+
+    Returns the schema version readers find (an older store opened read-only stays as it is).
+    """
     _require()
     url, schema = _split(path)
     where = _where(path)
@@ -126,26 +188,43 @@ def open_database(path: str, *, readonly: bool) -> None:
                 raise SchemaVersionError(where, version, SCHEMA_VERSION)
             if version < SCHEMA_VERSION and not readonly:
                 _migrate(conn, schema)
-        elif readonly:
+                version = SCHEMA_VERSION
+            return version
+        if readonly:
             raise NotAStoreError(where, "no store there (a read-only store is never created)")
-        else:
-            _create(conn, schema)
+        _create(conn, schema)
+        return SCHEMA_VERSION
     finally:
         conn.close()
 
 
 def _migrate(conn: Any, schema: str) -> None:
-    """Brings an older store to this version; many processes may try at once."""
+    """Brings an older schema up to :data:`SCHEMA_VERSION` (each step runs once)."""
     with conn.transaction():
         conn.execute(f'SET LOCAL search_path TO "{schema}"')
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema()))")
-        (version,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        if int(version) >= SCHEMA_VERSION:
+        (current,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if int(current) >= SCHEMA_VERSION:
             return  # another process migrated it meanwhile
+        # 2: leases, so that workers on several hosts take runs one at a time.
         conn.execute(
             "CREATE TABLE IF NOT EXISTS leases (run_id text PRIMARY KEY,"
             " owner text NOT NULL, expires bigint NOT NULL)"
         )
+        if int(current) < 3:
+            # 3: many snapshots a run, each with its version and count of records; those
+            # kept before were derived by version 1.
+            conn.execute(
+                "ALTER TABLE snapshots ADD COLUMN version bigint NOT NULL DEFAULT 1,"
+                " ADD COLUMN records bigint"
+            )
+            conn.execute(
+                "UPDATE snapshots SET records = (SELECT count(*) FROM log"
+                " WHERE log.rid = snapshots.rid AND log.seq <= snapshots.seq)"
+            )
+            conn.execute("ALTER TABLE snapshots DROP CONSTRAINT snapshots_pkey")
+            conn.execute("ALTER TABLE snapshots ADD PRIMARY KEY (rid, seq)")
+        # 4: the write function, a batch of the writer in one call.
         conn.execute(_WRITE_FN)
         conn.execute(
             "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
@@ -187,7 +266,8 @@ _DDL: Final = (
     " payload text NOT NULL, created bigint NOT NULL, taken_seq bigint)",
     "CREATE UNIQUE INDEX inbox_run_key ON inbox (run_id, key)",
     "CREATE INDEX inbox_run_taken ON inbox (run_id, taken_seq)",
-    "CREATE TABLE snapshots (rid bigint PRIMARY KEY, seq bigint NOT NULL, data text NOT NULL)",
+    "CREATE TABLE snapshots (rid bigint NOT NULL, seq bigint NOT NULL, version bigint NOT NULL,"
+    " records bigint, data text NOT NULL, PRIMARY KEY (rid, seq))",
     "CREATE TABLE leases (run_id text PRIMARY KEY, owner text NOT NULL, expires bigint NOT NULL)",
     "CREATE VIEW records AS SELECT log.seq, runs.run_id, log.kind, log.step, log.payload,"
     " log.commit_seq, log.ts FROM log JOIN runs ON runs.rid = log.rid",
@@ -203,7 +283,8 @@ CREATE OR REPLACE FUNCTION dw_write(
     p_taken_counts int[], p_taken bigint[], p_snap_seqs bigint[], p_snap_data text[],
     p_creates boolean[], p_parents text[], p_parent_seqs bigint[], p_metas text[],
     p_texts text[], p_bodies text[], p_ats bigint[], p_ttls bigint[], p_renews boolean[],
-    p_rec_ops int[]
+    p_rec_ops int[], p_snap_versions bigint[], p_snap_records bigint[], p_seqs bigint[],
+    p_created bigint[]
 ) RETURNS TABLE (code text, a bigint, b bigint, msg text)
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -249,8 +330,9 @@ BEGIN
                 IF v_create THEN
                     INSERT INTO runs AS r (run_id, epoch, status, created, parent_run_id,
                                            parent_seq, meta)
-                    VALUES (p_run_ids[i], coalesce(p_epochs[i], 0), p_statuses[i], p_ats[i],
-                            p_parents[i], p_parent_seqs[i], p_metas[i])
+                    VALUES (p_run_ids[i], coalesce(p_epochs[i], 0), p_statuses[i],
+                            coalesce(p_created[i], p_ats[i]), p_parents[i], p_parent_seqs[i],
+                            p_metas[i])
                     ON CONFLICT (run_id) DO NOTHING RETURNING r.rid INTO v_rid;
                     IF v_rid IS NULL THEN
                         code := 'exists';
@@ -268,6 +350,15 @@ BEGIN
                         code := 'fenced'; a := v_epoch; v_rid := NULL;
                     END IF;
                 END IF;
+                IF v_rid IS NOT NULL AND p_seqs[i] IS NOT NULL THEN
+                    -- A commit that keeps its seqs (an imported run): the log must be short
+                    -- of them; the seqs between are never used.
+                    IF p_seqs[i] <= v_last THEN
+                        code := 'lowseq'; a := v_last;
+                        RAISE EXCEPTION USING ERRCODE = 'DWLOW';
+                    END IF;
+                    v_last := p_seqs[i] - 1;
+                END IF;
                 IF v_rid IS NOT NULL THEN
                     IF v_create THEN
                         v_epoch := coalesce(p_epochs[i], 0);
@@ -283,10 +374,11 @@ BEGIN
                         UPDATE inbox SET taken_seq = v_last
                         WHERE id = ANY (p_taken[v_t:v_t + v_tc - 1]) AND taken_seq IS NULL;
                     END IF;
-                    IF p_snap_data[i] IS NOT NULL THEN
-                        INSERT INTO snapshots (rid, seq, data)
-                        VALUES (v_rid, p_snap_seqs[i], p_snap_data[i])
-                        ON CONFLICT (rid) DO UPDATE SET seq = excluded.seq, data = excluded.data;
+                    IF p_snap_data[i] IS NOT NULL THEN  -- in place of one at the same seq
+                        DELETE FROM snapshots WHERE rid = v_rid AND seq = p_snap_seqs[i];
+                        INSERT INTO snapshots (rid, seq, version, records, data)
+                        VALUES (v_rid, p_snap_seqs[i], coalesce(p_snap_versions[i], 0),
+                                p_snap_records[i], p_snap_data[i]);
                     END IF;
                     IF v_cnt > 0 THEN
                         w_op := w_op || i; w_first := w_first || a; w_rid := w_rid || v_rid;
@@ -342,7 +434,9 @@ BEGIN
         EXCEPTION WHEN OTHERS THEN
             v_last := v_saved;
             v_run := NULL;  -- what the op wrote, a run it created included, was undone
-            code := 'error'; a := NULL; b := NULL; msg := SQLSTATE || ' ' || SQLERRM;
+            IF SQLSTATE <> 'DWLOW' THEN
+                code := 'error'; a := NULL; b := NULL; msg := SQLSTATE || ' ' || SQLERRM;
+            END IF;
         END;
         RETURN NEXT;
         v_p := v_p + v_cnt;
@@ -427,7 +521,8 @@ _CALL: Final = (
     "SELECT code, a, b, msg FROM dw_write(%s::text[], %s::text[], %s::bigint[], %s::int[],"
     " %s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::bigint[], %s::bigint[],"
     " %s::text[], %s::boolean[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[],"
-    " %s::bigint[], %s::bigint[], %s::boolean[], %s::int[])"
+    " %s::bigint[], %s::bigint[], %s::boolean[], %s::int[], %s::bigint[], %s::bigint[],"
+    " %s::bigint[], %s::bigint[])"
 )
 _OPS: Final = {"append": "a", "claim": "c", "lease": "l", "release": "r", "post": "p"}
 # How long the server lets a write session sit inside a transaction: a batch never
@@ -442,10 +537,11 @@ def _texts(values: Sequence[str | None]) -> str | None:
     """
     if not any(v is not None for v in values):
         return None
-    return "{" + ",".join("NULL" if v is None else _quoted(v) for v in values) + "}"
+    return "{" + ",".join("NULL" if v is None else _item(v) for v in values) + "}"
 
 
-def _quoted(v: str) -> str:
+def _item(v: str) -> str:
+    """One element of an array literal: in double quotes, ``"`` and ``\\`` escaped."""
     return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -500,6 +596,10 @@ class PostgresWriteSQL:
         taken: list[int] = []
         snap_seqs: list[int | None] = []
         snap_data: list[str | None] = []
+        snap_versions: list[int | None] = []
+        snap_records: list[int | None] = []
+        seqs: list[int | None] = []
+        created: list[int | None] = []
         creates: list[bool] = []
         parents: list[str | None] = []
         parent_seqs: list[int | None] = []
@@ -526,6 +626,10 @@ class PostgresWriteSQL:
                 taken_counts.append(0)
                 snap_seqs.append(None)
                 snap_data.append(None)
+                snap_versions.append(None)
+                snap_records.append(None)
+                seqs.append(None)
+                created.append(None)
                 creates.append(False)
                 parents.append(None)
                 parent_seqs.append(None)
@@ -541,8 +645,13 @@ class PostgresWriteSQL:
             taken_counts.append(len(c.inbox_taken))
             taken.extend(c.inbox_taken)
             snap = c.snapshot
-            snap_seqs.append(None if snap is None else snap[0])
-            snap_data.append(None if snap is None else snap[1])
+            if snap is not None and not isinstance(snap, Snapshot):
+                snap = Snapshot(*snap)
+            snap_seqs.append(None if snap is None else snap.seq)
+            snap_data.append(None if snap is None else snap.data)
+            snap_versions.append(None if snap is None else snap.version)
+            snap_records.append(None if snap is None else snap.records)
+            seqs.append(c.seq)
             new = c.create
             creates.append(new is not None)
             if new is None:
@@ -551,12 +660,14 @@ class PostgresWriteSQL:
                 parents.append(None)
                 parent_seqs.append(None)
                 metas.append(None)
+                created.append(None)
             else:
                 epochs.append(c.epoch or 0)
                 statuses.append(new.status)
                 parents.append(new.parent_run_id)
                 parent_seqs.append(new.parent_seq)
                 metas.append(orjson.dumps(dict(new.meta)).decode())
+                created.append(new.created)
         # Counts, flags and TTLs of 0 (False) may go as NULL: the function reads them so.
         t, i = _texts, _ints
         params = (
@@ -564,7 +675,7 @@ class PostgresWriteSQL:
             t(payloads), t(statuses), i(taken_counts, none=0), i(taken), i(snap_seqs),
             t(snap_data), i(creates, none=False), t(parents), i(parent_seqs), t(metas),
             t(texts), t(bodies), i(ats), i(ttls, none=0), i(renews, none=False),
-            i(rec_ops),
+            i(rec_ops), i(snap_versions), i(snap_records), i(seqs), i(created),
         )  # fmt: skip
         rows = self.raw.execute(_CALL, params).fetchall()
         replies: list[Reply] = [
@@ -583,7 +694,7 @@ class PostgresBackend:
     writes_inline = False  # each write waits for the server: the event loop must not
 
     def __init__(self, url: str, *, readonly: bool, durability: str) -> None:
-        open_database(url, readonly=readonly)
+        self.schema_version = open_database(url, readonly=readonly)
         self._url = url
         self._durability = durability
 

@@ -9,7 +9,7 @@ The rules:
 - A commit whose ``epoch`` is not the run's is refused (the fence); a claim moves the
   epoch on. Then the commit's ``check`` runs, in seq order with every other commit, and may
   refuse it; ``on_written`` runs once it is written. ``status``, ``inbox_taken`` and
-  ``snapshot`` are written with the records.
+  ``snapshot`` are written with the records, in the same transaction.
 - An operation is refused alone. One that fails before anything of it is written is left
   out; one that fails after (or inside the database, whose transaction may then be
   unusable) rolls the transaction back and the batch runs again without it.
@@ -36,7 +36,7 @@ from ._errors import (
     StoreUnavailableError,
     WriterFailedError,
 )
-from ._records import AppendResult, Commit, Seq
+from ._records import AppendResult, Commit, Seq, Snapshot
 
 __all__ = ["BatchWriter", "Op"]
 
@@ -181,6 +181,11 @@ class BatchWriter:
         if code == "fenced":
             assert req.commit is not None
             return False, _fenced(run_id, req.commit.epoch, a)
+        if code == "lowseq":
+            assert req.commit is not None
+            assert req.commit.seq is not None
+            assert a is not None
+            return False, _low_seq(req.commit.seq, a)
         if req.op == "append":
             commit = req.commit
             assert commit is not None
@@ -283,22 +288,24 @@ class BatchWriter:
             commit.check()
         records = commit.records
         _check_records(records)
+        if commit.seq is not None and commit.seq <= self.last_seq:
+            raise _low_seq(commit.seq, self.last_seq)
         self._wrote = True
         if create is not None:
             epoch = commit.epoch or 0
-            rid = self._sql.insert_run(run_id, epoch, create, now_us())
+            rid = self._sql.insert_run(run_id, epoch, create, create.created or now_us())
             self._runs[run_id] = _Run(rid, epoch)
         else:
             rid = run.rid
-        first = self.last_seq + 1
-        last = self.last_seq + len(records)
-        ts = now_us()
+        first = self.last_seq + 1 if commit.seq is None else commit.seq
+        last = first + len(records) - 1
+        ts = now_us() if commit.ts is None else commit.ts
         rows = [
             (first + i, rid, r.kind, r.step, r.payload, last, ts) for i, r in enumerate(records)
         ]
         status = commit.status if create is None else None  # a new run's is in its row
         self._sql.write(
-            PreparedCommit(rid, rows, last, status, commit.inbox_taken, commit.snapshot)
+            PreparedCommit(rid, rows, last, status, commit.inbox_taken, _snapshot(commit))
         )
         self.last_seq = last
         if commit.on_written is not None:
@@ -310,7 +317,10 @@ class BatchWriter:
         if commit.check is not None:
             commit.check()
         _check_records(commit.records)
-        pending = self._request(Request("append", commit.run_id, commit, now_us()))
+        ts = now_us() if commit.ts is None else commit.ts
+        pending = self._request(Request("append", commit.run_id, commit, ts))
+        if commit.seq is not None:  # kept by the database unless the log is past it
+            self.last_seq = max(self.last_seq, commit.seq - 1)
         self.last_seq += len(commit.records)
         if commit.on_written is not None:
             commit.on_written(Seq(self.last_seq))
@@ -369,6 +379,17 @@ def _fenced(run_id: str, epoch: int | None, current: int | None) -> ConcurrencyE
         f" epoch is {current}; another executor took the run over"
     )
     return ConcurrencyError(msg, run_id=run_id)
+
+
+def _low_seq(seq: int, last: int) -> ValueError:
+    return ValueError(f"a commit cannot keep seq {seq}: the log's last seq is {last}")
+
+
+def _snapshot(commit: Commit) -> Snapshot | None:
+    snap = commit.snapshot
+    if snap is not None and not isinstance(snap, Snapshot):
+        snap = Snapshot(*snap)
+    return snap
 
 
 def _check_records(records: Sequence[Any]) -> None:

@@ -171,10 +171,11 @@ def test_posts_are_notified_to_listeners(pg: EventStore) -> None:
 FIXTURES = Path(__file__).with_name("fixtures")
 
 
-def load_v2_store(schema: str) -> str:
-    """The committed version-2 store (tests/fixtures/postgres-v2-store.sql) in ``schema``;
-    returns its URL."""
-    script = (FIXTURES / "postgres-v2-store.sql").read_text().replace("v2fixture", schema)
+def load_store(version: int, schema: str) -> str:
+    """A committed store of an older schema version (tests/fixtures/postgres-vN-store.sql)
+    in ``schema``; returns its URL."""
+    text = (FIXTURES / f"postgres-v{version}-store.sql").read_text()
+    script = text.replace(f"v{version}fixture", schema)
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         conn.execute(script)
     return f"{POSTGRES_URL}?schema={schema}"
@@ -189,11 +190,15 @@ def version_of(schema: str) -> str:
     return str(row[0])
 
 
-def test_a_version_2_store_is_read_as_it_is_and_migrated_when_written(schema: str) -> None:
-    """A store written before the write function (schema version 2) reads unchanged
-    read-only; opened for writing it migrates to version 3 and goes on: same records,
-    inbox, lease and snapshot, new commits fenced and numbered after the old ones."""
-    url = load_v2_store(schema)
+@pytest.mark.parametrize("version", [2, 3])
+def test_an_older_store_is_read_as_it_is_and_migrated_when_written(
+    schema: str, version: int
+) -> None:
+    """A store written before the write function (schema version 2: one snapshot a run;
+    3: many) reads unchanged read-only; opened for writing it migrates to version 4 and
+    goes on: same records, inbox, lease and snapshot, new commits fenced and numbered after
+    the old ones, by the write function."""
+    url = load_store(version, schema)
     before = [
         (1, "run-1", "run_started", None, '{"n": 1}', 2),
         (2, "run-1", "step_started", "first", "{}", 2),
@@ -201,16 +206,16 @@ def test_a_version_2_store_is_read_as_it_is_and_migrated_when_written(schema: st
     ]
     with EventStore(url, readonly=True) as ro:
         assert [tuple(r)[:6] for r in ro.records()] == before
-    assert version_of(schema) == "2"
+    assert version_of(schema) == str(version)
     with EventStore(url) as es:
-        assert version_of(schema) == "3"
+        assert version_of(schema) == "4"
         assert [tuple(r)[:6] for r in es.records()] == before
         assert es.run("run-1").status == "waiting"
         assert es.run("run-1").meta == {"workflow": "Old"}
         assert es.snapshot("run-1") == (3, '{"state": 1}')
         [entry] = es.inbox("run-1")
         assert es.post_sync("run-1", '{"again": 1}', key="k1") == entry.id
-        assert es.lease_of("run-1") == ("old-host", 1796122867659524)
+        assert es.lease_of("run-1") == ("old-host", 1796122867659524)  # long lapsed
         assert es.lease_sync("run-1", "new-host", 30.0)  # the old host's lapsed long ago
         assert not es.lease_sync("run-1", "old-host", 30.0)
         res = es.append_sync(
@@ -221,10 +226,12 @@ def test_a_version_2_store_is_read_as_it_is_and_migrated_when_written(schema: st
         with pytest.raises(ConcurrencyError, match="epoch 0 refused"):
             es.append_sync(Commit("run-1", [Record("late", None, "{}")], epoch=0))
         es.append_sync(Commit("run-1", [Record("step_finished", "second", "{}")], epoch=1))
+        es.append_sync(Commit("run-1", [], snapshot=(5, '{"state": 2}')))
         assert [r.seq for r in es.records("run-1")] == [1, 2, 3, 4, 5]
         assert es.run("run-1").status == "running"
+        assert es.snapshot("run-1") == (5, '{"state": 2}')
     with EventStore(url) as again:  # opened once more: nothing left to migrate
-        assert version_of(schema) == "3"
+        assert version_of(schema) == "4"
         assert again.head() == 5
 
 

@@ -193,18 +193,3 @@ def test_creation_without_hard_links_creates_in_place(
     works(path)
     assert pragma(path, "auto_vacuum") == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"]
-
-
-def test_a_postgres_url_reaches_libpq_as_written() -> None:
-    """Our ``schema`` parameter is taken out of a PostgreSQL URL; the rest of it (a
-    password with ``+``, ``%2B`` or ``%20`` in it) goes to libpq byte for byte."""
-    from eventstore._postgres import _split
-
-    url = "postgresql://u:p+w%2B@h:5/db?password=a+b%2Bc%20d&schema=s_1&sslmode=disable"
-    assert _split(url) == (
-        "postgresql://u:p+w%2B@h:5/db?password=a+b%2Bc%20d&sslmode=disable",
-        "s_1",
-    )
-    assert _split("postgres://h/db") == ("postgres://h/db", "public")
-    with pytest.raises(ValueError, match="plain identifier"):
-        _split("postgresql://h/db?schema=a%3Bdrop")

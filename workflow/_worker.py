@@ -15,6 +15,7 @@ import signal
 from typing import TYPE_CHECKING, Final
 
 from ._errors import RunAbandonedError, RunLostError, WorkflowError
+from ._recover import has_work, is_run_of
 
 if TYPE_CHECKING:
     from ._handler import WorkflowHandler
@@ -57,19 +58,18 @@ class Worker:
         """Runs to take: read in a thread, so the event loop goes on meanwhile (each read is
         a round trip to a PostgreSQL server)."""
         wf = self.workflow
-        name = wf._name.split(":")[-1]
         out = []
         for r in wf.runs():
-            if r.workflow.split(":")[-1] != name or r.run_id in self._active:
+            if not is_run_of(wf, r) or r.run_id in self._active:
                 continue
             if r.status == "interrupted":
                 out.append(r.run_id)
             elif (
                 r.status == "waiting"
-                and wf.store.inbox(r.run_id)
+                and has_work(wf, r)
                 and not wf._owners.is_owned(wf.store.run(r.run_id).rid, r.run_id)
             ):
-                out.append(r.run_id)  # an answer arrived for a run nobody runs
+                out.append(r.run_id)  # an answer arrived (or a deadline passed), nobody runs it
         return out
 
     async def _finish(self, run_id: str, handler: WorkflowHandler) -> None:
