@@ -226,3 +226,28 @@ def test_leases_follow_the_rules_within_a_batch(store: EventStore, writer: Batch
     lease = store.lease_of("r1")
     assert lease is not None
     assert lease[0] == "b"
+
+
+def test_a_commit_keeps_its_seqs_when_the_log_is_short_of_them(
+    store: EventStore, writer: BatchWriter
+) -> None:
+    """A commit with ``seq`` (an imported run) lands there, the seqs between never used;
+    one the log is already past is refused alone, and the next commit follows the kept."""
+    started(writer)
+    out = writer.run_batch(
+        [
+            add(Commit("r1", [rec("kept"), rec("kept")], seq=10, ts=123)),
+            add(Commit("r1", [rec("late")], seq=5)),
+            add(Commit("r1", [rec("next")])),
+        ]
+    )
+    assert [ok for ok, _ in out] == [True, False, True]
+    assert (out[0][1].first_seq, out[0][1].last_seq, out[0][1].ts) == (10, 11, 123)
+    assert isinstance(out[1][1], ValueError)
+    assert "cannot keep seq 5: the log's last seq is 11" in str(out[1][1])
+    assert kinds(store) == [
+        (1, "run_started", 1),
+        (10, "kept", 11),
+        (11, "kept", 11),
+        (12, "next", 12),
+    ]
