@@ -127,9 +127,12 @@ def fold_run(
     info = run_info(store, run_id)
     if seq is not None and (info.first_seq is None or seq < info.first_seq):
         raise CheckpointNotFoundError(run_id, seq, info.first_seq)
-    if cached:
+    # The latest state is the log as the run's row was read: a snapshot another process
+    # wrote since (its records not in ``info``) is not one to check against it.
+    upto = seq if seq is not None else info.last_seq
+    if cached and upto is not None:
         below: int | None = None
-        while (snap := store.find_snapshot(run_id, seq, below=below)) is not None:
+        while (snap := store.find_snapshot(run_id, upto, below=below)) is not None:
             state = _from_snapshot(store, info, snap, seq)
             if state is not None:
                 return state
