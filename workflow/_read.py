@@ -337,10 +337,11 @@ def run_summaries(
     live owner. With ``owned`` False, a run a live executor owns is only ``running`` (which
     saves folding it, for listings that skip owned runs anyway)."""
     out = []
+    is_owned = owners.owned_now() if isinstance(owners, LeaseOwners) else owners.is_owned
     for info in store.runs():
         status = info.status or "running"
         waiting_for: tuple[str, ...] = ()
-        unowned = status == "running" and not owners.is_owned(info.rid, info.run_id)
+        unowned = status == "running" and not is_owned(info.rid, info.run_id)
         # A live owner may be waiting too; asking costs a fold, once per change of its log.
         if status == "waiting" or unowned or (status == "running" and owned):
             waits = waits_of(store, info)
