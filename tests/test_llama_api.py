@@ -39,9 +39,9 @@ from workflow.events import (
 from workflow.testing import WorkflowTestRunner
 
 # Every public name LlamaIndex Workflows 2.26.1 defines in each module we mirror (those of
-# .context, .resource and the top-level catch_error belong to their own issues).
+# .context belong to their own issue).
 LLAMA_NAMES = {
-    "workflow": ["Context", "Workflow", "step"],
+    "workflow": ["Context", "Workflow", "catch_error", "step"],
     "workflow.events": [
         "DictLikeModel",
         "Event",
@@ -50,6 +50,7 @@ LLAMA_NAMES = {
         "InputRequiredEvent",
         "InternalDispatchEvent",
         "StartEvent",
+        "StepFailedEvent",
         "StepState",
         "StepStateChanged",
         "StopEvent",
@@ -70,7 +71,21 @@ LLAMA_NAMES = {
         "WorkflowTimeoutError",
         "WorkflowValidationError",
     ],
-    "workflow.decorators": ["StepConfig", "StepGraphCheck", "WorkflowGraphCheck", "step"],
+    "workflow.decorators": [
+        "StepConfig",
+        "StepFailedEvent",
+        "StepGraphCheck",
+        "WorkflowGraphCheck",
+        "catch_error",
+        "step",
+    ],
+    "workflow.resource": [
+        "Resource",
+        "ResourceConfig",
+        "ResourceDefinition",
+        "ResourceDescriptor",
+        "ResourceManager",
+    ],
     "workflow.handler": ["WorkflowHandler"],
     "workflow.workflow": ["Workflow"],
     "workflow.testing": ["WorkflowTestRunner"],

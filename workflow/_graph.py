@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from eventstore import class_name
 
+from ._catch_error import StepFailedEvent
 from ._errors import WorkflowConfigurationError, WorkflowValidationError
 from ._events import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
 from ._journal import StepShape
@@ -118,12 +119,13 @@ class Graph:
             raise WorkflowValidationError(msg)
         start = self.start_event_class()
         produced = {t for s in self.steps.values() for t in s.returns} | {start}
-        boundary_in = (InputRequiredEvent, HumanResponseEvent, StopEvent)
+        # A human's response comes from send(); a failure from the engine, for @catch_error.
+        boundary_in = (InputRequiredEvent, HumanResponseEvent, StopEvent, StepFailedEvent)
         orphans: dict[str, str] = {}
         for name, spec in self.steps.items():
             for t in spec.accepted:
                 if issubclass(t, boundary_in) or name in self._produced_takers(produced, t):
-                    continue  # a human's response comes from send()
+                    continue
                 orphans.setdefault(t.__name__, name)
         if orphans:
             where = "; ".join(f"step {s!r} consumes {t}" for t, s in orphans.items())
@@ -158,8 +160,9 @@ class Graph:
         takers = {
             t: [n for n in self.steps if n in self.route(t)] for t in self.event_types() | {start}
         }
-        # Forward: from the start event and the responses humans send.
-        seeds = [start] + [t for t in takers if issubclass(t, HumanResponseEvent)]
+        # Forward: from the start event, the responses humans send and the failures that
+        # @catch_error handlers take.
+        seeds = [start] + [t for t in takers if issubclass(t, HumanResponseEvent | StepFailedEvent)]
         reached: set[str] = set()
         todo = [n for t in seeds for n in takers.get(t, ())]
         while todo:

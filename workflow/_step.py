@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from ._errors import WorkflowValidationError
 from ._events import Event
+from .resource import ResourceDefinition, resource_of
 from .retry_policy import RetryPolicy, _SeedlessRetryPolicy
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ class StepSpec:
     ctx_param: str | None
     num_workers: int
     retry_policy: Policy | None
+    # Parameters annotated Annotated[T, Resource(...)]: given to it, never events.
+    resources: tuple[ResourceDefinition, ...] = ()
     # A method gets the workflow as its first argument; a free function (add_step) not.
     bound: bool = True
     # A plain ``def`` runs in a worker thread, off the event loop.
@@ -82,6 +85,7 @@ class StepSpec:
             context_parameter=self.ctx_param,
             num_workers=self.num_workers,
             retry_policy=self.retry_policy,
+            resources=list(self.resources),
             context_state_type=self.state_type,
             skip_graph_checks=list(self.skip_graph_checks),
             accept_event_subclasses=self.accept_event_subclasses,
@@ -160,17 +164,15 @@ def step(
             num_workers, retry_policy, skips, accept_event_subclasses, localns or None
         )
         setattr(f, STEP_ATTR, options)
-        free = _is_free_function(f.__qualname__)
-        spec = _try_inspect(f.__name__, f, bound=not free)
+        bound = _takes_self(f)
+        spec = _try_inspect(f.__name__, f, bound=bound)
         if spec is not None:
             f._step_config = spec.config()  # type: ignore[attr-defined]
-        if free:
-            if workflow is None:
-                msg = (
-                    f"To decorate {f.__name__} please pass a workflow class to the @step decorator."
-                )
-                raise WorkflowValidationError(msg)
+        if workflow is not None:
             workflow.add_step(f)
+        elif not bound:
+            msg = f"To decorate {f.__name__} please pass a workflow class to the @step decorator."
+            raise WorkflowValidationError(msg)
         return f
 
     if func is not None:
@@ -213,6 +215,15 @@ def _caller_locals(up: int, depth: int = 3) -> dict[str, Any]:
         return out
     finally:
         del frame
+
+
+def _takes_self(f: Callable[..., Any]) -> bool:
+    """Whether ``f`` is called with the workflow first: a method (by its qualified name),
+    or a function whose first parameter is named ``self`` (one set on a class later)."""
+    if not _is_free_function(f.__qualname__):
+        return True
+    params = list(inspect.signature(f).parameters)
+    return bool(params) and params[0] == "self"
 
 
 def _is_free_function(qualname: str) -> bool:
@@ -300,12 +311,13 @@ def inspect_step(name: str, func: Callable[..., Any], *, bound: bool = True) -> 
     where = f"step {name!r}"
     hints = _hints(name, func)
     params = list(inspect.signature(func).parameters.values())
-    if params and (bound or (params[0].name == "self" and params[0].name not in hints)):
-        params = params[1:]  # self (also an unannotated one of a function, as LlamaIndex)
+    if params and bound:
+        params = params[1:]  # self
     event_param: str | None = None
     ctx_param: str | None = None
     state_type: type | None = None
     accepted: tuple[type[Event], ...] = ()
+    resources: list[ResourceDefinition] = []
     for p in params:
         ann = hints.get(p.name)
         if ann is None:
@@ -314,6 +326,12 @@ def inspect_step(name: str, func: Callable[..., Any], *, bound: bool = True) -> 
         if _is_context(ann):
             ctx_param = p.name
             state_type = _state_type(ann)
+            continue
+        found = resource_of(ann)
+        if found is not None:
+            resources.append(
+                ResourceDefinition(name=p.name, resource=found[0], type_annotation=found[1])
+            )
             continue
         if event_param is not None:
             msg = f"{where}: takes more than one event parameter ({event_param!r}, {p.name!r})"
@@ -344,6 +362,7 @@ def inspect_step(name: str, func: Callable[..., Any], *, bound: bool = True) -> 
         skip_graph_checks=options.skip_graph_checks,
         accept_event_subclasses=options.accept_event_subclasses,
         state_type=state_type,
+        resources=tuple(resources),
     )
 
 
@@ -363,10 +382,10 @@ def collect_steps(
     cls: type, funcs: dict[str, Callable[..., Any]] | None = None
 ) -> dict[str, StepSpec]:
     """The specs of a workflow class's steps (or of ``funcs``, as :func:`step_functions`
-    lists them), by name. A method gets the workflow as its first argument; a function
-    added with ``add_step`` does not."""
-    free = {n for klass in cls.__mro__ for n in vars(klass).get("_step_functions", {})}
+    lists them), by name. A method gets the workflow as its first argument; so does a
+    function added with ``add_step`` whose first parameter is ``self``, but no other."""
+    added = {n for klass in cls.__mro__ for n in vars(klass).get("_step_functions", {})}
     return {
-        name: inspect_step(name, f, bound=name not in free)
+        name: inspect_step(name, f, bound=name not in added or _takes_self(f))
         for name, f in (step_functions(cls) if funcs is None else funcs).items()
     }

@@ -30,6 +30,7 @@ from eventstore import (
 )
 
 from . import _journal as J
+from ._catch_error import catchers
 from ._changes import encode_updates
 from ._context import StateDict
 from ._diff import TrackedDict, TrackedList
@@ -43,7 +44,7 @@ from ._events import Event, StartEvent, StopEvent
 from ._fold import Folded, to_run_state
 from ._graph import Graph
 from ._handler import WorkflowHandler
-from ._ownership import LeaseOwners, Owners
+from ._ownership import LEASE_TTL_S, LeaseOwners, Owners
 from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
 from ._recover import Recoveries, is_run_of, over_recovery_limit, same_name
 from ._recover import recover as recover_runs
@@ -51,6 +52,7 @@ from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
 from ._step import GRAPH_CHECKS, STEP_ATTR, collect_steps, graph_checks, step_functions
 from ._waits import Delivery
+from .resource import ResourceManager, check_configs
 
 __all__ = ["RunSummary", "Workflow"]
 
@@ -96,6 +98,13 @@ class Workflow:
         pickles, and read pickles back. Off by default: the log is then no longer plain
         JSON, and reading it runs whatever code it names, so read only logs you trust.
         Every program that reads such a run (resume, fork, ``state_at``) must opt in too.
+    :param resource_manager: where the steps' resources are built and cached (a new one
+        by default: cached resources are this workflow object's).
+    :param lease_ttl: on a PostgreSQL store, the seconds a run's lease lasts unless its
+        executor renews it (every third of that): how soon another host takes over the
+        runs of a host that died or was cut off, and how long such a host's runs wait.
+        None: :data:`~workflow._ownership.LEASE_TTL_S` (10 s). Stores on one machine need
+        no lease: the kernel frees a dead process's runs at once.
     """
 
     # Free functions added as steps (``add_step``, ``@step(workflow=Cls)``), per class.
@@ -122,7 +131,12 @@ class Workflow:
         num_concurrent_runs: int | None = None,
         skip_graph_checks: Iterable[str] | None = None,
         allow_pickle: bool = False,
+        resource_manager: ResourceManager | None = None,
+        lease_ttl: float | None = None,
     ) -> None:
+        if lease_ttl is not None and not lease_ttl > 0:
+            msg = f"lease_ttl must be a positive number of seconds, not {lease_ttl!r}"
+            raise ValueError(msg)
         skips = list(graph_checks(skip_graph_checks, GRAPH_CHECKS))
         if num_concurrent_runs is not None and num_concurrent_runs < 1:
             msg = f"num_concurrent_runs must be at least 1 (or None), not {num_concurrent_runs}"
@@ -133,7 +147,11 @@ class Workflow:
         self._num_concurrent_runs = num_concurrent_runs
         self._run_slots: dict[int, asyncio.Semaphore] = {}
         self._graph = Graph(collect_steps(type(self)))
+        # Which @catch_error handler takes over which step once it is out of retries.
+        self._catchers = catchers(self._graph.steps, type(self).__name__)
         self._validate()
+        # Resources are this object's, never the log's: a resume elsewhere builds its own.
+        self._resource_manager = resource_manager or ResourceManager()
         self._store = _open_store(store)
         self._timeout = timeout
         self._verbose = verbose
@@ -163,7 +181,7 @@ class Workflow:
         # Kernel locks need a file (one machine); a shared PostgreSQL store needs leases.
         self._owners: Owners | LeaseOwners
         if self._store.kind == "postgres":
-            self._owners = LeaseOwners(self._store)
+            self._owners = LeaseOwners(self._store, lease_ttl or LEASE_TTL_S)
         else:
             sidecar = self._store.path if self._store.kind == "sqlite" else None
             self._owners = Owners(sidecar, memory_key=str(id(self._store)))
@@ -232,6 +250,9 @@ class Workflow:
         steps = collect_steps(type(self), self._get_steps())
         graph = Graph(steps)
         graph.validate(type(self).__name__, self._skip_graph_checks)
+        check_configs(
+            {n: sp.resources for n, sp in steps.items() if sp.resources}, type(self).__name__
+        )
         from ._events import HumanResponseEvent, InputRequiredEvent
 
         return any(
@@ -599,6 +620,7 @@ class Workflow:
                         attempts=p.attempt,
                         failures=0 if failed else p.failures,
                         redelivered=True,
+                        failure=None if failed else p.failure,
                     ),
                 )
         for step, queue in folded.queues.items():

@@ -1,5 +1,6 @@
 """The event classes, where LlamaIndex Workflows puts them (``workflows.events``)."""
 
+from ._catch_error import StepFailedEvent
 from ._events import (
     DictLikeModel,
     Event,
@@ -26,6 +27,7 @@ __all__ = [
     "InputRequiredEvent",
     "InternalDispatchEvent",
     "StartEvent",
+    "StepFailedEvent",
     "StepState",
     "StepStateChanged",
     "StopEvent",
