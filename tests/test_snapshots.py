@@ -288,11 +288,15 @@ def test_a_store_keeps_many_snapshots_a_run(tmp_path: Path) -> None:
         store.append_sync(Commit("r", [Record("a"), Record("b")], create=NewRun()))
         store.append_sync(Commit("r", [Record("c")], snapshot=Snapshot(2, "two", 7, 2)))
         store.append_sync(Commit("r", [Record("d")], snapshot=(3, "three")))
-        store.append_sync(Commit("r", [], snapshot=Snapshot(3, "three again", 7, 3)))
-        assert store.find_snapshot("r") == Snapshot(3, "three again", 7, 3)
+        assert store.find_snapshot("r") == Snapshot(3, "three", 0, None)
         assert store.find_snapshot("r", 2) == Snapshot(2, "two", 7, 2)
         assert store.find_snapshot("r", 3, below=3) == Snapshot(2, "two", 7, 2)
         assert store.find_snapshot("r", 1) is None
+        assert store.find_snapshot("r", version=0) == Snapshot(3, "three", 0, None)
+        store.append_sync(Commit("r", [], snapshot=Snapshot(3, "three again", 7, 3)))
+        assert store.find_snapshot("r") == Snapshot(3, "three again", 7, 3)
+        assert store.find_snapshot("r", version=0) is None
+        assert store.find_snapshot("r", version=7) == Snapshot(3, "three again", 7, 3)
         assert store.snapshot_stats("r") == (2, len("two") + len("three again"))
         assert [s.seq for s in snapshots(store, "r")] == [2, 3]
 

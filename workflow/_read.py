@@ -125,7 +125,9 @@ def fold_run(
         raise CheckpointNotFoundError(run_id, seq, info.first_seq)
     if cached:
         below: int | None = None
-        while (snap := store.find_snapshot(run_id, seq, below=below)) is not None:
+        while (
+            snap := store.find_snapshot(run_id, seq, below=below, version=FOLD_VERSION)
+        ) is not None:
             state = _from_snapshot(store, info, snap, seq)
             if state is not None:
                 return state
