@@ -179,6 +179,19 @@ async def test_a_read_replays_only_from_the_nearest_snapshot(tmp_path: Path) -> 
         assert Chat(store=damaged).state_at(run_id, seq).context["turns"] > 1
 
 
+@pytest.mark.postgres
+async def test_snapshots_on_postgres_are_the_fold_and_serve_reads() -> None:
+    """On PostgreSQL too, the executor's snapshots are kept many a run through the shared
+    writer, each equal to the pure fold, and a read at any seq folds on from one."""
+    with postgres_store() as store:
+        _, run_id = await chat(store, 400)
+        snaps = assert_snapshots_are_the_fold(store, run_id)
+        assert len(snaps) > 3
+        for snap in snaps[1:-1]:
+            seq = snap.seq + 4
+            assert same(fold_run(store, run_id, seq), fold_run(store, run_id, seq, cached=False))
+
+
 # ----------------------------------------------------------------------------- unfit ones
 
 
