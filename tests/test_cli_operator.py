@@ -15,6 +15,7 @@ import pytest
 
 from tests.flows import Asker, ReportFlow
 from tests.test_cli import invoke, ok, run_to_end
+from tests.ui_server import waiting_asker
 from workflow import WorkflowCancelledError
 from workflow.cli._filters import RunFilter, parse_since, parse_statuses
 
@@ -34,15 +35,9 @@ def mixed(tmp_path: Path) -> Path:
         h = wf.run_from(("rep", at), updates={"var": 1})
         await h
         wf.store.close()
-        asker = Asker(store=db, timeout=None)
-        ha = asker.run(run_id="ask")
-        await ha.wait_until_waiting(30)
-        await ha.suspend()
-        with pytest.raises(Exception, match="suspend"):
-            await ha
-        asker.store.close()
 
     asyncio.run(more())
+    waiting_asker(db, "ask")
     return db
 
 

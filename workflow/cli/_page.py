@@ -532,13 +532,14 @@ document.onkeydown = ev => {
 };
 function fromHash() {
   const m = /seq=(\d+)/.exec(location.hash);
-  select(m ? commitAt(Number(m[1])) : N - 1);
+  select(m ? commitAt(Number(m[1])) : D.seq != null ? commitAt(D.seq) : N - 1);
 }
 window.onhashchange = fromHash;
 if (/selftest/.test(location.hash)) selftest();
 const follow = view.follow;
 if (follow) select(N - 1); else fromHash();
 document.body.dataset.commits = String(N);
+document.body.dataset.lastSeq = String(N ? C.seq[N - 1] : 0);
 document.body.dataset.failures = FAILS.map(ci => C.seq[ci]).join(",");
 document.body.dataset.axis = view.axis;
 document.body.dataset.status = D.run.status;
