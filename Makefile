@@ -52,11 +52,10 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
 # Browser tests of the timeline and graph pages and of the web UI (tests/browser, never part
-# of `make test`): Debian's chromium renders them headless, driven by Playwright (the browser
-# extra; Playwright's own browser downloads are never used); chromium is installed when
-# missing (needs root).
+# of `make test`): Debian's chromium renders them headless, the UI's driven by Playwright (a
+# dev dependency; its own browser downloads are never used); the ui extra serves them.
+# Chromium is installed when missing (needs root).
 .PHONY: test-browser
 test-browser: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[dev,ui,browser]'
 	command -v chromium >/dev/null 2>&1 || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 	$(PY) -m pytest -q -p no:cacheprovider tests/browser

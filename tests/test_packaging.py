@@ -17,8 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("eventstore", "workflow")
-# Extras that only tools, benchmarks and the browser tests use: the packages never import them.
-TOOL_EXTRAS = frozenset({"dev", "bench", "browser"})
+# Extras that only tools and benchmarks use: the packages never import them.
+TOOL_EXTRAS = frozenset({"dev", "bench"})
 _NOT_SOURCES = (".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", "*.db*")
 
 

@@ -82,7 +82,7 @@ details.traceback summary { cursor: pointer; color: var(--failed); }
 </style>
 </head>
 <body data-ready="0">
-<header id="head"></header>
+__UI_HTML__<header id="head"></header>
 <nav>
   <button id="first" title="First commit (Home)">&#xAB;</button>
   <button id="prev" title="Previous commit (&#x2190;)">&#x25C0;</button>
@@ -111,7 +111,7 @@ details.traceback summary { cursor: pointer; color: var(--failed); }
 <div id="chart"><svg id="labels"></svg><div id="scroll"><svg id="svg"></svg></div></div>
 <div id="panels"><section id="state"></section><section id="diff"></section></div>
 <pre id="selftest" hidden></pre>
-__UI_HTML__<script type="application/json" id="data">__DATA__</script>
+<script type="application/json" id="data">__DATA__</script>
 <script>
 "use strict";
 (function () {
