@@ -136,10 +136,6 @@ class Executor(ContextChanges, WaitsAndInbox):
             name: asyncio.Queue() for name in self.graph.steps
         }
         self.buffers: dict[str, dict[str, list[tuple[int, Event]]]] = {}
-        # Puts into live buffers not committed yet, by event id, and the puts undone while
-        # another attempt held them taken (by id of the entry, which that attempt holds).
-        self._put_owner: dict[int, Attempt] = {}
-        self._dead_puts: set[int] = set()
         self.waiters: dict[str, WaitInfo] = {}
         self.answers: dict[str, tuple[int, Event] | None] = {}
         self.unclaimed: dict[int, Event] = {}
@@ -239,67 +235,15 @@ class Executor(ContextChanges, WaitsAndInbox):
             else:
                 self._pins.pop(key, None)
 
-    def live_buffer(self, buf_key: str) -> dict[str, list[tuple[int, Event]]]:
-        """The live collect buffer ``buf_key``, which collect_events changes in place."""
-        buf = self.buffers.get(buf_key)
-        if buf is None:
-            buf = self.buffers[buf_key] = {}
-        return buf
-
-    def collect_put(self, att: Attempt, buf_key: str, entry: tuple[int, Event]) -> None:
-        """An attempt put ``entry`` in a live buffer; it is pending until the attempt commits."""
-        att.collect_base = max(att.collect_base, self.versions.get(COLLECT_PREFIX + buf_key, 0))
-        if att.outcome is None:
-            att.outcome = asyncio.get_running_loop().create_future()
-        self._put_owner[entry[0]] = att
-
-    def collect_take(self, att: Attempt, buf_key: str, taken: list[tuple[int, Event]]) -> None:
-        """An attempt took ``taken`` out of a live buffer: its commit must follow the commits
-        of the attempts that put them, and it cannot commit if one of those is undone."""
-        att.taken.append((buf_key, taken))
-        for ev_id, _ in taken:
-            owner = self._put_owner.get(ev_id)
-            if owner is None or owner is att or owner.outcome is None:
-                continue
-            # Two attempts that each took what the other put (two buffers, two calls each)
-            # would wait for each other: that rare order is committed as it comes.
-            if att.outcome is not None and att.outcome in owner.deps:
-                continue
-            att.deps.append(owner.outcome)
-
-    def _collects_done(self, att: Attempt, *, committed: bool, seq: int = 0) -> None:
-        """Settles an attempt's collects: kept when it committed (at ``seq``), else undone
-        in reverse."""
-        for key, _, put, _ in att.collects:
-            if put is not None and self._put_owner.get(put[0]) is att:
-                del self._put_owner[put[0]]
-            if committed:
-                self.versions[COLLECT_PREFIX + key] = seq
-        if not committed:
-            for key, entries in reversed(att.taken):
-                buf = self.live_buffer(key)
-                for entry in reversed(entries):
-                    if id(entry) in self._dead_puts:  # its put was undone: it is gone
-                        self._dead_puts.discard(id(entry))
-                        continue
-                    buf.setdefault(type(entry[1]).__qualname__, []).insert(0, entry)
-            for key, _, put, _ in reversed(att.collects):
-                if put is None:
-                    continue
-                events = self.live_buffer(key).get(type(put[1]).__qualname__)
-                i = next((i for i, e in enumerate(events or ()) if e is put), None)
-                if events is not None and i is not None:
-                    del events[i]
-                    if not events:
-                        del self.buffers[key][type(put[1]).__qualname__]
-                else:  # taken by an attempt not yet committed, which must not commit now
-                    self._dead_puts.add(id(put))
-        att.collects.clear()
-        att.taken.clear()
-        att.deps.clear()
-        if att.outcome is not None and not att.outcome.done():
-            att.outcome.set_result(committed)
-        att.outcome = None
+    def read_buffer(self, att: Attempt, buf_key: str) -> dict[str, list[tuple[int, Event]]]:
+        local = att.buffers.get(buf_key)
+        if local is None:
+            vkey = COLLECT_PREFIX + buf_key
+            if vkey not in att.reads:
+                att.reads[vkey] = self.versions.get(vkey, 0)
+            committed = self.buffers.get(buf_key, {})
+            local = att.buffers[buf_key] = {t: list(es) for t, es in committed.items()}
+        return local
 
     def stream_now(self, event: Event, att: Attempt | None) -> None:
         if att is not None:
@@ -562,8 +506,6 @@ class Executor(ContextChanges, WaitsAndInbox):
                     print(f"Step {step} failed ({exc!r}), retrying in {delay} s")  # noqa: T201
                 await asyncio.sleep(delay)
             finally:
-                if att.collects:  # it did not commit (or its commit raised): undone
-                    self._collects_done(att, committed=False)
                 if att.holds_lock:
                     self.state_lock.release()
                 self._unpin(att)
@@ -722,7 +664,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                     att.event_id,
                     att.attempt,
                     ids,
-                    max(max(att.reads.values(), default=0), att.collect_base),
+                    max(att.reads.values(), default=0),
                     att.answers_used,
                 )
             )
@@ -739,10 +681,8 @@ class Executor(ContextChanges, WaitsAndInbox):
             self._refuse_text(att, emitted, result)
             raise
         written = [c.key for c in changes]
-        if att.deps and not all(await asyncio.gather(*att.deps)):
-            # An event it took from a buffer was put by an attempt that did not commit.
-            await self._commit_conflict(att, sorted({COLLECT_PREFIX + k for k, _ in att.taken}))
-            return None
+        if att.collects:
+            written.extend(COLLECT_PREFIX + b for b in {c[0] for c in att.collects})
 
         def check() -> None:
             stale = self._stale(att)
@@ -791,8 +731,9 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._unpin(att)
         att.reads.clear()
         self._apply_changes(changes, seq)
-        if att.collects:
-            self._collects_done(att, committed=True, seq=seq)
+        for buf_key, local in att.buffers.items():
+            self.buffers[buf_key] = {t: es for t, es in local.items() if es}
+            self.versions[COLLECT_PREFIX + buf_key] = seq
         for wid in att.answers_used:
             self.answers.pop(wid, None)
         for ev_id, (ev, target) in zip(ids, emitted, strict=True):

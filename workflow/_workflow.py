@@ -31,7 +31,7 @@ from eventstore import (
 
 from . import _journal as J
 from ._changes import encode_updates
-from ._diff import register_views
+from ._diff import TrackedDict, TrackedList
 from ._errors import (
     RunFinishedError,
     WorkflowChangedError,
@@ -118,7 +118,8 @@ class Workflow:
         )
         self._codec.register(*self._graph.event_types(), *types)
         # Views handed out by ctx.store.get are written as the value they show.
-        register_views(self._codec)
+        self._codec.register_proxy(TrackedList, list)
+        self._codec.register_proxy(TrackedDict, lambda view: dict(view.items()))
         self._state_type: type | None = self._find_state_type()
         if self._state_type is not None:
             self._codec.register(self._state_type)
@@ -585,6 +586,9 @@ class Workflow:
         The run's executor takes it in promptly; a resume takes pending ones first. With
         an ``idempotency_key`` the event is recorded once however often it is sent.
         """
+        if not isinstance(event, Event):  # a dict would be parked, never meeting a wait
+            msg = f"send takes an Event, not {type(event).__qualname__}"
+            raise WorkflowRuntimeError(msg)
         info = self._run_info(run_id)
         if (info.status or "running") in TERMINAL:
             msg = f"run {run_id!r} has {info.status}; nothing would take the event in"
