@@ -8,10 +8,13 @@ import hashlib
 import json
 import re
 import urllib.request
+import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 
+from tests.conftest import POSTGRES_URL
 from tests.flows import Asker, ReportFlow
 from tests.test_cli import invoke, run_to_end
 from tests.ui_server import get, post, serving, status_of, wait_for, waiting_asker
@@ -215,6 +218,9 @@ def test_actions_for_workers(tmp_path: Path) -> None:
         new = answer["run_id"]
         assert answer["href"] == f"/runs/{new}"
         assert status_of(base, new) == "interrupted"
+        code, answer = post(f"{base}/runs/{new}/resume", {})
+        assert code == 200, answer
+        assert "a worker of its workflow claims it" in answer["message"]
         code, answer = post(base + "/runs/rep/fork", {"seq": at, "updates": '{"var": 1}'})
         assert code == 409
         assert "needs an executor: start the server with --execute" in answer["message"]
@@ -309,3 +315,23 @@ def test_actions_executed_by_the_server(tmp_path: Path) -> None:
         code, answer = post(base + "/runs/ask/resume", {})
         assert code == 409
         assert "has finished; fork it" in answer["message"]
+
+
+@pytest.mark.postgres
+def test_serves_a_postgresql_store() -> None:
+    """A PostgreSQL URL is served as a file is: the run list and a run's page."""
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    url = f"{POSTGRES_URL}?schema={schema}"
+    try:
+        run_to_end(ReportFlow(store=url, timeout=None), run_id="rep")
+        with serving(url) as base:
+            code, _, page = get(base + "/")
+            assert code == 200
+            assert 'data-run="rep"' in page
+            code, _, data = get(base + "/runs/rep/data")
+            assert code == 200
+            assert json.loads(data)["run"]["status"] == "failed"
+            assert status_of(base, "rep") == "failed"
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager
-def serving(db: Path, *args: str) -> Iterator[str]:
+def serving(db: Path | str, *args: str) -> Iterator[str]:
     """Starts ``workflow serve DB --port 0 ARGS`` and yields its base URL; stops it after."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "workflow", "serve", str(db), "--port", "0", *args],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from typing import Any
 
@@ -64,7 +65,8 @@ def serve(
     actions = None
     if allow_actions and workflow_spec is not None:
         actions = Actions(load_workflow(workflow_spec, db, timeout=None), execute=execute)
-    app = create_app(store, db, view, actions)
+    where = re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", db)  # never show a password
+    app = create_app(store, where, view, actions)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -78,7 +80,7 @@ def serve(
     bound: Any = sock.getsockname()
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     mode = "read-only" if actions is None else actions.who
-    click.echo(f"serving {db} at http://{shown}:{bound[1]}/ ({mode}); Ctrl-C stops", err=True)
+    click.echo(f"serving {where} at http://{shown}:{bound[1]}/ ({mode}); Ctrl-C stops", err=True)
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1, lifespan="on")
     try:
         uvicorn.Server(config).run(sockets=[sock])

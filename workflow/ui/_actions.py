@@ -23,6 +23,7 @@ from .. import _journal as J
 from .._errors import WorkflowError, WorkflowRuntimeError
 from .._events import Event
 from .._handler import WorkflowHandler
+from .._ownership import probe_owners
 from .._read import check_seq, fold_run, run_info
 from .._state import TERMINAL
 from .._workflow import Workflow
@@ -127,6 +128,9 @@ class Actions:
                     f" --execute, or run `workflow resume` with its --workflow)"
                 )
                 raise ActionError(409, msg)
+            info = run_info(self.wf.store, run_id)
+            if probe_owners(self.wf.store).is_owned(info.rid, run_id):
+                raise ActionError(409, f"run {run_id!r} is running in another process")
             return Done(f"run {run_id} is unfinished: a worker of its workflow claims it", run_id)
         try:
             handler = self.wf.resume(run_id, cancelled=True)

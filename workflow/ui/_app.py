@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
@@ -16,6 +17,7 @@ import orjson
 
 try:
     from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
     from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
@@ -92,11 +94,11 @@ class UI:
         every = run_summaries(self.store, probe_owners(self.store))
         return q, every, keep.apply(every)
 
-    async def runs(self, request: Request) -> Response:
+    def runs(self, request: Request) -> Response:
         q, every, shown = self._listing(request)
         return HTMLResponse(runs_page(self.where, every, shown, q, self.store.head()))
 
-    async def runs_table(self, request: Request) -> Response:
+    def runs_table(self, request: Request) -> Response:
         _, every, shown = self._listing(request)
         forks: dict[str, int] = {}
         for s in every:
@@ -112,7 +114,7 @@ class UI:
         data["link"] = "/runs/{}"
         return data
 
-    async def run_page(self, request: Request) -> Response:
+    def run_page(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         seq = _seq_param(request.query_params.get("seq"))
         data = self._data(run_id)
@@ -125,14 +127,14 @@ class UI:
         bar, script = run_extras(None if self.actions is None else self.actions.who)
         return HTMLResponse(render_page(data, bar, script))
 
-    async def run_data(self, request: Request) -> Response:
+    def run_data(self, request: Request) -> Response:
         return Response(
             orjson.dumps(self._data(request.path_params["run_id"])),
             200,
             media_type="application/json",
         )
 
-    async def run_state(self, request: Request) -> Response:
+    def run_state(self, request: Request) -> Response:
         """The state at ``?seq=`` (the latest without one) as ``workflow state --json``."""
         run_id = request.path_params["run_id"]
         seq = _seq_param(request.query_params.get("seq"))
@@ -241,9 +243,16 @@ class UI:
 
 
 def _errors(handler: Any) -> Any:
+    """The route's answer, or a page (JSON for the data routes) saying what was wrong. A
+    plain function runs in a worker thread: reading a long run must not hold up the streams
+    (nor, with --execute, the runs this process executes)."""
+
     async def wrapped(request: Request) -> Response:
         try:
-            response: Response = await handler(request)
+            if inspect.iscoroutinefunction(handler):
+                response: Response = await handler(request)
+            else:
+                response = await run_in_threadpool(handler, request)
         except _BadInput as exc:
             if request.url.path.endswith(("/data", "/state", "/events")):
                 return JSONResponse({"ok": False, "message": str(exc)}, exc.status)
