@@ -65,6 +65,7 @@ def test_routes_read_only(store: tuple[Path, str]) -> None:
         code, ctype, page = get(base + "/")
         assert code == 200
         assert ctype.startswith("text/html")
+        assert "2 runs · read-only · live" in page
         assert 'href="/runs/rep"' in page
         assert f'href="/runs/{child}"' in page
         assert 'class="parent" href="/runs/rep#seq=' in page  # the fork links to its parent
@@ -211,6 +212,7 @@ def test_actions_for_workers(tmp_path: Path) -> None:
         _, _, page = get(base + "/runs/rep")
         assert 'id="actions"' in page
         assert "left for workers" in page
+        assert "left for workers" in get(base + "/")[2]
         wf = ReportFlow(store=db, timeout=None)
         at = next(c.seq for c in wf.checkpoints("rep") if c.step == "finish")
         code, answer = post(base + "/runs/rep/fork", {"seq": at})

@@ -23,11 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager
-def serving(db: Path | str, *args: str) -> Iterator[str]:
-    """Starts ``workflow serve DB --port 0 ARGS`` and yields its base URL; stops it after."""
+def serving(db: Path | str, *args: str, cwd: Path = ROOT) -> Iterator[str]:
+    """Starts ``workflow serve DB --port 0 ARGS`` (in ``cwd``) and yields its base URL; stops
+    it after."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "workflow", "serve", str(db), "--port", "0", *args],
-        cwd=ROOT,
+        cwd=cwd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -55,7 +55,7 @@ def page(browser: Browser) -> Iterator[Page]:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A failed ReportFlow run 'rep', its finished fork, and a waiting Asker run 'ask'."""
-    db = tmp_path_factory.mktemp("ui") / "ui.db"
+    db = tmp_path_factory.mktemp("ui") / "runs.db"
     run_to_end(ReportFlow(store=db, timeout=None), run_id="rep")
     fork_of(db, "rep")
     waiting_asker(db, "ask")
@@ -77,7 +77,7 @@ def test_runs_page_click_into_a_run_and_step_with_keys(store: Path, page: Page) 
     """The run list shows every run with its counts; a click opens the run at its last
     commit; the arrow keys, Home and End step through its commits; ] and [ jump between
     failures, where the diff shows the traceback."""
-    with serving(store) as base:
+    with serving(store.name, cwd=store.parent) as base:  # the page names it as given
         page.goto(base + "/")
         expect(page.locator("#counts")).to_contain_text("all 3")
         expect(page.locator("#counts")).to_contain_text("failed 1")

@@ -96,7 +96,8 @@ class UI:
 
     def runs(self, request: Request) -> Response:
         q, every, shown = self._listing(request)
-        return HTMLResponse(runs_page(self.where, every, shown, q, self.store.head()))
+        mode = "read-only" if self.actions is None else self.actions.who
+        return HTMLResponse(runs_page(self.where, every, shown, q, self.store.head(), mode))
 
     def runs_table(self, request: Request) -> Response:
         _, every, shown = self._listing(request)

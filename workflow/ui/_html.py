@@ -135,6 +135,7 @@ def runs_page(
     shown: list[RunSummary],
     query: Mapping[str, str],
     head: int,
+    mode: str = "read-only",
 ) -> str:
     """The run list: filters, counts by status (each a link to that status), the runs."""
     counts = Counter(s.status for s in every)
@@ -160,7 +161,7 @@ def runs_page(
 
     body = (
         f'<header><h1>Runs</h1><p class="meta"><code>{html.escape(where)}</code> · '
-        f"{len(every)} runs · read-only view, live</p>"
+        f"{len(every)} runs · {html.escape(mode)} · live</p>"
         f'<form class="filters" method="get" action="/">'
         f'<label>status<select name="status">{options}</select></label>'
         + field("workflow", "workflow", "module:Class or Class")
