@@ -75,7 +75,6 @@ class RunFilter:
     statuses: frozenset[str] | None = None
     workflow: str | None = None
     since_us: int | None = None  # started at or after
-    until_us: int | None = None  # started before
     parent: str | None = None  # forks of this run
 
     def keeps(self, s: RunSummary) -> bool:
@@ -85,8 +84,6 @@ class RunFilter:
         if self.workflow and not _workflow_matches(s.workflow, self.workflow):
             return False
         if self.since_us is not None and s.created < self.since_us:
-            return False
-        if self.until_us is not None and s.created >= self.until_us:
             return False
         return not (self.parent and s.parent_run_id != self.parent)
 
