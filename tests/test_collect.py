@@ -152,3 +152,47 @@ async def test_a_take_of_an_attempt_that_fails_is_undone(tmp_path: Path) -> None
         assert wf.state_at(handler.run_id).collected == {}
     finally:
         store.close()
+
+
+class Exclusive(Workflow):
+    """A collector holding the state lock (edit_state) takes an event whose putter, still
+    running, needs that lock to commit."""
+
+    @step
+    async def fan(self, ctx: Context, ev: StartEvent) -> Item | None:
+        ctx.send_event(Item(i=0))
+        ctx.send_event(Item(i=1))
+        return None
+
+    @step(num_workers=2)
+    async def gather(self, ctx: Context, ev: Item) -> StopEvent | None:
+        if ev.i == 0:
+            got = ctx.collect_events(ev, [Item, Item])
+            await asyncio.sleep(0.05)  # the other attempt takes both meanwhile
+            await ctx.store.set("first", True)  # so this commit waits for the lock
+        else:
+            await asyncio.sleep(0.01)
+            async with ctx.store.edit_state() as state:
+                state["second"] = True
+                got = ctx.collect_events(ev, [Item, Item])
+        if got is None:
+            return None
+        return StopEvent(result=sorted(e.i for e in got))
+
+
+async def test_a_collector_holding_the_lock_does_not_wait_for_a_putter(tmp_path: Path) -> None:
+    """The lock holder's take of an uncommitted put is refused (a conflict: it runs again)
+    instead of waiting for an attempt that waits for the lock: the run ends, each event
+    taken once."""
+    store = EventStore(tmp_path / "log.db")
+    try:
+        wf = Exclusive(store=store, timeout=10)
+        handler = wf.run()
+        assert await handler == [0, 1]
+        await store.flush()
+        assert _kinds(store, handler.run_id, "gather").count("step_conflicted") >= 1
+        state = wf.state_at(handler.run_id)
+        assert state.collected == {}
+        assert state.context == {"first": True, "second": True}
+    finally:
+        store.close()

@@ -92,8 +92,9 @@ class Attempt:
     # outcomes of the attempts whose puts it took, and its own outcome (True: committed;
     # False: its collects were undone), for those who took what it put.
     taken: list[tuple[str, list[tuple[int, Event]]]] = field(default_factory=list)
-    deps: list[asyncio.Future[bool]] = field(default_factory=list)
+    deps: list[Attempt] = field(default_factory=list)
     outcome: asyncio.Future[bool] | None = None
+    put_written: bool = False  # its commit, with its puts, is written (set in the writer)
     collect_base: int = 0  # the latest commit of the buffers it collected in (for "base")
     wait_calls: int = 0
     answers_used: list[str] = field(default_factory=list)

@@ -163,7 +163,8 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._exec_before = 0.0
         self._clock_start: float | None = None
         self._stream_from = stream_from
-        self._folded = folded if folded is not None else Folded(run_id)
+        self._unfolded: list[tuple[list[Record], Any]] = []  # durable, not folded yet
+        self._fold_state = folded if folded is not None else Folded(run_id)
         self._since_snapshot = 0
         self._snapshot_bytes = 0
         if folded is not None:
@@ -259,9 +260,9 @@ class Executor(ContextChanges, WaitsAndInbox):
                 continue
             # Two attempts that each took what the other put (two buffers, two calls each)
             # would wait for each other: that rare order is committed as it comes.
-            if att.outcome is not None and att.outcome in owner.deps:
+            if att in owner.deps:
                 continue
-            att.deps.append(owner.outcome)
+            att.deps.append(owner)
 
     def _collects_done(self, att: Attempt, *, committed: bool, seq: int = 0) -> None:
         """Settles an attempt's collects: kept when it committed (at ``seq``), else undone
@@ -393,37 +394,60 @@ class Executor(ContextChanges, WaitsAndInbox):
         return fut
 
     def _absorb(self, records: list[Record], fut: asyncio.Future[Any]) -> None:
-        """Folds a durable commit into the executor's own copy of the folded state."""
+        """Keeps a durable commit to fold into the executor's copy of the folded state.
+
+        Folded lazily (:attr:`_folded`): only a snapshot and recovery read that copy, so a
+        commit costs its fold once per snapshot's worth of records, not a fold call each.
+        """
         if fut.cancelled() or fut.exception() is not None:
             return
-        res = fut.result()
-        first, last, ts = int(res.first_seq), int(res.last_seq), res.ts
-        stored = [
-            StoredRecord(Seq(first + i), self.run_id, r.kind, r.step, r.payload, Seq(last), ts)
-            for i, r in enumerate(records)
-        ]
-        fold(self._folded, stored)
+        self._unfolded.append((records, fut.result()))
         self._since_snapshot += sum(len(r.payload) for r in records)
         if self._since_snapshot >= max(SNAPSHOT_MIN_BYTES, self._snapshot_bytes):
             self.write_snapshot()
 
+    @property
+    def _folded(self) -> Folded:
+        """The folded state of every durable commit of this executor's run."""
+        pending = self._unfolded
+        if pending:
+            self._unfolded = []
+            run_id, stored = self.run_id, list[StoredRecord]()
+            for records, res in pending:
+                first, last, ts = int(res.first_seq), Seq(int(res.last_seq)), res.ts
+                stored.extend(
+                    StoredRecord(Seq(first + i), run_id, r.kind, r.step, r.payload, last, ts)
+                    for i, r in enumerate(records)
+                )
+            fold(self._fold_state, stored)
+        return self._fold_state
+
+    @_folded.setter
+    def _folded(self, folded: Folded) -> None:
+        self._unfolded = []
+        self._fold_state = folded
+
     def write_snapshot(self, *, lazy: bool = True) -> None:
         """Caches the folded state in the store (lazily: it rides with the next commit)."""
-        data = dump_folded(self._folded).decode()
+        folded = self._folded
+        data = dump_folded(folded).decode()
         self._snapshot_bytes = len(data)
         self._since_snapshot = 0
-        commit = Commit(self.run_id, [], epoch=self.epoch, snapshot=(self._folded.seq, data))
+        commit = Commit(self.run_id, [], epoch=self.epoch, snapshot=(folded.seq, data))
         fut = self.store.submit(commit, lazy=lazy)
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     def _lazy(self, records: list[Record]) -> None:
-        self._submit(records, lazy=True).add_done_callback(self._lazy_done)
+        fut = self.store.submit(self._commit(records), lazy=True)
+        fut.add_done_callback(lambda f: self._lazy_done(records, f))
 
-    def _lazy_done(self, fut: asyncio.Future[Any]) -> None:
+    def _lazy_done(self, records: list[Record], fut: asyncio.Future[Any]) -> None:
         if fut.cancelled():
             return
         exc = fut.exception()
-        if exc is not None and not self._closing:
+        if exc is None:
+            self._absorb(records, fut)
+        elif not self._closing:
             self._end_with(exc)
 
     async def append(self, records: list[Record], **kw: Any) -> int:
@@ -726,17 +750,28 @@ class Executor(ContextChanges, WaitsAndInbox):
             self._refuse_text(att, emitted, result)
             raise
         written = [c.key for c in changes]
-        if att.deps and not all(await asyncio.gather(*att.deps)):
-            # An event it took from a buffer was put by an attempt that did not commit.
-            await self._commit_conflict(att, sorted({COLLECT_PREFIX + k for k, _ in att.taken}))
-            return None
+        taken_keys = sorted({COLLECT_PREFIX + k for k, _ in att.taken})
+        owners = [o for o in att.deps if not o.put_written]
+        if owners and not att.holds_lock:
+            # Its take is written after the puts it took (so the log folds to the live
+            # buffer), or not at all if one of those attempts does not commit.
+            outcomes = [o.outcome for o in owners if o.outcome is not None]
+            if not all(await asyncio.gather(*outcomes)):
+                await self._commit_conflict(att, taken_keys)
+                return None
+            owners = []
+        # An attempt holding the state lock never waits for another (which may wait for
+        # the lock to commit): its commit is refused unless those puts are written by then.
 
         def check() -> None:
             stale = self._stale(att)
             if stale:
                 raise _Conflict(stale)
+            if owners and not all(o.put_written for o in owners):
+                raise _Conflict(taken_keys)
 
         def on_written(seq: Any) -> None:
+            att.put_written = True
             for k in written:
                 self._wversions[k] = int(seq)
 
@@ -747,8 +782,8 @@ class Executor(ContextChanges, WaitsAndInbox):
         try:
             seq = await self.append(
                 records,
-                check=check if att.reads else None,
-                on_written=on_written if written else None,
+                check=check if att.reads or owners else None,
+                on_written=on_written if written or att.collects else None,
                 status="finished" if stop is not None else None,
             )
         except _Conflict as exc:
