@@ -31,6 +31,7 @@ from workflow._diff import (
     ops_to_json,
     patch_size,
 )
+from workflow._patch import apply_copied
 
 
 @dataclasses.dataclass
@@ -77,6 +78,7 @@ def check(base: Any, tracker: Tracker, expected: Any, codec: Codec) -> list[Op]:
     want = codec.encode(expected)
     assert codec.encode(materialize(tracker.view)) == want
     assert codec.encode(apply(copy.deepcopy(base), ops)) == want
+    assert codec.encode(apply_copied(base, ops)) == want  # base stays as it was (below)
     assert codec.encode(_replay_json(base, ops, codec)) == want
     loaded = ops_from_json(orjson.loads(orjson.dumps(ops_to_json(ops, codec))), codec)
     assert codec.encode(apply(copy.deepcopy(base), loaded)) == want
@@ -751,6 +753,7 @@ def test_diff_replays_to_the_new_value(old: Any, new: Any) -> None:
     assert (ops == []) == (codec.encode(new) == before)
     assert codec.encode(_replay_json(old, ops, codec)) == codec.encode(new)
     assert codec.encode(apply(copy.deepcopy(old), ops)) == codec.encode(new)
+    assert codec.encode(apply_copied(old, ops)) == codec.encode(new)
     assert codec.encode(old) == before
 
 

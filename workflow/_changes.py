@@ -27,6 +27,7 @@ from eventstore import EncodeError, Record
 from . import _journal as J
 from ._diff import KeyRef, Op, Tracker, apply, diff, materialize
 from ._errors import WorkflowRuntimeError
+from ._patch import apply_copied
 
 if TYPE_CHECKING:
     from eventstore import Codec
@@ -316,9 +317,9 @@ class ContextChanges:
                     ch.size = len(rec.payload)
                     records.append(rec)
                     continue
-                # Time to write the value whole again: the new value, fully materialized.
-                base = copy.deepcopy(self.committed[ch.key])
-                ch.full, ch.ops = materialize(apply(base, ch.ops)), None
+                # Time to write the value whole again: the new value, sharing what the
+                # patch does not touch with the committed value (no deep copy of it).
+                ch.full, ch.ops = apply_copied(self.committed[ch.key], ch.ops), None
                 ch.text = self.codec.encode(ch.full, name=ch.key)
             assert ch.text is not None
             rec = J.state_set_value(step, ch.key, orjson.Fragment(ch.text))
