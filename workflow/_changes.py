@@ -25,7 +25,7 @@ import orjson
 from eventstore import EncodeError, Record
 
 from . import _journal as J
-from ._diff import KeyRef, Op, Tracker, apply, diff, materialize
+from ._diff import KeyRef, Op, Tracker, apply, diff
 from ._errors import WorkflowRuntimeError
 from ._patch import apply_copied
 
@@ -68,7 +68,7 @@ class KeyChange:
 
     key: str
     deleted: bool = False
-    full: Any = None  # the new Python value, when written whole
+    full: Any = None  # the new Python value, when written whole: plain, holding no view
     text: str | None = None  # its JSON text
     ops: list[Any] | None = None  # Python-form ops, when patched
     ops_json: bytes | None = None  # their JSON text
@@ -345,7 +345,7 @@ class ContextChanges:
                 log = self._keylog.setdefault(key, [size, 0])
                 log[1] += size
             else:
-                self.committed[key] = materialize(ch.full)
+                self.committed[key] = ch.full  # plain: no view is ever written whole
                 self._keylog[key] = [size, 0]
 
     async def operator_update(
