@@ -401,7 +401,10 @@ class Executor(ContextChanges, WaitsAndInbox):
         """
         if fut.cancelled() or fut.exception() is not None:
             return
-        self._unfolded.append((records, fut.result()))
+        self._keep(records, fut.result())
+
+    def _keep(self, records: list[Record], res: Any) -> None:
+        self._unfolded.append((records, res))
         self._since_snapshot += sum(len(r.payload) for r in records)
         if self._since_snapshot >= max(SNAPSHOT_MIN_BYTES, self._snapshot_bytes):
             self.write_snapshot()
@@ -440,6 +443,25 @@ class Executor(ContextChanges, WaitsAndInbox):
     def _lazy(self, records: list[Record]) -> None:
         fut = self.store.submit(self._commit(records), lazy=True)
         fut.add_done_callback(lambda f: self._lazy_done(records, f))
+
+    def _lazy_pair(self, first: list[Record], second: list[Record]) -> None:
+        """Two commits that only say work began (a dequeue, an attempt's start), submitted
+        as one operation: one future and one callback for both."""
+        fut = self.store.submit_many([self._commit(first), self._commit(second)], lazy=True)
+
+        def done(f: asyncio.Future[Any]) -> None:
+            if f.cancelled():
+                return
+            exc = f.exception()
+            if exc is not None:
+                if not self._closing:
+                    self._end_with(exc)
+                return
+            a, b = f.result()
+            self._keep(first, a)
+            self._keep(second, b)
+
+        fut.add_done_callback(done)
 
     def _lazy_done(self, records: list[Record], fut: asyncio.Future[Any]) -> None:
         if fut.cancelled():
@@ -500,12 +522,12 @@ class Executor(ContextChanges, WaitsAndInbox):
 
     async def _handle(self, step: str, spec: StepSpec, d: Delivery, worker: int) -> None:
         durable_start = d.redelivered or d.durable
+        dequeued: list[Record] | None = None
         if not d.redelivered:
             dequeued = [J.dequeued(step, d.event_id, worker)]
             if durable_start:
                 await self.append(dequeued)
-            else:
-                self._lazy(dequeued)
+                dequeued = None  # else submitted with the attempt's start, just below
         attempt = d.attempts
         failures = d.failures
         conflicts = 0
@@ -518,6 +540,9 @@ class Executor(ContextChanges, WaitsAndInbox):
                 # its start is made durable first, so every such death is counted.
                 await self.append(started)
                 durable_start = False
+            elif dequeued is not None:
+                self._lazy_pair(dequeued, started)
+                dequeued = None
             else:
                 self._lazy(started)
             att = Attempt(step, d.event_id, attempt, d.event)
