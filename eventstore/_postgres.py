@@ -12,7 +12,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from ._errors import NotAStoreError, SchemaVersionError, StoreUnavailableError
 from ._sql import StandardWriteSQL
@@ -23,11 +23,12 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the extra
     psycopg = None  # type: ignore[assignment]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 READ_ERRORS: Final[tuple[type[BaseException], ...]] = (
     (psycopg.DatabaseError,) if psycopg is not None else ()
 )
 APP_ID: Final = "durable-workflows/eventstore"
+CONNECT_TIMEOUT_S: Final = "10"  # seconds, unless the URL says connect_timeout=
 _IDENT: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 __all__ = ["PostgresBackend", "PostgresWriteSQL", "connect", "is_url", "open_database"]
@@ -38,20 +39,83 @@ def is_url(target: str) -> bool:
     return target.startswith(("postgresql://", "postgres://"))
 
 
-def _split(url: str) -> tuple[str, str]:
+# A "%" that does not start an escape: libpq refuses it, and unquote() would keep it.
+_BAD_ESCAPE: Final = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _decoded(text: str, part: str) -> str:
+    """One part of a URL percent-decoded once, as libpq does (``+`` is a plus sign).
+
+    :raises ValueError: a ``%`` that starts no escape; the message names the part only,
+        never its text (it may be a password).
+    """
+    if _BAD_ESCAPE.search(text):
+        msg = (
+            f"the PostgreSQL URL's {part} has a '%' that starts no percent-escape;"
+            " write a literal '%' as %25"
+        )
+        raise ValueError(msg)
+    return unquote(text)
+
+
+def _params(url: str) -> tuple[dict[str, str], str]:
+    """A store URL's libpq connection parameters, and the store's schema (ours).
+
+    User and password are what precedes the last ``@`` (so an ``@`` in a password needs no
+    escape); hosts may be a list (``h1:5432,[::1]:5433``); query parameters pass to libpq
+    by name except ``schema``.
+    """
     parts = urlsplit(url)
-    query = parse_qsl(parts.query)
-    schema = "public"
-    rest = []
-    for k, v in query:
-        if k == "schema":
-            schema = v
+    params: dict[str, str] = {}
+    userinfo, at, hostinfo = parts.netloc.rpartition("@")
+    if at:
+        user, colon, password = userinfo.partition(":")
+        if user:
+            params["user"] = _decoded(user, "user name")
+        if colon:
+            params["password"] = _decoded(password, "password")
+    hosts: list[str] = []
+    ports: list[str] = []
+    for item in hostinfo.split(",") if hostinfo else []:
+        if item.startswith("["):  # [IPv6]:port
+            host, _, rest = item[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else ""
         else:
-            rest.append((k, v))
+            host, _, port = item.rpartition(":") if ":" in item else (item, "", "")
+        hosts.append(_decoded(host, "host"))
+        ports.append(port)
+    if any(hosts):
+        params["host"] = ",".join(hosts)
+    if any(ports):
+        params["port"] = ",".join(ports)
+    if len(parts.path) > 1:
+        params["dbname"] = _decoded(parts.path[1:], "database name")
+    schema = "public"
+    for item in parts.query.split("&") if parts.query else []:
+        raw_key, _, raw_value = item.partition("=")
+        key = _decoded(raw_key, "query")
+        value = _decoded(raw_value, f"{key!r} parameter")
+        if key == "schema":
+            schema = value
+        elif key:
+            params[key] = value
     if not _IDENT.match(schema):
         msg = f"schema must be a plain identifier, not {schema!r}"
         raise ValueError(msg)
-    return urlunsplit(parts._replace(query=urlencode(rest))), schema
+    # libpq waits as long as TCP does (minutes) for a host that does not answer: say so sooner.
+    params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
+    return params, schema
+
+
+def _quoted(value: str) -> str:
+    """A value as a libpq connection string writes it: in quotes, ``'`` and ``\\`` escaped."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _split(url: str) -> tuple[str, str]:
+    """The libpq connection string a store URL stands for, and the store's schema."""
+    params, schema = _params(url)
+    return " ".join(f"{k}={_quoted(v)}" for k, v in params.items()), schema
 
 
 def _require() -> None:
@@ -74,13 +138,16 @@ def connect(target: str, *, readonly: bool, durability: str = "normal") -> Any:
 
 
 def _where(target: str) -> str:
-    url, schema = _split(target)
-    parts = urlsplit(url)
-    return f"{parts.hostname or 'localhost'}/{parts.path.lstrip('/')} schema {schema}"
+    """The store's place for messages: host, database and schema, never a password."""
+    params, schema = _params(target)
+    return f"{params.get('host') or 'localhost'}/{params.get('dbname', '')} schema {schema}"
 
 
-def open_database(path: str, *, readonly: bool) -> None:
-    """Validates, creates or migrates the store's tables; foreign schemas are refused."""
+def open_database(path: str, *, readonly: bool) -> int:
+    """Validates, creates or migrates the store's tables; foreign schemas are refused.
+
+    Returns the schema version readers find (an older store opened read-only stays as it is).
+    """
     _require()
     url, schema = _split(path)
     where = _where(path)
@@ -109,21 +176,46 @@ def open_database(path: str, *, readonly: bool) -> None:
             if version > SCHEMA_VERSION:
                 raise SchemaVersionError(where, version, SCHEMA_VERSION)
             if version < SCHEMA_VERSION and not readonly:
-                with conn.transaction():
-                    conn.execute(
-                        f'CREATE TABLE IF NOT EXISTS "{schema}".leases (run_id text PRIMARY KEY,'
-                        " owner text NOT NULL, expires bigint NOT NULL)"
-                    )
-                    conn.execute(
-                        f"UPDATE \"{schema}\".meta SET value = %s WHERE key = 'schema_version'",
-                        (str(SCHEMA_VERSION),),
-                    )
-        elif readonly:
+                _migrate(conn, schema)
+                version = SCHEMA_VERSION
+            return version
+        if readonly:
             raise NotAStoreError(where, "no store there (a read-only store is never created)")
-        else:
-            _create(conn, schema)
+        _create(conn, schema)
+        return SCHEMA_VERSION
     finally:
         conn.close()
+
+
+def _migrate(conn: Any, schema: str) -> None:
+    """Brings an older schema up to :data:`SCHEMA_VERSION` (each step runs once)."""
+    with conn.transaction():
+        conn.execute(f'SET LOCAL search_path TO "{schema}"')
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema()))")
+        (current,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if int(current) >= SCHEMA_VERSION:
+            return  # another process migrated it meanwhile
+        # 2: leases, so that workers on several hosts take runs one at a time.
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS leases (run_id text PRIMARY KEY,"
+            " owner text NOT NULL, expires bigint NOT NULL)"
+        )
+        if int(current) < 3:
+            # 3: many snapshots a run, each with its version and count of records; those
+            # kept before were derived by version 1.
+            conn.execute(
+                "ALTER TABLE snapshots ADD COLUMN version bigint NOT NULL DEFAULT 1,"
+                " ADD COLUMN records bigint"
+            )
+            conn.execute(
+                "UPDATE snapshots SET records = (SELECT count(*) FROM log"
+                " WHERE log.rid = snapshots.rid AND log.seq <= snapshots.seq)"
+            )
+            conn.execute("ALTER TABLE snapshots DROP CONSTRAINT snapshots_pkey")
+            conn.execute("ALTER TABLE snapshots ADD PRIMARY KEY (rid, seq)")
+        conn.execute(
+            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+        )
 
 
 def _create(conn: Any, schema: str) -> None:
@@ -160,7 +252,8 @@ _DDL: Final = (
     " payload text NOT NULL, created bigint NOT NULL, taken_seq bigint)",
     "CREATE UNIQUE INDEX inbox_run_key ON inbox (run_id, key)",
     "CREATE INDEX inbox_run_taken ON inbox (run_id, taken_seq)",
-    "CREATE TABLE snapshots (rid bigint PRIMARY KEY, seq bigint NOT NULL, data text NOT NULL)",
+    "CREATE TABLE snapshots (rid bigint NOT NULL, seq bigint NOT NULL, version bigint NOT NULL,"
+    " records bigint, data text NOT NULL, PRIMARY KEY (rid, seq))",
     "CREATE TABLE leases (run_id text PRIMARY KEY, owner text NOT NULL, expires bigint NOT NULL)",
     "CREATE VIEW records AS SELECT log.seq, runs.run_id, log.kind, log.step, log.payload,"
     " log.commit_seq, log.ts FROM log JOIN runs ON runs.rid = log.rid",
@@ -255,13 +348,6 @@ class PostgresWriteSQL(StandardWriteSQL):
     def insert(self, sql: str, params: Sequence[Any], key: str) -> int:
         return int(self.conn.execute(f"{sql} RETURNING {key}", params).fetchone()[0])
 
-    def put_snapshot(self, rid: int, seq: int, data: str) -> None:
-        self.conn.execute(
-            "INSERT INTO snapshots (rid, seq, data) VALUES (?, ?, ?)"
-            " ON CONFLICT (rid) DO UPDATE SET seq = excluded.seq, data = excluded.data",
-            (rid, seq, data),
-        )
-
     def insert_post(self, run_id: str, key: str | None, payload: str, created: int) -> int:
         entry = super().insert_post(run_id, key, payload, created)
         # Delivered when the transaction commits: wakes the run's owner on any host.
@@ -278,7 +364,7 @@ class PostgresBackend:
     writes_inline = False  # each write waits for the server: the event loop must not
 
     def __init__(self, url: str, *, readonly: bool, durability: str) -> None:
-        open_database(url, readonly=readonly)
+        self.schema_version = open_database(url, readonly=readonly)
         self._url = url
         self._durability = durability
 

@@ -20,7 +20,7 @@ from ._errors import (
 )
 from ._events import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
 from ._handler import WorkflowHandler
-from ._recover import Recovery
+from ._recover import Recoveries, Recovery
 from ._state import Checkpoint, InProgress, RunState, Waiter
 from ._step import step
 from ._worker import Worker
@@ -38,6 +38,7 @@ __all__ = [
     "HumanResponseEvent",
     "InProgress",
     "InputRequiredEvent",
+    "Recoveries",
     "Recovery",
     "RecoveryLimitError",
     "RetryPolicy",

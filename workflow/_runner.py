@@ -28,6 +28,7 @@ from eventstore import (
     ReadOnlyStoreError,
     Record,
     Seq,
+    Snapshot,
     StoreClosedError,
     StoredRecord,
     StoreUnavailableError,
@@ -45,7 +46,7 @@ from ._errors import (
     WorkflowTimeoutError,
 )
 from ._events import Event, InputRequiredEvent, StopEvent
-from ._fold import Folded, fold, result_of
+from ._fold import FOLD_VERSION, Folded, fold, result_of
 from ._ownership import LeaseOwners
 from ._snapshot import dump_folded
 from ._waits import Delivery, WaitInfo, WaitsAndInbox
@@ -58,9 +59,12 @@ __all__ = ["Delivery", "Executor"]
 
 # After this many conflicts in a row an attempt runs holding the run's state lock.
 CONFLICTS_BEFORE_LOCK: Final = 3
-# The folded state is cached once the records since the last cache weigh as much as it
-# (and at least this much): the cache costs amortized O(1) per byte of log.
-SNAPSHOT_MIN_BYTES: Final = 64 * 1024
+# A snapshot of the folded state is written once the run's log bytes since the last one
+# reach SNAPSHOT_FACTOR times its size (and at least SNAPSHOT_MIN_BYTES): snapshots then
+# weigh at most a tenth of the log, and a read at any seq replays at most ten times the
+# state's size of records. A run's executor also writes one as it lets go of the run.
+SNAPSHOT_FACTOR: Final = 10
+SNAPSHOT_MIN_BYTES: Final = 32 * 1024
 
 
 _ENDING: Final = frozenset({"finished", "failed", "cancelled", "timed_out", "waiting"})
@@ -406,7 +410,7 @@ class Executor(ContextChanges, WaitsAndInbox):
     def _keep(self, records: list[Record], res: Any) -> None:
         self._unfolded.append((records, res))
         self._since_snapshot += sum(len(r.payload) for r in records)
-        if self._since_snapshot >= max(SNAPSHOT_MIN_BYTES, self._snapshot_bytes):
+        if self._since_snapshot >= max(SNAPSHOT_MIN_BYTES, SNAPSHOT_FACTOR * self._snapshot_bytes):
             self.write_snapshot()
 
     @property
@@ -430,13 +434,21 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._unfolded = []
         self._fold_state = folded
 
-    def write_snapshot(self, *, lazy: bool = True) -> None:
-        """Caches the folded state in the store (lazily: it rides with the next commit)."""
-        folded = self._folded
-        data = dump_folded(folded).decode()
+    def write_snapshot(self, *, lazy: bool = True, last: bool = False) -> None:
+        """Writes a snapshot of the folded state (lazily: it rides with the next commit).
+
+        One is written only once the log since the last weighs ``SNAPSHOT_FACTOR`` times
+        its size, unless it is the ``last`` of this executor's (the next reader of the
+        latest state then folds nothing).
+        """
+        s = self._folded
+        data = dump_folded(s).decode()
         self._snapshot_bytes = len(data)
+        if not last and self._since_snapshot < SNAPSHOT_FACTOR * len(data):
+            return  # the state grew faster than its log: the next one waits for more log
         self._since_snapshot = 0
-        commit = Commit(self.run_id, [], epoch=self.epoch, snapshot=(folded.seq, data))
+        snap = Snapshot(s.seq, data, FOLD_VERSION, s.records)
+        commit = Commit(self.run_id, [], epoch=self.epoch, snapshot=snap)
         fut = self.store.submit(commit, lazy=lazy)
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
 
@@ -998,6 +1010,6 @@ class Executor(ContextChanges, WaitsAndInbox):
                 # The next reader of the latest state folds nothing. A cache is never worth
                 # failing the run's ending over.
                 with contextlib.suppress(EventStoreError):
-                    self.write_snapshot(lazy=False)
+                    self.write_snapshot(lazy=False, last=True)
         finally:
             self.wf._release(self)
