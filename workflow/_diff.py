@@ -657,6 +657,8 @@ class TrackedDict(dict):  # type: ignore[type-arg]
         return self[key] if dict.__contains__(self, key) else default
 
     def _wrap_all(self) -> None:
+        if type(self) is TrackedDict:
+            return  # its committed values are atoms: nothing to wrap
         for k in list(dict.keys(self)):
             self[k]
 
