@@ -1,11 +1,13 @@
 """workflow: LlamaIndex-style event-driven workflows, durable by event sourcing."""
 
+from ._catch_error import StepFailedEvent, catch_error
 from ._context import Context, ContextStore
 from ._errors import (
     CheckpointNotFoundError,
     RecoveryLimitError,
     RunAbandonedError,
     RunFinishedError,
+    RunLostError,
     RunNotFoundError,
     RunOwnedError,
     RunSuspendedError,
@@ -44,6 +46,7 @@ __all__ = [
     "RetryPolicy",
     "RunAbandonedError",
     "RunFinishedError",
+    "RunLostError",
     "RunNotFoundError",
     "RunOwnedError",
     "RunState",
@@ -52,6 +55,7 @@ __all__ = [
     "SnapshotIgnoredWarning",
     "StartEvent",
     "StateConflictError",
+    "StepFailedEvent",
     "StopEvent",
     "Waiter",
     "Worker",
@@ -63,5 +67,6 @@ __all__ = [
     "WorkflowRuntimeError",
     "WorkflowTimeoutError",
     "WorkflowValidationError",
+    "catch_error",
     "step",
 ]
