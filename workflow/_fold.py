@@ -60,7 +60,8 @@ class Ev:
     @property
     def type(self) -> str:
         d = self.dump
-        return str(d.get("c", "")) if isinstance(d, dict) else ""
+        # The class name without the version a tag may carry ("mod:Cls@2").
+        return str(d.get("c", "")).partition("@")[0] if isinstance(d, dict) else ""
 
 
 @dataclass(slots=True)

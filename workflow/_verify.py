@@ -25,7 +25,7 @@ from ._context import Attempt, current_attempt
 from ._diff import apply, materialize
 from ._events import Event
 from ._fold import Folded, fold
-from ._read import commits, fold_run, run_info, start_state
+from ._read import commits, event_class, fold_run, run_info, start_state
 from ._retry import RetryClock
 
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ def verify(
                     if ev_id in emitted_by:
                         continue  # the same event enqueued for several steps
                     emitted_by[ev_id] = head.step
-                    emitted = dump.get("c") if isinstance(dump, dict) else None
+                    emitted = event_class(dump) if isinstance(dump, dict) else None
                     try:
                         cls = type(load(dump))
                     except Exception:  # reported as a decode problem above
@@ -383,4 +383,7 @@ def _ops_from(patch: Any, wf: Workflow) -> list[Any]:
 
 
 def _names(dumps: list[Any]) -> list[str]:
-    return [str(d.get("c", "?")).split(":")[-1] if isinstance(d, dict) else "?" for d in dumps]
+    return [
+        str(d.get("c", "?")).partition("@")[0].split(":")[-1] if isinstance(d, dict) else "?"
+        for d in dumps
+    ]
