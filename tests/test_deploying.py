@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
+import importlib
 import json
 import sqlite3
 import subprocess
@@ -19,7 +19,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from click.testing import CliRunner
@@ -53,7 +53,7 @@ class Flow(Workflow):
 """
 
 V2 = """
-from typing import Any
+from typing import Any, ClassVar
 
 from workflow import Event, StartEvent, StopEvent, Workflow, step, upcaster
 
@@ -124,17 +124,17 @@ def record_old_run(tmp_path: Path, run_id: str = "old") -> Path:
 
 @contextlib.contextmanager
 def loaded(root: Path) -> Iterator[ModuleType]:
-    """The module file in ``root`` imported as :data:`MODULE`, for the block only."""
-    spec = importlib.util.spec_from_file_location(MODULE, root / f"{MODULE}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[MODULE] = mod
+    """The module file in ``root`` imported as :data:`MODULE` (and the modules beside it
+    that it imports), for the block only."""
+    before = set(sys.modules)
+    sys.path.insert(0, str(root))
     try:
-        spec.loader.exec_module(mod)
-        yield mod
+        yield importlib.import_module(MODULE)
     finally:
-        sys.modules.pop(MODULE, None)
+        sys.path.remove(str(root))
+        for name in set(sys.modules) - before:
+            if name.startswith(MODULE):
+                del sys.modules[name]
 
 
 def pending_events(wf: Any, run_id: str) -> list[Any]:
@@ -197,6 +197,119 @@ async def test_without_an_upcaster_resume_refuses_and_names_what_is_missing(
         assert not report.ok
         assert any("@upcaster(Question, from_version=1)" in p.message for p in report.problems)
     assert stored_payloads(db) == before
+
+
+# -- renamed steps and moved classes -----------------------------------------------------------
+
+EVENTS = """
+from workflow import Event
+
+
+class Ask(Event):  # was deployflow:Question
+    body: str
+"""
+
+V3 = """
+from deployflow_events import Ask
+
+from workflow import StartEvent, StopEvent, Workflow, step
+
+
+class Flow(Workflow):
+    {renamed}
+
+    @step
+    async def ask(self, ev: StartEvent) -> Ask:
+        return Ask(body=ev.topic)
+
+    @step
+    async def reply(self, ev: Ask) -> StopEvent:  # was "answer"
+        return StopEvent(result=f"replied to {{ev.body}}")
+"""
+RENAMED = 'renamed = {"answer": "reply", "deployflow:Question": Ask}'
+
+
+def _v3(tmp_path: Path, renamed: str) -> Path:
+    root = _write(tmp_path / "v3", MODULE, V3.format(renamed=renamed))
+    (root / f"{MODULE}_events.py").write_text(textwrap.dedent(EVENTS))
+    return root
+
+
+async def test_renamed_steps_and_moved_classes_take_old_work_everywhere(tmp_path: Path) -> None:
+    db = record_old_run(tmp_path, "one")
+    record_old_run(tmp_path, "two")
+    with loaded(_v3(tmp_path, RENAMED)) as mod:
+        wf = mod.Flow(store=str(db))
+        assert verify(wf).ok, verify(wf).problems
+        assert await wf.resume("one") == "replied to hi"
+        # recover (what a service's startup and `workflow recover` do) routes them too.
+        (got,) = [r for r in await wf.recover() if r.run_id == "two"]
+        assert got.outcome == "resumed"
+        assert got.handler is not None
+        assert await got.handler == "replied to hi"
+    resumed = [json.loads(p) for p in stored_payloads(db) if '"previous"' in p and '"renamed"' in p]
+    assert [p["renamed"] for p in resumed] == [{"answer": "reply"}] * 2
+    # Without the workflow's code, the command line folds the move from the log alone.
+    from eventstore import EventStore
+    from workflow._read import fold_run
+
+    with EventStore(db, readonly=True) as store:
+        assert fold_run(store, "one", cached=False).in_progress.get("answer", {}) == {}
+
+
+async def test_a_resume_with_renamed_work_is_folded_the_same_by_the_page(tmp_path: Path) -> None:
+    db = record_old_run(tmp_path, "one")
+    with loaded(_v3(tmp_path, RENAMED)) as mod:
+        wf = mod.Flow(store=str(db))
+        handler = wf.resume("one")
+        assert await handler == "replied to hi"
+    from eventstore import EventStore
+    from tests.test_page import page_fold, python_fold
+    from workflow.cli._inspect import Viewer
+    from workflow.cli._timeline import timeline_data
+
+    view = Viewer()
+    with EventStore(db, readonly=True) as store:
+        got = page_fold(timeline_data(store, "one", view), tmp_path)
+        want = python_fold(store, "one", view)
+    assert got["states"] == want
+
+
+async def test_without_renames_the_refusal_names_the_old_step_and_class(tmp_path: Path) -> None:
+    db = record_old_run(tmp_path, "one")
+    with loaded(_v3(tmp_path, "")) as mod:
+        wf = mod.Flow(store=str(db))
+        with pytest.raises(WorkflowChangedError) as err:
+            wf.resume("one")
+        text = str(err.value)
+        assert "'answer', which no longer exists" in text
+        problems = verify(wf).problems
+        assert any("deployflow:Question" in p.message for p in problems), problems
+        assert any(p.kind == "route" and p.step == "answer" for p in problems), problems
+
+
+def test_renames_that_name_no_step_are_refused_when_the_workflow_is_built(
+    tmp_path: Path,
+) -> None:
+    from workflow import StartEvent, StopEvent, Workflow, WorkflowValidationError, step
+
+    class Flow(Workflow):
+        renamed: ClassVar[dict[str, Any]] = {"old": "gone"}
+
+        @step
+        async def only(self, ev: StartEvent) -> StopEvent:
+            return StopEvent()
+
+    with pytest.raises(WorkflowValidationError, match="'gone', which is no step"):
+        Flow()
+    Flow.renamed = {"only": "only"}
+    with pytest.raises(WorkflowValidationError, match="'only' is still a step"):
+        Flow()
+    Flow.renamed = {"a": "b", "b": "only"}
+    assert Flow()._renames == {"a": "only", "b": "only"}
+    Flow.renamed = {"x:Y": 3}
+    with pytest.raises(WorkflowValidationError, match="cannot alias"):
+        Flow()
 
 
 # -- the codec alone ---------------------------------------------------------------------------

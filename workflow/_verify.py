@@ -113,6 +113,8 @@ def _as_named_now(wf: Workflow, name: str) -> str:
 def _graph_problems(run_id: str, recorded: dict[str, Any] | None, wf: Workflow) -> list[Problem]:
     if not recorded:
         return []
+    # A step renamed since (Workflow.renamed) is the same step under its new name.
+    recorded = {wf._renames.get(k, k): v for k, v in recorded.items()}
     now = wf._graph.describe()
     out = [
         Problem(run_id, None, name, "graph", "step removed since the run was recorded")
@@ -202,7 +204,8 @@ def verify(
                         )
                         problems.append(Problem(run_id, r.seq, head.step, "output", msg))
         latest = fold_run(store, run_id)
-        for step, ev_dump, ev_id, what in _pending(latest):
+        for recorded_step, ev_dump, ev_id, what in _pending(latest):
+            step = wf._renames.get(recorded_step, recorded_step)  # a resume moves its work
             if step not in steps:
                 msg = f"{what} event {ev_id} is for step {step!r}, which no longer exists"
                 problems.append(Problem(run_id, latest.seq, step, "route", msg))
