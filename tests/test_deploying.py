@@ -45,6 +45,8 @@ class Question(Event):
 class Flow(Workflow):
     @step
     async def ask(self, ev: StartEvent) -> Question:
+        if ev.topic == "early":
+            os._exit(3)  # a run left before any Question was recorded
         return Question(body=ev.topic)
 
     @step
@@ -91,7 +93,7 @@ from deployflow import Flow
 
 
 async def main() -> None:
-    await Flow(store=sys.argv[1]).run(topic="hi", run_id=sys.argv[2])
+    await Flow(store=sys.argv[1]).run(topic=sys.argv[3], run_id=sys.argv[2])
 
 
 asyncio.run(main())
@@ -105,13 +107,14 @@ def _write(root: Path, name: str, text: str) -> Path:
     return root
 
 
-def record_old_run(tmp_path: Path, run_id: str = "old") -> Path:
-    """A run recorded by version 1 in a process that died in step ``answer``."""
+def record_old_run(tmp_path: Path, run_id: str = "old", topic: str = "hi") -> Path:
+    """A run recorded by version 1 in a process that died in step ``answer`` (in ``ask``
+    for topic ``early``)."""
     v1 = _write(tmp_path / "v1", MODULE, V1)
     db = tmp_path / "runs.db"
     env = {"PYTHONPATH": f"{v1}:{ROOT}", "PATH": "/usr/bin:/bin"}
     proc = subprocess.run(
-        [sys.executable, "-c", RECORD, str(db), run_id],
+        [sys.executable, "-c", RECORD, str(db), run_id, topic],
         env=env,
         capture_output=True,
         text=True,
@@ -310,6 +313,69 @@ def test_renames_that_name_no_step_are_refused_when_the_workflow_is_built(
     Flow.renamed = {"x:Y": 3}
     with pytest.raises(WorkflowValidationError, match="cannot alias"):
         Flow()
+
+
+# -- resuming only what fits -------------------------------------------------------------------
+
+
+async def test_recover_compatible_only_resumes_what_verify_passes_and_lists_the_rest(
+    tmp_path: Path,
+) -> None:
+    db = record_old_run(tmp_path, "late")  # holds a version-1 Question
+    record_old_run(tmp_path, "early", topic="early")  # holds only its start event
+    with loaded(_write(tmp_path / "v2", MODULE, V2.format(upcaster=""))) as mod:
+        wf = mod.Flow(store=str(db))
+        found = {r.run_id: r for r in await wf.recover(compatible_only=True)}
+        assert found["early"].outcome == "resumed"
+        assert found["early"].handler is not None
+        assert await found["early"].handler == "early/fr"
+        late = found["late"]
+        assert late.outcome == "incompatible"
+        assert late.handler is None
+        assert [p.kind for p in late.problems] == ["decode"] * len(late.problems)
+        assert "@upcaster(Question, from_version=1)" in str(late.error)
+        assert wf.state_at("late").status == "interrupted"
+    # Nothing of the late run ran: no resume was recorded, its log is as the old code left it.
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        late_kinds = [k for (k,) in con.execute("SELECT kind FROM records WHERE run_id = 'late'")]
+    assert "run_resumed" not in late_kinds
+
+
+def test_cli_recover_check_lists_incompatible_runs_with_the_reason(tmp_path: Path) -> None:
+    db = record_old_run(tmp_path, "late")
+    root = _write(tmp_path / "v2", MODULE, V2.format(upcaster=""))
+    env = {"PYTHONPATH": f"{root}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    args = ["-m", "workflow", "recover", str(db), "--workflow", f"{MODULE}:Flow", "--check"]
+    proc = subprocess.run(
+        [sys.executable, *args, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    (row,) = json.loads(proc.stdout)
+    assert row["outcome"] == "incompatible"
+    assert any("no upcaster turns version 1" in p["message"] for p in row["problems"]), row
+    text = subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert "incompatible" in text.stdout
+    assert "@upcaster(Question, from_version=1)" in text.stdout
+    # With an upcaster the same command resumes and finishes it.
+    _write(root, MODULE, V2.format(upcaster=UPCASTER))
+    done = subprocess.run(
+        [sys.executable, *args, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)
+    assert (row["outcome"], row["status"], row["result"]) == ("resumed", "finished", "hi/en")
 
 
 # -- the codec alone ---------------------------------------------------------------------------

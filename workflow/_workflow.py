@@ -751,7 +751,7 @@ class Workflow:
             and (id(self._store), r.run_id) not in _live
         ]
 
-    def recover(self) -> Recoveries:
+    def recover(self, *, compatible_only: bool = False) -> Recoveries:
         """Resumes every pending run (what a service does at startup); call it in async code,
         as ``await wf.recover()`` or ``wf.recover()``: the call resumes them, and awaiting its
         report gives it back as it is.
@@ -766,9 +766,15 @@ class Workflow:
         never stops the others. Each outcome is also logged on the ``workflow`` logger
         (``resumed``, ``waiting`` and ``owned`` at INFO, ``stranded`` at WARNING, the rest
         at ERROR).
+
+        With ``compatible_only=True`` (after a deploy) a run is resumed only if a static
+        verify of it passes (nothing is executed): every value it holds decodes with this
+        code (upcasters and ``renamed`` included) and its pending work routes to a step.
+        The others come back ``incompatible`` with verify's ``problems`` and are left
+        untouched, so a deploy never half-runs a run its code cannot finish.
         """
         _require_loop("recover")
-        return recover_runs(self)
+        return recover_runs(self, compatible_only=compatible_only)
 
     def send(self, run_id: str, event: Event, idempotency_key: str | None = None) -> int:
         """Records an external event for a run, whether or not a process runs it now.
