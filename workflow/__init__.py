@@ -1,5 +1,7 @@
 """workflow: LlamaIndex-style event-driven workflows, durable by event sourcing."""
 
+from eventstore import UpcastError, upcaster
+
 from ._catch_error import StepFailedEvent, catch_error
 from ._context import Context, ContextStore
 from ._errors import (
@@ -57,6 +59,7 @@ __all__ = [
     "StateConflictError",
     "StepFailedEvent",
     "StopEvent",
+    "UpcastError",
     "Waiter",
     "Worker",
     "Workflow",
@@ -69,4 +72,5 @@ __all__ = [
     "WorkflowValidationError",
     "catch_error",
     "step",
+    "upcaster",
 ]
