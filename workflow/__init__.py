@@ -1,5 +1,6 @@
 """workflow: LlamaIndex-style event-driven workflows, durable by event sourcing."""
 
+from ._catch_error import StepFailedEvent, catch_error
 from ._context import Context, ContextStore
 from ._errors import (
     CheckpointNotFoundError,
@@ -54,6 +55,7 @@ __all__ = [
     "SnapshotIgnoredWarning",
     "StartEvent",
     "StateConflictError",
+    "StepFailedEvent",
     "StopEvent",
     "Waiter",
     "Worker",
@@ -65,5 +67,6 @@ __all__ = [
     "WorkflowRuntimeError",
     "WorkflowTimeoutError",
     "WorkflowValidationError",
+    "catch_error",
     "step",
 ]

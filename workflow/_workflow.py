@@ -30,6 +30,7 @@ from eventstore import (
 )
 
 from . import _journal as J
+from ._catch_error import catchers
 from ._changes import encode_updates
 from ._diff import TrackedDict, TrackedList
 from ._errors import (
@@ -49,6 +50,7 @@ from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
 from ._step import collect_steps
 from ._waits import Delivery
+from .resource import ResourceManager, check_configs
 
 __all__ = ["RunSummary", "Workflow"]
 
@@ -87,6 +89,8 @@ class Workflow:
         pickles, and read pickles back. Off by default: the log is then no longer plain
         JSON, and reading it runs whatever code it names, so read only logs you trust.
         Every program that reads such a run (resume, fork, ``state_at``) must opt in too.
+    :param resource_manager: where the steps' resources are built and cached (a new one
+        by default: cached resources are this workflow object's).
     :param lease_ttl: on a PostgreSQL store, the seconds a run's lease lasts unless its
         executor renews it (every third of that): how soon another host takes over the
         runs of a host that died or was cut off, and how long such a host's runs wait.
@@ -108,14 +112,23 @@ class Workflow:
         max_recovery_attempts: int = 10,
         disable_validation: bool = False,
         allow_pickle: bool = False,
+        resource_manager: ResourceManager | None = None,
         lease_ttl: float | None = None,
     ) -> None:
         if lease_ttl is not None and not lease_ttl > 0:
             msg = f"lease_ttl must be a positive number of seconds, not {lease_ttl!r}"
             raise ValueError(msg)
         self._graph = Graph(collect_steps(type(self)))
+        # Which @catch_error handler takes over which step once it is out of retries.
+        self._catchers = catchers(self._graph.steps, type(self).__name__)
         if not disable_validation:
             self._graph.validate(type(self).__name__)
+            check_configs(
+                {n: s.resources for n, s in self._graph.steps.items() if s.resources},
+                type(self).__name__,
+            )
+        # Resources are this object's, never the log's: a resume elsewhere builds its own.
+        self._resource_manager = resource_manager or ResourceManager()
         self._store = _open_store(store)
         self._timeout = timeout
         self._verbose = verbose
@@ -459,6 +472,7 @@ class Workflow:
                         attempts=p.attempt,
                         failures=0 if failed else p.failures,
                         redelivered=True,
+                        failure=None if failed else p.failure,
                     ),
                 )
         for step, queue in folded.queues.items():
