@@ -359,7 +359,9 @@ class Executor(ContextChanges, WaitsAndInbox):
         if self._since_snapshot >= max(SNAPSHOT_MIN_BYTES, SNAPSHOT_FACTOR * self._snapshot_bytes):
             self.write_snapshot()
 
-    def write_snapshot(self, *, lazy: bool = True, last: bool = False) -> None:
+    def write_snapshot(
+        self, *, lazy: bool = True, last: bool = False
+    ) -> asyncio.Future[Any] | None:
         """Writes a snapshot of the folded state (lazily: it rides with the next commit).
 
         One is written only once the log since the last weighs ``SNAPSHOT_FACTOR`` times
@@ -369,13 +371,14 @@ class Executor(ContextChanges, WaitsAndInbox):
         data = dump_folded(self._folded).decode()
         self._snapshot_bytes = len(data)
         if not last and self._since_snapshot < SNAPSHOT_FACTOR * len(data):
-            return  # the state grew faster than its log: the next one waits for more log
+            return None  # the state grew faster than its log: the next one waits for more log
         self._since_snapshot = 0
         s = self._folded
         snap = Snapshot(s.seq, data, FOLD_VERSION, s.records)
         commit = Commit(self.run_id, [], epoch=self.epoch, snapshot=snap)
         fut = self.store.submit(commit, lazy=lazy)
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return fut
 
     def _lazy(self, records: list[Record]) -> None:
         self._submit(records, lazy=True).add_done_callback(self._lazy_done)
@@ -944,8 +947,12 @@ class Executor(ContextChanges, WaitsAndInbox):
         # resolves once they all have, so nothing of the run outlives awaiting it.
         tasks = list(self._tasks)
 
+        final: list[asyncio.Future[Any]] = []  # the last snapshot's commit, once queued
+
         async def settle() -> None:
             await asyncio.gather(*tasks, return_exceptions=True)
+            # Durable before the handler resolves (a write to a server takes a round trip).
+            await asyncio.gather(*final, return_exceptions=True)
             if self.done.done():
                 return
             if exc is not None:
@@ -969,6 +976,8 @@ class Executor(ContextChanges, WaitsAndInbox):
                 # The next reader of the latest state folds nothing. A cache is never worth
                 # failing the run's ending over.
                 with contextlib.suppress(EventStoreError):
-                    self.write_snapshot(lazy=False, last=True)
+                    fut = self.write_snapshot(lazy=False, last=True)
+                    if fut is not None:
+                        final.append(fut)
         finally:
             self.wf._release(self)
