@@ -100,7 +100,8 @@ class Request:
 # What the database answers to one request: (code, a, b), or the error that refused it
 # alone. Codes: "ok" (append: a, b = first, last seq; claim: a = the new epoch; lease:
 # a = 1 if taken; post: a = the entry, b = 1 if new), "fenced" (a = the run's epoch),
-# "exists" (a created run exists), "missing" (no such run).
+# "exists" (a created run exists), "missing" (no such run), "lowseq" (a commit's kept seq
+# is not past the log's last, a).
 Reply = tuple[str, int | None, int | None] | BaseException
 
 
