@@ -106,6 +106,20 @@ class SQLiteBackend:
         kw = {} if busy_timeout_ms is None else {"busy_timeout_ms": busy_timeout_ms}
         return SQLiteWriteSQL(self._connect(readonly=False, **kw))
 
+    def reclaim(self) -> None:
+        # Deleted rows' pages go to the free list; incremental_vacuum moves them to the end
+        # of the file and truncates it (in WAL mode, at the checkpoint that follows). A store
+        # made before auto_vacuum was chosen reuses its free pages instead.
+        conn = self._connect(readonly=False)
+        try:
+            # Each step of the pragma frees one page; executescript steps it to the end
+            # (execute would stop after the first, as the pragma returns no rows).
+            conn.executescript("PRAGMA incremental_vacuum;")
+            if self.kind == "sqlite":
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            conn.close()
+
     def close(self) -> None:
         if self._anchor is not None:
             self._anchor.close()

@@ -14,6 +14,7 @@ from . import _check as _check
 from . import _graph as _graph
 from . import _history as _history
 from . import _ops as _ops
+from . import _prune as _prune
 from . import _timeline as _timeline
 from . import _transfer as _transfer
 from ._app import cli, main
