@@ -18,6 +18,7 @@ from . import _ops as _ops
 from . import _prune as _prune
 from . import _serve as _serve
 from . import _timeline as _timeline
+from . import _trace as _trace
 from . import _transfer as _transfer
 from ._app import cli, main
 
