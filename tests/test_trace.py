@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.server
 import itertools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from click.testing import CliRunner
@@ -320,3 +323,55 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
     both = runner.invoke(cli, ["trace", str(db), "x", "-o", "f.json", "--otlp", "http://h:4318"])
     assert both.exit_code == 2
     assert "not both" in both.output
+
+
+class _Collector(http.server.BaseHTTPRequestHandler):
+    """A collector's OTLP/HTTP traces endpoint that keeps what it is sent."""
+
+    bodies: ClassVar[list[bytes]] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers["Content-Length"])
+        type(self).bodies.append(self.rfile.read(length))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        del format, args
+
+
+def test_otlp_reaches_a_collector_and_an_unreachable_one_is_an_error(tmp_path: Path) -> None:
+    """`--otlp URL` posts the spans (protobuf, to /v1/traces when the URL has no path); a
+    port nobody listens on fails the command with the endpoint named."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    db = tmp_path / "t.db"
+    run_id = crashed_then_resumed(db)
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        result = CliRunner().invoke(cli, ["trace", str(db), run_id, "--otlp", url])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.exit_code == 0, result.output
+    assert f"to {url}/v1/traces" in result.output
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(b"".join(_Collector.bodies))
+    spans = [s for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    expected = _trace(db, run_id)
+    assert sorted(s.name for s in spans) == sorted(s.name for s in expected.spans)
+    assert {s.trace_id.hex() for s in spans} == {expected.trace_id}
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nobody listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    gone = CliRunner().invoke(cli, ["trace", str(db), run_id, "--otlp", f"http://127.0.0.1:{port}"])
+    assert gone.exit_code == 1
+    assert f"127.0.0.1:{port}/v1/traces" in gone.output
+    assert "is a collector listening there?" in gone.output

@@ -30,6 +30,7 @@ from ._ownership import probe_owners
 from ._read import commits, fold_run, run_info, shown_status
 
 __all__ = [
+    "ExportError",
     "Link",
     "Span",
     "SpanEvent",
@@ -437,18 +438,23 @@ OTEL_MISSING: Final = (
 )
 
 
+class ExportError(Exception):
+    """The exporter (a collector behind it) refused the spans or could not be reached."""
+
+
 def export_otlp(trace: Trace, exporter: Any) -> None:
     """Sends the trace's spans through OpenTelemetry's SDK to ``exporter`` (a
     ``SpanExporter``: the OTLP one for a collector, an in-memory one in tests), with the
     trace's own ids and times.
 
     :raises ImportError: the ``otel`` extra is not installed (the message says so).
+    :raises ExportError: the exporter did not take the spans (a collector unreachable).
     """
     try:
         from opentelemetry import trace as otel_trace
         from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+        from opentelemetry.sdk.trace.export import SpanExportResult
         from opentelemetry.sdk.trace.id_generator import IdGenerator
         from opentelemetry.trace import Link as OtelLink
         from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
@@ -466,11 +472,21 @@ def export_otlp(trace: Trace, exporter: Any) -> None:
         def generate_trace_id(self) -> int:
             return int(trace.trace_id, 16)
 
+    class _Collect(SpanProcessor):
+        """Keeps the ended spans, to hand the exporter in one call whose result is seen."""
+
+        def __init__(self) -> None:
+            self.spans: list[ReadableSpan] = []
+
+        def on_end(self, span: ReadableSpan) -> None:
+            self.spans.append(span)
+
     ids = _Ids()
+    collected = _Collect()
     provider = TracerProvider(
         resource=Resource.create({"service.name": trace.service}), id_generator=ids
     )
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider.add_span_processor(collected)
     tracer = provider.get_tracer(SCOPE)
     sampled = TraceFlags(TraceFlags.SAMPLED)
 
@@ -500,5 +516,10 @@ def export_otlp(trace: Trace, exporter: Any) -> None:
                 span.add_event(e.name, dict(e.attributes), timestamp=e.time_us * 1000)
             span.set_status(Status(StatusCode.ERROR, s.error) if s.error else Status(StatusCode.OK))
             span.end(end_time=s.end_us * 1000)
+        result = exporter.export(collected.spans)
     finally:
-        provider.shutdown()  # flushes, and lets the exporter go
+        provider.shutdown()
+        exporter.shutdown()
+    if result is not SpanExportResult.SUCCESS:
+        msg = f"the exporter did not take the {len(collected.spans)} spans ({result.name})"
+        raise ExportError(msg)

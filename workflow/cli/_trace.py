@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Final
 from urllib.parse import urlsplit
 
 import click
 import orjson
 
-from .._trace import OTEL_MISSING, chrome_json, export_otlp, otlp_json, run_trace
+from .._trace import OTEL_MISSING, ExportError, chrome_json, export_otlp, otlp_json, run_trace
 from ._app import cli
 from ._inspect import open_store
 
 __all__ = ["trace"]
+
+# How long the exporter tries a collector (its retries included) before the command fails.
+EXPORT_TIMEOUT_S: Final = 5.0
 
 
 def _traces_url(url: str) -> str:
@@ -65,7 +69,11 @@ def trace(db: str, run: str, output: str | None, fmt: str, collector: str | None
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError:
             raise click.ClickException(OTEL_MISSING) from None
-        export_otlp(spans, OTLPSpanExporter(endpoint=endpoint))
+        try:
+            export_otlp(spans, OTLPSpanExporter(endpoint=endpoint, timeout=EXPORT_TIMEOUT_S))
+        except ExportError as exc:
+            msg = f"{endpoint}: {exc}; is a collector listening there?"
+            raise click.ClickException(msg) from None
         click.echo(f"sent {len(spans.spans)} spans of run {run} to {endpoint}")
         return
     data = otlp_json(spans) if fmt == "otlp" else chrome_json(spans)
