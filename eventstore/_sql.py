@@ -38,6 +38,12 @@ _INSERT_RUN: Final = (
     "INSERT INTO runs (run_id, epoch, status, created, parent_run_id, parent_seq, meta)"
     " VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+# After a prune, new runs get keys above every key ever given (meta's rid_floor): a key is
+# never reused, as caches and owners' locks key runs by it.
+_INSERT_RUN_AT: Final = (
+    "INSERT INTO runs (rid, run_id, epoch, status, created, parent_run_id, parent_seq, meta)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _INSERT_LOG: Final = (
     "INSERT INTO log (seq, rid, kind, step, payload, commit_seq, ts) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
@@ -64,6 +70,11 @@ class StandardWriteSQL(ABC):
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self._rid_floor: int | None = -1  # -1: not read yet (see forget)
+
+    def forget(self) -> None:
+        """Drops what this connection cached of the store (another one wrote)."""
+        self._rid_floor = -1
 
     @abstractmethod
     def insert(self, sql: str, params: Sequence[Any], key: str) -> int:
@@ -79,7 +90,15 @@ class StandardWriteSQL(ABC):
     def insert_run(self, run_id: str, epoch: int, create: NewRun, created: int) -> int:
         meta = orjson.dumps(dict(create.meta)).decode()
         params = (run_id, epoch, create.status, created, create.parent_run_id, create.parent_seq)
-        return self.insert(_INSERT_RUN, (*params, meta), "rid")
+        if self._rid_floor == -1:
+            row = self.conn.execute("SELECT value FROM meta WHERE key = 'rid_floor'").fetchone()
+            self._rid_floor = None if row is None else int(row[0])
+        if self._rid_floor is None:
+            return self.insert(_INSERT_RUN, (*params, meta), "rid")
+        (top,) = self.conn.execute("SELECT coalesce(max(rid), 0) FROM runs").fetchone()
+        rid = max(int(top), self._rid_floor) + 1
+        self.conn.execute(_INSERT_RUN_AT, (rid, *params, meta))
+        return rid
 
     def write(self, commit: PreparedCommit) -> None:
         conn = self.conn
@@ -103,14 +122,17 @@ class StandardWriteSQL(ABC):
         self.conn.execute("UPDATE runs SET epoch = ? WHERE rid = ?", (epoch, rid))
 
     def delete_runs(self, runs: Mapping[str, int | None], last_seq: int, now: int) -> list[str]:
-        """Deletes whole runs (see :func:`delete_runs`); seqs stay never reused: the last
-        one assigned is kept in meta, as the deleted records may have held it."""
+        """Deletes whole runs (see :func:`delete_runs`); seqs and run keys stay never
+        reused: the last of each given is kept in meta, as the deleted rows may have held it."""
+        (top,) = self.conn.execute("SELECT coalesce(max(rid), 0) FROM runs").fetchone()
         gone = delete_runs(self.conn, runs, now)
         if gone:
-            self.conn.execute("DELETE FROM meta WHERE key = 'seq_floor'")
-            self.conn.execute(
-                "INSERT INTO meta (key, value) VALUES ('seq_floor', ?)", (str(last_seq),)
-            )
+            row = self.conn.execute("SELECT value FROM meta WHERE key = 'rid_floor'").fetchone()
+            floor = max(int(top), 0 if row is None else int(row[0]))
+            for key, value in (("seq_floor", last_seq), ("rid_floor", floor)):
+                self.conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+                self.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (key, str(value)))
+            self._rid_floor = floor
         return gone
 
     def lease_of(self, run_id: str) -> tuple[str, int] | None:

@@ -49,6 +49,7 @@ class SQLiteWriteSQL(StandardWriteSQL):
         if version == self._data_version:
             return None
         self._data_version = version
+        self.forget()
         return int(self.db.execute(_LAST_SEQ_SQL).fetchone()[0])
 
     def commit(self, last_seq: int) -> None:
@@ -56,6 +57,7 @@ class SQLiteWriteSQL(StandardWriteSQL):
 
     def rollback(self) -> None:
         self._data_version = -1
+        self.forget()
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
 

@@ -238,6 +238,8 @@ async def test_cli_prune_dry_run_changes_nothing_then_prunes(tmp_path: Path) -> 
     assert len(data["deleted"]) == 2
     assert data["bytes_after"] < data["bytes_before"]
     assert EventStore(db, readonly=True).runs() == []
+    checked = runner.invoke(cli, ["check", str(db)])
+    assert checked.exit_code == 0, checked.output  # the pruned file is whole
 
 
 def test_cli_prune_refuses_bad_input(tmp_path: Path) -> None:
@@ -319,3 +321,21 @@ def test_store_delete_keeps_changed_held_and_parent_runs(store: EventStore) -> N
     assert store.delete_runs({"nope": None}) == []
     store.reclaim()
     assert {r.run_id for r in store.runs()} == {"changed", "held"}
+
+
+def test_run_keys_are_never_reused_after_the_newest_run_is_pruned(tmp_path: Path) -> None:
+    """A run's integer key (which caches and owners' locks use) is never handed out again,
+    also by a store opened anew."""
+    db = tmp_path / "p.db"
+    with EventStore(db) as store:
+        seen = {r: _new_run(store, r) for r in ("a", "b")}
+        top = store.run("b").rid
+        assert store.delete_runs({"b": seen["b"]}) == ["b"]
+        _new_run(store, "c")
+        assert store.run("c").rid == top + 1
+    with EventStore(db) as store:
+        assert store.delete_runs({"c": store.run("c").last_seq}) == ["c"]
+        assert store.delete_runs({"a": seen["a"]}) == ["a"]  # the newest is older than the floor
+    with EventStore(db) as store:
+        _new_run(store, "d")
+        assert store.run("d").rid == top + 2
