@@ -24,6 +24,7 @@ from ._errors import (
 )
 from ._events import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
 from ._handler import WorkflowHandler
+from ._prune import PruneReport
 from ._recover import Recoveries, Recovery
 from ._state import Checkpoint, InProgress, RunState, Waiter
 from ._step import step
@@ -42,6 +43,7 @@ __all__ = [
     "HumanResponseEvent",
     "InProgress",
     "InputRequiredEvent",
+    "PruneReport",
     "Recoveries",
     "Recovery",
     "RecoveryLimitError",

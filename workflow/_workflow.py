@@ -10,6 +10,7 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -45,6 +46,7 @@ from ._fold import Folded, rename_steps, to_run_state
 from ._graph import Graph
 from ._handler import WorkflowHandler
 from ._ownership import LEASE_TTL_S, LeaseOwners, Owners
+from ._prune import PruneReport, prune_runs
 from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
 from ._recover import Recoveries, is_run_of, over_recovery_limit, same_name
 from ._recover import recover as recover_runs
@@ -749,6 +751,40 @@ class Workflow:
             and r.status in ("interrupted", "waiting")
             and (id(self._store), r.run_id) not in _live
         ]
+
+    def prune(
+        self,
+        older_than: str | float | timedelta,
+        *,
+        statuses: Iterable[str] | None = None,
+        include_waiting: bool = False,
+        dry_run: bool = False,
+    ) -> PruneReport:
+        """Deletes this workflow's runs that ended long enough ago, then reclaims the space.
+
+        :param older_than: how long ago a run's last record must be: ``"30d"`` (units s, m,
+            h, d, w), seconds, or a :class:`~datetime.timedelta`.
+        :param statuses: which runs: by default ``finished``, ``failed``, ``cancelled`` and
+            ``timed_out``; ``interrupted`` (a crashed run nobody resumed) may be named too.
+        :param include_waiting: also delete runs waiting for an event (a human's answer),
+            which are otherwise always kept.
+        :param dry_run: only report what would be deleted.
+
+        A run is deleted whole (records, inbox, snapshots, lease). A fork keeps the runs it
+        was forked from; a run an executor took up again meanwhile is kept. Returns a
+        :class:`PruneReport`.
+
+        :raises ValueError: a bad duration or status.
+        """
+        return prune_runs(
+            self._store,
+            self._owners,
+            older_than=older_than,
+            statuses=statuses,
+            include_waiting=include_waiting,
+            dry_run=dry_run,
+            only=lambda r: is_run_of(self, r),
+        )
 
     def recover(self, *, compatible_only: bool = False) -> Recoveries:
         """Resumes every pending run (what a service does at startup); call it in async code,
