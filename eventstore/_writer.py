@@ -62,6 +62,26 @@ class _Pending:
         self.index = index
 
 
+def _resolved(settled: list[tuple[bool, Any]], ok: bool, value: Any) -> tuple[bool, Any]:
+    """An op's outcome once the database replied: its placeholders replaced by what they
+    stood for (an op of several requests, such as ``submit_many``'s, returns a list of them;
+    it fails with the first of its requests that failed)."""
+    if not ok:
+        return ok, value
+    if isinstance(value, _Pending):
+        return settled[value.index]
+    if isinstance(value, list) and any(isinstance(v, _Pending) for v in value):
+        out = []
+        for v in value:
+            if isinstance(v, _Pending):
+                v_ok, v = settled[v.index]
+                if not v_ok:
+                    return False, v
+            out.append(v)
+        return True, out
+    return ok, value
+
+
 class _Run:
     """What the writer knows of a run: its key in the store and its current epoch."""
 
@@ -158,10 +178,7 @@ class BatchWriter:
             self._settle(req, reply, seq)
             for req, reply, seq in zip(plan, replies, expected, strict=True)
         ]
-        return [
-            settled[value.index] if ok and isinstance(value, _Pending) else (ok, value)
-            for ok, value in outcomes
-        ]
+        return [_resolved(settled, ok, value) for ok, value in outcomes]
 
     def _settle(self, req: Request, reply: Reply, expected: int) -> tuple[bool, Any]:
         """The outcome of one request from the database's reply."""
