@@ -3,6 +3,8 @@
 from ._context import Context, ContextStore
 from ._errors import (
     CheckpointNotFoundError,
+    ContextSerdeError,
+    ContextStateError,
     RecoveryLimitError,
     RunAbandonedError,
     RunFinishedError,
@@ -25,19 +27,32 @@ from ._state import Checkpoint, InProgress, RunState, Waiter
 from ._step import step
 from ._worker import Worker
 from ._workflow import RunSummary, Workflow
+from .checkpointer import WorkflowCheckpointer
+from .context.serializers import (
+    BaseSerializer,
+    JsonPickleSerializer,
+    JsonSerializer,
+    PickleSerializer,
+)
 from .retry_policy import ConstantDelayRetryPolicy, ExponentialBackoffRetryPolicy, RetryPolicy
 
 __all__ = [
+    "BaseSerializer",
     "Checkpoint",
     "CheckpointNotFoundError",
     "ConstantDelayRetryPolicy",
     "Context",
+    "ContextSerdeError",
+    "ContextStateError",
     "ContextStore",
     "Event",
     "ExponentialBackoffRetryPolicy",
     "HumanResponseEvent",
     "InProgress",
     "InputRequiredEvent",
+    "JsonPickleSerializer",
+    "JsonSerializer",
+    "PickleSerializer",
     "Recovery",
     "RecoveryLimitError",
     "RetryPolicy",
@@ -57,6 +72,7 @@ __all__ = [
     "Workflow",
     "WorkflowCancelledError",
     "WorkflowChangedError",
+    "WorkflowCheckpointer",
     "WorkflowError",
     "WorkflowHandler",
     "WorkflowRuntimeError",

@@ -14,6 +14,8 @@ WorkflowError
   + StateConflictError        a context write lost a race (raised only inside attempts)
   + RecoveryLimitError        an input killed the process too many times
   + WorkflowChangedError      stored work no longer fits the workflow's steps
+  + ContextStateError         a Context used where its run's state does not allow it
+  + ContextSerdeError         (also ValueError) a context dict that cannot be restored here
 
 SnapshotIgnoredWarning        (a UserWarning) a run's cached state was unfit; the log was folded
 """
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 __all__ = [
     "CheckpointNotFoundError",
+    "ContextSerdeError",
+    "ContextStateError",
     "RecoveryLimitError",
     "RunAbandonedError",
     "RunFinishedError",
@@ -153,6 +157,17 @@ class WorkflowChangedError(WorkflowError):
             f"run {run_id!r} cannot continue with this workflow: {listing}; pass"
             " allow_stranded=True to proceed and leave that work undone"
         )
+
+
+class ContextStateError(WorkflowError):
+    """A ``Context`` used where its run's state does not allow it (LlamaIndex's name): a new
+    run from a context whose run is live in some process, or an event sent through a
+    context no run is bound to."""
+
+
+class ContextSerdeError(WorkflowError, ValueError):
+    """A context dict that cannot be restored here (LlamaIndex's name): damaged, of another
+    format, or of another workflow."""
 
 
 class SnapshotIgnoredWarning(UserWarning):

@@ -1,0 +1,467 @@
+"""LlamaIndex's Context lifecycle, durable: ``Context(wf)``, ``run(ctx=)``, ``to_dict`` /
+``from_dict``, and the pause-and-resume pattern of LlamaIndex's human-in-the-loop docs.
+
+A context names a run: unbound until its first run, bound to each run started from it. A
+run with start fields is a new run linked to the last (a chat turn); without them the
+context's run goes on (resumed, or forked where a restored dict points). Every test uses
+real stores; the cross-process ones real subprocesses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from eventstore import EncodeError, EventStore
+from tests.context_proc import Ask
+from workflow import (
+    BaseSerializer,
+    Context,
+    ContextSerdeError,
+    ContextStateError,
+    Event,
+    HumanResponseEvent,
+    InputRequiredEvent,
+    JsonPickleSerializer,
+    JsonSerializer,
+    PickleSerializer,
+    StartEvent,
+    StopEvent,
+    Workflow,
+    WorkflowCancelledError,
+    WorkflowError,
+    step,
+)
+from workflow._fold import Folded, fold
+from workflow.context import Context as ContextFromModule
+from workflow.context.serializers import BaseSerializer as BaseFromModule
+
+ROOT = Path(__file__).resolve().parent.parent
+BOUND = 20.0  # seconds: only a hang comes near it
+
+
+class Turn(Workflow):
+    """A chat: each turn appends the message to the history kept in the context."""
+
+    @step
+    async def reply(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        history: list[str] = await ctx.store.get("history", default=[])
+        msg = getattr(ev, "msg", "(continue)")
+        await ctx.store.set("history", [*history, msg])
+        return StopEvent(result=len(history) + 1)
+
+
+class Middle(Event):
+    n: int
+
+
+class Flaky(Workflow):
+    """Fails in ``finish`` until ``ok`` is set in the context; counts each step's runs."""
+
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Middle:
+        await ctx.store.set("starts", await ctx.store.get("starts", default=0) + 1)
+        return Middle(n=1)
+
+    @step
+    async def finish(self, ctx: Context, ev: Middle) -> StopEvent:
+        if not await ctx.store.get("ok", default=False):
+            msg = "not ok yet"
+            raise ValueError(msg)
+        return StopEvent(result=f"done {ev.n}")
+
+
+def started_steps(store: EventStore, run_id: str) -> list[str | None]:
+    return [r.step for r in store.records(run_id, kinds=["step_started"])]
+
+
+def run_started(store: EventStore, run_id: str) -> dict[str, Any]:
+    (r,) = store.records(run_id, kinds=["run_started"])
+    payload: dict[str, Any] = json.loads(r.payload)
+    return payload
+
+
+# ---------------------------------------------------------------------- names
+
+
+def test_the_names_live_where_llamaindex_puts_them() -> None:
+    """workflow.context re-exports Context and the serializers; the errors keep both bases."""
+    assert ContextFromModule is Context
+    assert BaseFromModule is BaseSerializer
+    assert JsonPickleSerializer is PickleSerializer
+    assert issubclass(PickleSerializer, JsonSerializer)
+    assert issubclass(ContextStateError, WorkflowError)
+    assert issubclass(ContextSerdeError, WorkflowError)
+    assert issubclass(ContextSerdeError, ValueError)
+
+
+# ---------------------------------------------------------------------- binding
+
+
+async def test_an_unbound_context_keeps_its_writes_for_its_first_run(tmp_path: Path) -> None:
+    """Writes before the first run are read back, and the first run starts with them in its
+    first commit; the context is then bound to that run."""
+    wf = Turn(store=tmp_path / "chat.db")
+    ctx = Context(wf)
+    assert not ctx.is_running
+    with pytest.raises(ContextStateError, match="no run yet"):
+        _ = ctx.run_id
+    with pytest.raises(ContextStateError, match="needs a run"):
+        ctx.send_event(Middle(n=1))
+    await ctx.store.set("history", ["system"])
+    assert await ctx.store.get("history") == ["system"]
+    with pytest.raises(EncodeError, match="history"):
+        await ctx.store.set("history", [object()])  # refused at the call, as in a step
+    handler = wf.run(ctx=ctx, msg="hi")
+    assert handler.ctx is ctx
+    assert ctx.run_id == handler.run_id
+    assert await handler == 2
+    first = next(iter(wf.store.records(handler.run_id)))
+    kinds = [r.kind for r in wf.store.records(handler.run_id) if r.commit_seq == first.commit_seq]
+    assert kinds == ["run_started", "state_set", "enqueued"]
+    assert await ctx.store.get("history") == ["system", "hi"]  # idle: the run's end
+
+
+async def test_chat_turns_are_new_runs_linked_not_forked(store: EventStore) -> None:
+    """run(ctx=ctx, msg=...) starts a new run from the context's state each time; each
+    names the previous run as a link, and none has a parent."""
+    wf = Turn(store=store)
+    ctx = Context(wf)
+    ids = []
+    for i, msg in enumerate(["a", "b", "c"]):
+        handler = wf.run(ctx=ctx, msg=msg)
+        assert await handler == i + 1
+        ids.append(handler.run_id)
+    assert len(set(ids)) == 3
+    assert wf.state_at(ids[-1]).context["history"] == ["a", "b", "c"]
+    for prev, run in itertools.pairwise(ids):
+        info = store.get_run(run)
+        assert info is not None
+        assert info.parent_run_id is None
+        link = run_started(store, run)["previous"]
+        assert link == {"run_id": prev, "seq": store.last_seq(prev)}
+    assert "previous" not in run_started(store, ids[0])
+
+
+async def test_a_thousand_turn_chat_is_a_thousand_runs_that_fold_on_their_own(
+    tmp_path: Path,
+) -> None:
+    """1,000 turns are 1,000 runs: each folds from its own records alone (no ancestor to
+    read, so any older turn can be exported or pruned without it)."""
+    wf = Turn(store=tmp_path / "long.db")
+    ctx = Context(wf)
+    runs = []
+    for i in range(1000):
+        handler = wf.run(ctx=ctx, msg=str(i))
+        assert await handler == i + 1
+        runs.append(handler.run_id)
+    store = wf.store
+    assert len(store.runs()) == 1000
+    for i in (0, 1, 499, 999):
+        alone = fold(Folded(runs[i]), store.records(runs[i]))
+        assert alone.status == "finished"
+        history = orjson.loads(orjson.dumps(alone.context["history"].dump))
+        assert history == [str(k) for k in range(i + 1)]
+        info = store.get_run(runs[i])
+        assert info is not None
+        assert info.parent_run_id is None
+
+
+async def test_a_context_without_start_fields_continues_its_failed_run(store: EventStore) -> None:
+    """run(ctx=ctx) after a failure resumes the same run: only the failed step runs, after
+    the writes made on the idle context, which are recorded as the operator update."""
+    wf = Flaky(store=store)
+    ctx = Context(wf)
+    with pytest.raises(ValueError, match="not ok"):
+        await wf.run(ctx=ctx)
+    run_id = ctx.run_id
+    assert not ctx.is_running
+    await ctx.store.set("ok", True)
+    assert await ctx.store.get("ok") is True
+    assert wf.state_at(run_id).context.get("ok") is None  # still only on the context
+    assert await wf.run(ctx=ctx) == "done 1"
+    assert ctx.run_id == run_id
+    assert started_steps(store, run_id) == ["start", "finish", "finish"]
+    kinds = [(r.kind, r.step) for r in store.records(run_id)]
+    resumed = kinds.index(("run_resumed", None))
+    assert kinds[resumed + 1] == ("state_set", None)
+
+
+async def test_a_finished_run_s_context_starts_a_new_linked_run(store: EventStore) -> None:
+    """run(ctx=ctx) after the run finished starts a new run with the default start event."""
+    wf = Turn(store=store)
+    ctx = Context(wf)
+    first = wf.run(ctx=ctx, msg="x")
+    assert await first == 1
+    second = wf.run(ctx=ctx)
+    assert await second == 2
+    assert second.run_id != first.run_id
+    assert wf.state_at(second.run_id).context["history"] == ["x", "(continue)"]
+    assert run_started(store, second.run_id)["previous"]["run_id"] == first.run_id
+
+
+async def test_a_live_run_refuses_another_run_from_its_context(store: EventStore) -> None:
+    """While a context's run is live, run(ctx=ctx) raises ContextStateError; handler.ctx
+    writes on the live run are operator commits the run sees."""
+    wf = Ask(store=store)
+    ctx = Context(wf)
+    handler = wf.run(ctx=ctx, who="me")
+    async with asyncio.timeout(BOUND):
+        await handler.wait_until_waiting()
+    assert ctx.is_running
+    with pytest.raises(ContextStateError, match="running"):
+        wf.run(ctx=ctx)
+    with pytest.raises(ContextStateError):
+        wf.run(ctx=ctx, who="again")
+    await handler.ctx.store.set("asked", "operator")
+    assert wf.state_at(handler.run_id).context["asked"] == "operator"
+    handler.ctx.send_event(HumanResponseEvent(response="ann"))
+    async with asyncio.timeout(BOUND):
+        assert await handler == "hello ann from operator"
+    assert not ctx.is_running
+
+
+# ---------------------------------------------------------------------- to_dict / from_dict
+
+
+async def test_a_dict_restored_at_an_older_seq_forks_there(store: EventStore) -> None:
+    """A dict taken after the failure, restored after the run went on and finished, forks
+    at the dict's seq: the new run's parent is the run at that seq."""
+    wf = Flaky(store=store)
+    ctx = Context(wf)
+    with pytest.raises(ValueError, match="not ok"):
+        await wf.run(ctx=ctx)
+    data = json.loads(json.dumps(ctx.to_dict()))
+    run_id, seq = data["run_id"], data["seq"]
+    assert seq == store.last_seq(run_id)
+    assert await wf.resume(run_id, updates={"ok": True}) == "done 1"  # the run goes on
+    restored = Context.from_dict(wf, data)
+    await restored.store.set("ok", "yes")
+    handler = wf.run(ctx=restored)
+    assert await handler == "done 1"
+    info = store.get_run(handler.run_id)
+    assert info is not None
+    assert (info.parent_run_id, info.parent_seq) == (run_id, seq)
+    assert started_steps(store, handler.run_id) == ["finish"]
+    assert wf.state_at(handler.run_id).context["ok"] == "yes"
+
+
+async def test_include_state_false_restores_without_the_values(store: EventStore) -> None:
+    """to_dict(include_state=False) carries no values: a run from it starts with none."""
+    wf = Turn(store=store)
+    ctx = Context(wf)
+    await wf.run(ctx=ctx, msg="secret")
+    data = ctx.to_dict(include_state=False)
+    assert data["state"] is None
+    assert data["run"]["context"] == {}
+    restored = Context.from_dict(wf, data)
+    assert await restored.store.get("history", default=None) is None
+    assert await wf.run(ctx=restored, msg="fresh") == 1
+    # And with the values, the same dict carries the history on.
+    again = Context.from_dict(wf, ctx.to_dict())
+    assert await wf.run(ctx=again, msg="more") == 2
+
+
+class Upper(BaseSerializer):
+    """A user's serializer: JSON text with a marker, to show it is the one used."""
+
+    def serialize(self, value: Any) -> str:
+        return "U" + json.dumps(value)
+
+    def deserialize(self, value: str) -> Any:
+        assert value.startswith("U")
+        return json.loads(value[1:])
+
+
+async def test_serializers_write_and_read_the_values(store: EventStore) -> None:
+    """JsonSerializer and PickleSerializer keep the codec's typed JSON (exact types); a
+    user's BaseSerializer writes each value as its text and must be given to from_dict."""
+    wf = Turn(store=store)
+    ctx = Context(wf)
+    await ctx.store.set("when", (1, 2))  # a tuple: typed JSON keeps it one
+    await wf.run(ctx=ctx, msg="m")
+    for ser in (None, JsonSerializer(), PickleSerializer(), JsonPickleSerializer()):
+        data = json.loads(json.dumps(ctx.to_dict(serializer=ser)))
+        back = Context.from_dict(wf, data, serializer=ser)
+        assert await back.store.get("when") == (1, 2)
+        assert await back.store.get("history") == ["m"]
+    data = json.loads(json.dumps(ctx.to_dict(serializer=Upper())))
+    assert data["state"]["history"] == 'U["m"]'
+    with pytest.raises(ContextSerdeError, match="Upper"):
+        Context.from_dict(wf, data)
+    back = Context.from_dict(wf, data, serializer=Upper())
+    assert await back.store.get("history") == ["m"]
+    assert await back.store.get("when") == (1, 2)  # bound to the run: the store's values
+    elsewhere = Turn()  # another store: the dict's values, as the user's serializer gave them
+    imported = Context.from_dict(elsewhere, data, serializer=Upper())
+    assert await imported.store.get("when") == [1, 2]
+    assert await elsewhere.run(ctx=imported, msg="n") == 2
+
+
+async def test_a_bad_dict_is_a_clear_error(store: EventStore) -> None:
+    """A dict of another workflow, of LlamaIndex's format, or damaged, is refused by
+    from_dict with ContextSerdeError naming what is wrong."""
+    wf = Flaky(store=store)
+    ctx = Context(wf)
+    with pytest.raises(ValueError, match="not ok"):
+        await wf.run(ctx=ctx)
+    good = ctx.to_dict()
+    with pytest.raises(ContextSerdeError, match="workflow"):
+        Context.from_dict(Turn(store=store), good)
+    llama_shape = {"state": {}, "streaming_queue": "[]", "queues": {}, "is_running": False}
+    with pytest.raises(ContextSerdeError, match="format"):
+        Context.from_dict(wf, llama_shape)
+    with pytest.raises(ContextSerdeError, match="run state"):
+        Context.from_dict(wf, {**good, "run": {**good["run"], "queues": "garbage"}})
+    damaged_event = json.loads(json.dumps(good))
+    (prog,) = damaged_event["run"]["in_progress"]["finish"]
+    prog[1] = {"$t": "model", "c": "nowhere:Nothing", "v": {}}
+    with pytest.raises(ContextSerdeError, match="Nothing"):
+        Context.from_dict(wf, damaged_event)
+    with pytest.raises(ContextSerdeError, match="version"):
+        Context.from_dict(wf, {**good, "version": 99})
+
+
+async def test_a_dict_from_another_store_is_imported_as_a_new_run(tmp_path: Path) -> None:
+    """Restored where its run is not in the store, the dict's state becomes a new run's
+    first commit (in-progress events queued again), linked to where it came from."""
+    wf = Flaky(store=tmp_path / "a.db")
+    ctx = Context(wf)
+    with pytest.raises(ValueError, match="not ok"):
+        await wf.run(ctx=ctx)
+    data = json.loads(json.dumps(ctx.to_dict()))
+    other = Flaky(store=tmp_path / "b.db")
+    restored = Context.from_dict(other, data)
+    assert await restored.store.get("starts") == 1
+    await restored.store.set("ok", True)
+    handler = other.run(ctx=restored)
+    assert await handler == "done 1"
+    assert started_steps(other.store, handler.run_id) == ["finish"]
+    assert run_started(other.store, handler.run_id)["previous"] == {
+        "run_id": data["run_id"],
+        "seq": data["seq"],
+    }
+    assert other.state_at(handler.run_id).context == {"starts": 1, "ok": True}
+
+
+# ---------------------------------------------------------------------- LlamaIndex's HITL
+
+
+async def test_pause_and_resume_as_llamaindex_documents_it(store: EventStore) -> None:
+    """handler.ctx.to_dict() at the question, cancel_run(), later from_dict and
+    run(ctx=restored): the question is asked again and the answer sent arrives."""
+    wf = Ask(store=store)
+    handler = wf.run(who="doc")
+    ctx_dict = None
+    async with asyncio.timeout(BOUND):
+        async for ev in handler.stream_events():
+            if isinstance(ev, InputRequiredEvent):
+                ctx_dict = handler.ctx.to_dict()
+                await handler.cancel_run()
+                break
+    with pytest.raises(WorkflowCancelledError):
+        await handler
+    assert ctx_dict is not None
+    restored = Context.from_dict(wf, json.loads(json.dumps(ctx_dict)))
+    handler = wf.run(ctx=restored)
+    handler.ctx.send_event(HumanResponseEvent(response="bo"))
+    async with asyncio.timeout(BOUND):
+        assert await handler == "hello bo from doc"
+
+
+async def test_pause_and_resume_answered_after_the_question_is_asked_again(
+    store: EventStore,
+) -> None:
+    """The same, answering only once the restored run asks again (the docs' other order)."""
+    wf = Ask(store=store)
+    handler = wf.run(who="doc")
+    async with asyncio.timeout(BOUND):
+        await handler.wait_until_waiting()
+    ctx_dict = handler.ctx.to_dict()
+    await handler.cancel_run()
+    with pytest.raises(WorkflowCancelledError):
+        await handler
+    handler = wf.run(ctx=Context.from_dict(wf, ctx_dict))
+    asked = []
+    async with asyncio.timeout(BOUND):
+        async for ev in handler.stream_events():
+            if isinstance(ev, InputRequiredEvent):
+                asked.append(ev.prefix)
+                handler.ctx.send_event(HumanResponseEvent(response="cy"))
+        assert await handler == "hello cy from doc"
+    assert asked == ["name?"]
+
+
+def _python(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.context_proc", *args],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "WORKFLOW_STORE"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(file: Path, proc: subprocess.Popen[str]) -> dict[str, Any]:
+    """The dict the process wrote (it writes it whole, by a rename)."""
+    deadline = time.monotonic() + 60
+    while not file.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the process wrote no context dict"
+        time.sleep(0.05)
+    data: dict[str, Any] = json.loads(file.read_text("utf-8"))
+    return data
+
+
+async def test_pause_in_one_process_resume_in_another_on_its_own_store(tmp_path: Path) -> None:
+    """The dict of a run paused (and cancelled) in a process with an in-memory store
+    restores in this one: the wait is imported, asked again and answered."""
+    file = tmp_path / "ctx.json"
+    proc = _python("dict-memory", str(file))
+    data = _wait_for(file, proc)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    wf = Ask()
+    handler = wf.run(ctx=Context.from_dict(wf, data))
+    async with asyncio.timeout(BOUND):
+        async for ev in handler.stream_events():
+            if isinstance(ev, InputRequiredEvent):
+                handler.ctx.send_event(HumanResponseEvent(response="di"))
+        assert await handler == "hello di from proc"
+
+
+async def test_a_run_live_in_another_process_refuses_its_context(tmp_path: Path) -> None:
+    """A context bound (by from_dict) to a run another live process holds raises
+    ContextStateError; once that process is gone, the same call continues the run."""
+    db, file = tmp_path / "shared.db", tmp_path / "ctx.json"
+    proc = _python("hold", str(db), str(file))
+    try:
+        data = _wait_for(file, proc)
+        wf = Ask(store=db)
+        ctx = Context.from_dict(wf, data)
+        assert ctx.is_running
+        with pytest.raises(ContextStateError, match="running"):
+            wf.run(ctx=ctx)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    assert not ctx.is_running
+    handler = wf.run(ctx=ctx)
+    assert handler.run_id == data["run_id"]  # the same run, resumed
+    async with asyncio.timeout(BOUND):
+        async for ev in handler.stream_events():
+            if isinstance(ev, InputRequiredEvent):
+                handler.ctx.send_event(HumanResponseEvent(response="ed"))
+        assert await handler == "hello ed from proc"

@@ -1,0 +1,515 @@
+"""A ``Context``'s life between runs: LlamaIndex's ``Context(wf)``, ``run(ctx=)``,
+``to_dict`` / ``from_dict``, made durable.
+
+A context names a run. Unbound (``Context(wf)``) until its first ``run(ctx=ctx)``, it is then
+bound to the run it started, and rebound each time a run starts from it. While its run is
+executed here it is live (writes are operator commits); otherwise it is idle: it reads its
+run's state at its point (the run's end, or the seq of the dict it was restored from), and
+its writes stay on it until they open its next run (:class:`Idle`).
+
+``run(ctx=ctx)`` (:func:`run_with_context`) with a start event or start fields starts a new
+run from the context's state, *linked* to the run it came from (``run_started.previous``),
+whose first commit writes that state: each chat turn is a run that folds on its own.
+Without them it continues the run (a resume: the failed step of a failed run, with a fresh
+retry budget), or forks it where the context points if the run went on past that, or,
+after the run finished, starts a linked run with the default start event.
+
+``to_dict`` (:func:`context_dict`) names the run and seq and carries the folded state in
+the codec's typed JSON; ``from_dict`` (:func:`restore_into`) binds to that run when the
+workflow's store has it, and otherwise imports the state as a new run when the context next
+runs (:func:`_import_records`), so a dict written by one process restores in another.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from eventstore import CodecError, EncodeError, LogCorruptedError, Record
+
+from . import _journal as J
+from ._changes import Encoded, encode_updates
+from ._errors import ContextSerdeError, ContextStateError, WorkflowRuntimeError
+from ._fold import Folded, KeyLog, to_run_state
+from ._handler import WorkflowHandler
+from ._read import fold_run
+from ._snapshot import SnapshotError, dump_folded, load_folded
+from ._state import TERMINAL
+from ._waits import Delivery
+from .context.serializers import BaseSerializer, JsonSerializer
+
+if TYPE_CHECKING:
+    from eventstore import Codec
+
+    from ._context import Context
+    from ._events import Event, StartEvent
+    from ._runner import Executor
+    from ._workflow import Workflow
+
+__all__ = ["FORMAT", "Idle", "context_dict", "restore_into", "run_is_live", "run_with_context"]
+
+# What a context dict says it is; "version" goes up with any change of its shape.
+FORMAT: Final = "durable-workflows.context"
+VERSION: Final = 1
+
+
+class Idle:
+    """What an idle context's ``store`` reads and writes: its run's state at the context's
+    point, with the writes made on it since, which open its next run.
+
+    It stands where the executor stands for a live context (``ContextStore._x``): reads
+    outside an attempt use ``committed``, writes ``operator_update``.
+    """
+
+    def __init__(self, ctx: Context[Any]) -> None:
+        self._ctx = ctx
+        self._committed: dict[str, Any] | None = None
+        self.pending: dict[str, Encoded] = {}
+        self.deleted: set[str] = set()
+        self.drop_state = False  # restored from a dict without state: start with none
+        self.seq: int | None = None  # restored at this seq of its run (None: the run's end)
+        self.imported: Folded | None = None  # a dict's state this store has no run of
+        self.origin: tuple[str, int] | None = None  # where the imported state came from
+
+    @property
+    def codec(self) -> Codec:
+        return self._ctx._wf._codec
+
+    @property
+    def committed(self) -> dict[str, Any]:
+        """The context's values as its next run will start with them (read lazily)."""
+        if self._committed is None:
+            base = {} if self.drop_state else _base_values(self._ctx)
+            for k in self.deleted:
+                base.pop(k, None)
+            for k, e in self.pending.items():
+                base[k] = e.value
+            self._committed = base
+        return self._committed
+
+    async def operator_update(
+        self, updates: Mapping[str, Any], deletes: list[str] | None = None
+    ) -> int:
+        """Keeps writes for the next run (encoded now: what the log cannot hold is refused)."""
+        encoded = encode_updates(self.codec, updates)
+        committed = self.committed
+        for k, e in encoded.items():
+            self.pending[k] = e
+            self.deleted.discard(k)
+            committed[k] = e.value
+        for k in deletes or ():
+            self.pending.pop(k, None)
+            self.deleted.add(k)
+            committed.pop(k, None)
+        return 0
+
+
+# ---------------------------------------------------------------------- where a context points
+
+
+def _point(ctx: Context[Any]) -> Folded:
+    """The folded state (JSON form) at the context's point, without its idle writes."""
+    idle = ctx._idle
+    if idle.imported is not None:
+        return idle.imported
+    x = ctx._x
+    if x is not None and idle.seq is None:
+        return x._folded  # the state this process ran it to (read, never changed here)
+    if ctx._run is None:
+        return Folded("")
+    return fold_run(ctx._wf._store, ctx._run, idle.seq)
+
+
+def _base_values(ctx: Context[Any]) -> dict[str, Any]:
+    x = ctx._x
+    if x is not None and ctx._idle.seq is None and ctx._idle.imported is None:
+        return dict(x.committed)
+    load = ctx._wf._codec.load
+    return {k: load(copy.deepcopy(e.dump)) for k, e in _point(ctx).context.items()}
+
+
+def _state_dumps(ctx: Context[Any], f: Folded) -> dict[str, Any]:
+    """The context's values in the codec's JSON form, with its idle writes."""
+    idle = ctx._idle
+    out = {} if idle.drop_state else {k: e.dump for k, e in f.context.items()}
+    if ctx._live() is None:
+        for k in idle.deleted:
+            out.pop(k, None)
+        for k, e in idle.pending.items():
+            out[k] = orjson.loads(e.text)
+    return out
+
+
+def run_is_live(ctx: Context[Any]) -> bool:
+    """Whether the context's run is being executed, in this process or another."""
+    if ctx._live() is not None:
+        return True
+    run = ctx._run
+    if run is None or ctx._idle.imported is not None:
+        return False
+    from ._workflow import _live
+
+    wf = ctx._wf
+    if (id(wf._store), run) in _live:
+        return True
+    info = wf._store.get_run(run)
+    if info is None or (info.status or "running") in TERMINAL:
+        return False
+    return wf._owners.is_owned(info.rid, run)
+
+
+# ---------------------------------------------------------------------- to_dict / from_dict
+
+
+def _kind(serializer: BaseSerializer | None) -> str:
+    if serializer is None:
+        return JsonSerializer.kind
+    if isinstance(serializer, JsonSerializer):
+        return serializer.kind
+    cls = type(serializer)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def context_dict(
+    ctx: Context[Any], serializer: BaseSerializer | None, include_state: bool
+) -> dict[str, Any]:
+    """``ctx.to_dict()``: the run and seq the context points at, and the state there."""
+    wf = ctx._wf
+    f = _point(ctx)
+    kind = _kind(serializer)
+    run = orjson.loads(dump_folded(f))
+    run["context"] = {}  # the values are under "state"
+    state: dict[str, Any] | None = None
+    if include_state:
+        state = _state_dumps(ctx, f)
+        if serializer is not None and not isinstance(serializer, JsonSerializer):
+            load = wf._codec.load
+            state = {k: serializer.serialize(load(copy.deepcopy(d))) for k, d in state.items()}
+    idle = ctx._idle
+    imported = idle.imported is not None
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "workflow": wf._name,
+        "run_id": (idle.origin[0] if idle.origin else None) if imported else ctx._run,
+        "seq": (idle.origin[1] if idle.origin else None) if imported else (f.seq or None),
+        "status": f.status,
+        "is_running": run_is_live(ctx),
+        "serializer": kind,
+        "state": state,
+        "pending": sorted(idle.pending) if ctx._live() is None else [],
+        "deleted": sorted(idle.deleted) if ctx._live() is None else [],
+        "run": run,
+    }
+
+
+def _serde(msg: str) -> ContextSerdeError:
+    return ContextSerdeError(f"cannot restore this context dict: {msg}")
+
+
+def _same_workflow(a: str, b: str) -> bool:
+    # A class is recorded as __main__:X by `python app.py`, and as app:X when imported.
+    return a == b or a.split(":")[-1] == b.split(":")[-1]
+
+
+def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None) -> None:
+    """``Context.from_dict``: points ``ctx`` where ``data`` says, or keeps its state to import.
+
+    Everything is checked here, so a damaged dict fails at ``from_dict``, not at the run.
+    """
+    wf = ctx._wf
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        got = data.get("format") if isinstance(data, dict) else type(data).__name__
+        msg = (
+            f"it is not a durable-workflows context dict (its format is {got!r});"
+            " a dict from LlamaIndex's own Context.to_dict() cannot be restored here"
+        )
+        raise _serde(msg)
+    if data.get("version") != VERSION:
+        msg = f"it has version {data.get('version')!r}; this library reads {VERSION}"
+        raise _serde(msg)
+    name = data.get("workflow")
+    if not isinstance(name, str) or not _same_workflow(name, wf._name):
+        msg = f"it is a context of workflow {name!r}, not of {wf._name!r}"
+        raise _serde(msg)
+    kind = data.get("serializer")
+    if kind not in (JsonSerializer.kind, PICKLE) and _kind(serializer) != kind:
+        msg = (
+            f"its values were written by the serializer {kind!r}; pass"
+            " serializer= an instance of it to from_dict"
+        )
+        raise _serde(msg)
+    raw = data.get("run")
+    if not isinstance(raw, dict):
+        msg = "it has no run state ('run')"
+        raise _serde(msg)
+    try:
+        f = load_folded(orjson.dumps({**raw, "context": {}}))
+    except (SnapshotError, TypeError) as exc:
+        msg = f"its run state is damaged: {exc}"
+        raise _serde(msg) from None
+    state = data.get("state")
+    if state is not None and not isinstance(state, dict):
+        msg = f"its 'state' is a {type(state).__name__}, not a dict"
+        raise _serde(msg)
+    dumps = _state_from(wf, state or {}, kind, serializer)
+    for key, dump in dumps.items():
+        f.context[key] = KeyLog(dump, len(orjson.dumps(dump)))
+    try:
+        to_run_state(f, wf._codec)  # every event and value decodes here, or the dict is refused
+    except LogCorruptedError as exc:
+        raise _serde(str(exc)) from None
+    idle = ctx._idle
+    pending = [k for k in data.get("pending") or () if k in dumps]
+    idle.deleted = {k for k in data.get("deleted") or () if isinstance(k, str)}
+    run_id, seq = data.get("run_id"), data.get("seq")
+    if run_id is None:  # a context that never ran: its values open its first run
+        idle.pending = _encoded(wf, {k: dumps[k] for k in dumps})
+        return
+    if not isinstance(run_id, str) or not isinstance(seq, int):
+        msg = "its 'run_id' and 'seq' are not a run id and a seq"
+        raise _serde(msg)
+    info = wf._store.get_run(run_id)
+    here = (
+        info is not None
+        and _same_workflow(str(info.meta.get("workflow", "")), wf._name)
+        and info.first_seq is not None
+        and info.last_seq is not None
+        and info.first_seq <= seq <= info.last_seq
+    )
+    if here:
+        ctx._run = run_id
+        idle.seq = seq
+        idle.drop_state = state is None
+        idle.pending = _encoded(wf, {k: dumps[k] for k in pending})
+        return
+    # Not in this store: imported as a new run when the context next runs.
+    f.run_id = ""
+    idle.imported = f
+    idle.origin = (run_id, seq)
+    idle.deleted = set()
+
+
+PICKLE: Final = "pickle"
+
+
+def _state_from(
+    wf: Workflow, state: dict[str, Any], kind: Any, serializer: BaseSerializer | None
+) -> dict[str, Any]:
+    """The dict's values as the codec's JSON form (what the log holds)."""
+    if kind in (JsonSerializer.kind, PICKLE):
+        return {str(k): v for k, v in state.items()}
+    assert serializer is not None
+    values: dict[str, Any] = {}
+    for k, text in state.items():
+        if not isinstance(text, str):
+            msg = f"the value of {k!r} is not the text of a serializer"
+            raise _serde(msg)
+        try:
+            values[k] = serializer.deserialize(text)
+        except Exception as exc:  # the user's serializer raises what it raises
+            msg = f"the value of {k!r} does not deserialize: {exc!r}"
+            raise _serde(msg) from None
+    try:
+        encoded = encode_updates(wf._codec, values)
+    except EncodeError as exc:
+        msg = f"a value cannot be stored: {exc}"
+        raise _serde(msg) from None
+    return {k: orjson.loads(e.text) for k, e in encoded.items()}
+
+
+def _encoded(wf: Workflow, dumps: dict[str, Any]) -> dict[str, Encoded]:
+    out = {}
+    for k, d in dumps.items():
+        text = orjson.dumps(d).decode()
+        try:
+            out[k] = Encoded(text, wf._codec.decode(text))
+        except CodecError as exc:
+            msg = f"the value of {k!r} does not decode: {exc}"
+            raise _serde(msg) from None
+    return out
+
+
+# ---------------------------------------------------------------------- run(ctx=ctx)
+
+
+def send_idle(ctx: Context[Any], event: Event) -> None:
+    """``ctx.send_event`` on an idle context: recorded for its run, which takes it in when
+    it runs again; a context with no run to take it is an error."""
+    run = ctx._run
+    if run is None or ctx._idle.imported is not None:
+        msg = "send_event() needs a run: call wf.run(ctx=ctx) first"
+        raise ContextStateError(msg)
+    ctx._wf.send(run, event)
+
+
+def run_with_context(
+    wf: Workflow,
+    ctx: Context[Any],
+    start_event: StartEvent | None,
+    fields: dict[str, Any],
+    run_id: str | None,
+) -> WorkflowHandler:
+    """``wf.run(ctx=ctx, ...)``: what runs next from the context (see the module's text)."""
+    from ._context import Context
+
+    if not isinstance(ctx, Context):
+        msg = f"run(ctx=...) takes a Context, not {type(ctx).__name__}"
+        raise WorkflowRuntimeError(msg)
+    if ctx._wf is not wf and not _same_workflow(ctx._wf._name, wf._name):
+        msg = f"this context belongs to workflow {ctx._wf._name!r}, not {wf._name!r}"
+        raise WorkflowRuntimeError(msg)
+    if run_is_live(ctx):
+        msg = (
+            f"the run {ctx._run!r} of this context is running; await its handler (or cancel"
+            " it) before starting another run from the context"
+        )
+        raise ContextStateError(msg)
+    starting = start_event is not None or bool(fields)
+    idle = ctx._idle
+    updates = dict(idle.pending)
+    deletes = sorted(idle.deleted)
+    handler: WorkflowHandler
+    if idle.imported is not None:
+        f = idle.imported
+        if starting:
+            start = wf._start_event(start_event, fields)
+            handler = _run_linked(wf, _state_dumps(ctx, f), start, idle.origin, run_id)
+        else:
+            handler = _run_imported(wf, f, idle.origin, updates, run_id)
+    elif ctx._run is None:
+        start = wf._start_event(start_event, fields)
+        handler = _run_linked(wf, _state_dumps(ctx, Folded("")), start, None, run_id)
+    else:
+        run = ctx._run
+        info = wf._run_info(run)
+        end = info.last_seq or 0
+        at = end if idle.seq is None else idle.seq
+        if starting or (at == end and info.status == "finished"):
+            start = wf._start_event(start_event, fields)
+            handler = _run_linked(wf, _state_dumps(ctx, _point(ctx)), start, (run, at), run_id)
+        else:
+            if idle.drop_state:
+                deletes = sorted(set(deletes) | set(_point(ctx).context))
+            if at < end:
+                handler = wf._run_from((run, at), updates, deletes)
+            else:
+                handler = wf._resume(run, updates, cancelled=True, deletes=deletes)
+    x = handler._executor
+    if x is None:  # a finished run's stored result (resume of a run that ended meanwhile)
+        return handler
+    ctx._bind(x)
+    return handler
+
+
+def _context_records(dumps: dict[str, Any]) -> list[Record]:
+    return [J.state_set_value(None, k, orjson.Fragment(orjson.dumps(d))) for k, d in dumps.items()]
+
+
+def _new_executor(wf: Workflow, run_id: str | None) -> tuple[Executor, WorkflowHandler]:
+    from ._runner import Executor
+
+    run_id = run_id or uuid.uuid4().hex
+    if wf._store.get_run(run_id) is not None:
+        msg = f"run {run_id!r} already exists; a run from a context starts a new run"
+        raise WorkflowRuntimeError(msg)
+    x = Executor(wf, run_id, 0, 1, None)
+    return x, WorkflowHandler(wf, run_id, x.done, x)
+
+
+def _run_linked(
+    wf: Workflow,
+    dumps: dict[str, Any],
+    start_event: StartEvent,
+    previous: tuple[str, int] | None,
+    run_id: str | None,
+) -> WorkflowHandler:
+    """A new run whose first commit writes ``dumps`` as its context, linked to ``previous``."""
+    records = wf._start_records(start_event, _context_records(dumps), previous)
+    targets = wf._graph.route(type(start_event))
+    x, handler = _new_executor(wf, run_id)
+    x.next_id = 2
+
+    async def begin() -> None:
+        await x.append(records, create=wf._new_run())
+        x.rid = wf._store.run(x.run_id).rid
+        wf._own(x)
+        x._load(copy.deepcopy(x._folded))  # its context, from the commit just folded
+        x.ready.set()
+        for t in targets:
+            x.deliver(t, Delivery(1, start_event))
+        x.start_taking()
+        x.start_tasks()
+
+    x._spawn(begin())
+    return handler
+
+
+def _import_records(wf: Workflow, f: Folded, origin: tuple[str, int] | None) -> list[Record]:
+    """The first commit of a run whose state is ``f`` (a dict from another store).
+
+    Queued and in-progress events are queued again, waits wait again, collect buffers and
+    events no step took are kept; what is left out is the history (the stream, answers to
+    waits whose step had not run again yet: that step asks again).
+    """
+    records = [
+        wf._run_started(0, None, origin),
+        *_context_records({k: e.dump for k, e in f.context.items()}),
+    ]
+    op: J.Source = J.SRC_OPERATOR
+    for step, queue in f.queues.items():
+        records.extend(J.enqueued(step, ev.id, ev.dump, op) for ev in queue.values())
+    for step, progs in f.in_progress.items():
+        records.extend(J.enqueued(step, p.ev.id, p.ev.dump, op) for p in progs.values())
+    records.extend(J.enqueued(None, ev.id, ev.dump, op) for ev in f.unclaimed.values())
+    for key, by_type in f.buffers.items():
+        step, buf = key.split(":", 1)
+        for evs in by_type.values():
+            records.extend(
+                J.collected(step, buf, {"id": ev.id, "event": ev.dump}, None) for ev in evs
+            )
+    for w in f.waiters.values():
+        records += [
+            J.enqueued(w.step, w.ev.id, w.ev.dump, op),
+            J.dequeued(w.step, w.ev.id, 0),
+            J.waiting(
+                w.step,
+                w.ev.id,
+                0,
+                w.waiter_id,
+                w.awaited,
+                w.requirements,
+                w.deadline,
+                w.waiter_event,
+            ),
+        ]
+    return records
+
+
+def _run_imported(
+    wf: Workflow,
+    f: Folded,
+    origin: tuple[str, int] | None,
+    updates: dict[str, Any],
+    run_id: str | None,
+) -> WorkflowHandler:
+    """A new run that goes on from an imported state: its queued work runs, waits wait."""
+    wf._check_stranded(origin[0] if origin else "(imported)", f, False)
+    records = _import_records(wf, f, origin)
+    x, handler = _new_executor(wf, run_id)
+    x._reasks = None  # its waits' questions are asked again, as on a resume
+
+    async def begin() -> None:
+        await x.append(records, create=wf._new_run())
+        x.rid = wf._store.run(x.run_id).rid
+        wf._own(x)
+        x._load(copy.deepcopy(x._folded))
+        x.ready.set()
+        await wf._continue(x, copy.deepcopy(x._folded), updates, resumed=False)
+
+    x._spawn(begin())
+    return handler
