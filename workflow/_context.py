@@ -359,6 +359,7 @@ class Context(Generic[S]):
         from ._lifecycle import Idle
 
         executor.ctx = self
+        self._wf = executor.wf
         self._x = executor
         self._run = executor.run_id
         self.store._x = executor

@@ -111,13 +111,24 @@ class Idle:
 # ---------------------------------------------------------------------- where a context points
 
 
+def _ran_here(ctx: Context[Any]) -> Executor | None:
+    """The executor that ran the context's run here, if the run is where it left it (its
+    state is then in memory: no read of the store)."""
+    x = ctx._x
+    if x is None or ctx._idle.seq is not None or ctx._idle.imported is not None:
+        return None
+    if ctx._live() is None and ctx._wf._store.last_seq(x.run_id) != x._folded.seq:
+        return None  # another process went on with the run since
+    return x
+
+
 def _point(ctx: Context[Any]) -> Folded:
     """The folded state (JSON form) at the context's point, without its idle writes."""
     idle = ctx._idle
     if idle.imported is not None:
         return idle.imported
-    x = ctx._x
-    if x is not None and idle.seq is None:
+    x = _ran_here(ctx)
+    if x is not None:
         return x._folded  # the state this process ran it to (read, never changed here)
     if ctx._run is None:
         return Folded("")
@@ -125,8 +136,8 @@ def _point(ctx: Context[Any]) -> Folded:
 
 
 def _base_values(ctx: Context[Any]) -> dict[str, Any]:
-    x = ctx._x
-    if x is not None and ctx._idle.seq is None and ctx._idle.imported is None:
+    x = _ran_here(ctx)
+    if x is not None:
         return dict(x.committed)
     load = ctx._wf._codec.load
     return {k: load(copy.deepcopy(e.dump)) for k, e in _point(ctx).context.items()}
