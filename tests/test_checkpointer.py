@@ -22,6 +22,7 @@ from workflow import (
     WorkflowValidationError,
     step,
 )
+from workflow._read import fold_run
 from workflow.checkpointer import WorkflowCheckpointer as FromModule
 from workflow.context.serializers import BaseSerializer
 
@@ -134,7 +135,7 @@ async def test_ctx_state_is_read_only_when_asked(
     """Listing checkpoints reads no state; ctx_state folds the run at the checkpoint, with
     the checkpointer's serializer, and restores as a context that forks there."""
     folds: list[tuple[str, int | None]] = []
-    real = lifecycle.fold_run
+    real = fold_run
 
     def counting(es: EventStore, run_id: str, seq: int | None = None, **kw: Any) -> Any:
         folds.append((run_id, seq))
