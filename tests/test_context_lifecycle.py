@@ -24,6 +24,7 @@ import orjson
 import pytest
 
 from eventstore import EncodeError, EventStore
+from tests import llama_spelling
 from tests.context_proc import Ask
 from workflow import (
     BaseSerializer,
@@ -465,3 +466,10 @@ async def test_a_run_live_in_another_process_refuses_its_context(tmp_path: Path)
             if isinstance(ev, InputRequiredEvent):
                 handler.ctx.send_event(HumanResponseEvent(response="ed"))
         assert await handler == "hello ed from proc"
+
+
+async def test_the_llama_spelled_lifecycle_runs() -> None:
+    """The type-checked LlamaIndex-spelled module's lifecycle (tests/llama_spelling.py, under
+    mypy and pyright in test_typing) runs as LlamaIndex's docs intend."""
+    async with asyncio.timeout(BOUND):
+        assert await llama_spelling.carry_context() == [4, 10, 12, "hello bo"]
