@@ -10,6 +10,7 @@ real stores; the cross-process ones real subprocesses.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import os
@@ -473,3 +474,25 @@ async def test_the_llama_spelled_lifecycle_runs() -> None:
     mypy and pyright in test_typing) runs as LlamaIndex's docs intend."""
     async with asyncio.timeout(BOUND):
         assert await llama_spelling.carry_context() == [4, 10, 12, "hello bo"]
+
+
+async def test_a_cancelled_run_need_not_be_awaited() -> None:
+    """The pause-and-resume pattern cancels and never awaits the handler: asyncio does not
+    report its cancellation as an error never retrieved (awaiting it still raises)."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    try:
+        wf = Ask()
+        handler = wf.run()
+        async with asyncio.timeout(BOUND):
+            await handler.wait_until_waiting()
+            await handler.cancel_run()
+            await asyncio.wait([handler._future])  # ends, without retrieving its error
+        assert wf.state_at(handler.run_id).status == "cancelled"
+        del handler
+        gc.collect()
+    finally:
+        loop.set_exception_handler(previous)
+    assert [c["message"] for c in reported] == []

@@ -110,8 +110,14 @@ class WorkflowHandler:
             self._executor.poke()
 
     async def cancel_run(self) -> None:
-        """Cancels the run: running attempts stop, ``run_cancelled`` is recorded."""
+        """Cancels the run: running attempts stop, ``run_cancelled`` is recorded.
+
+        Awaiting the handler then raises :class:`WorkflowCancelledError`; a caller that
+        asked for the cancellation need not await it (LlamaIndex's pause-and-resume does
+        not), so asyncio does not report it as never retrieved.
+        """
         if self._executor is not None and not self._future.done():
+            self._future.add_done_callback(_retrieve)
             await self._executor.cancel()
 
     async def suspend(self) -> None:
@@ -130,3 +136,8 @@ class WorkflowHandler:
                 if x is None or x.only_waiters():
                     return
                 await asyncio.sleep(0.01)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # marks the error as seen; awaiting the handler still raises it
