@@ -38,6 +38,7 @@ from workflow import (
     JsonPickleSerializer,
     JsonSerializer,
     PickleSerializer,
+    RunSuspendedError,
     StartEvent,
     StopEvent,
     Workflow,
@@ -496,3 +497,23 @@ async def test_a_cancelled_run_need_not_be_awaited() -> None:
     finally:
         loop.set_exception_handler(previous)
     assert [c["message"] for c in reported] == []
+
+
+async def test_an_answer_sent_through_an_idle_context_is_taken_in_by_its_next_run(
+    store: EventStore,
+) -> None:
+    """A run left waiting (suspended): send_event on its idle context records the answer
+    for the run, and run(ctx=ctx) resumes it, taking the answer in first."""
+    wf = Ask(store=store)
+    ctx = Context(wf)
+    handler = wf.run(ctx=ctx, who="idle")
+    async with asyncio.timeout(BOUND):
+        await handler.wait_until_waiting()
+    await handler.suspend()
+    with pytest.raises(RunSuspendedError):
+        await handler
+    assert not ctx.is_running
+    ctx.send_event(HumanResponseEvent(response="fa"))
+    async with asyncio.timeout(BOUND):
+        assert await wf.run(ctx=ctx) == "hello fa from idle"
+    assert ctx.run_id == handler.run_id

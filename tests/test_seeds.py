@@ -182,3 +182,37 @@ def test_workflow_store_env_makes_a_store_less_workflow_durable(
     a, b = Workflow(disable_validation=True), Workflow(disable_validation=True)
     assert a.store.memory
     assert a.store is not b.store
+
+
+@pytest.mark.postgres
+def test_workflow_store_env_takes_a_postgresql_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WORKFLOW_STORE may name a PostgreSQL database: the seed runs there unchanged."""
+    import uuid
+
+    import psycopg
+
+    from tests.conftest import POSTGRES_URL
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    url = f"{POSTGRES_URL}?schema={schema}"
+    try:
+        monkeypatch.setenv("WORKFLOW_STORE", url)
+        wf = Workflow(disable_validation=True)
+        assert wf.store.kind == "postgres"
+        assert Workflow(disable_validation=True).store is wf.store
+        wf.store.close()
+        env = {**os.environ, "WORKFLOW_STORE": url}
+        proc = subprocess.run(
+            [sys.executable, str(SEEDS / "seed_context.py")],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == FIRST_HALF_OUT + SECOND_HALF_OUT
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -376,8 +376,8 @@ def run_with_context(
         raise WorkflowRuntimeError(msg)
     if run_is_live(ctx):
         msg = (
-            f"the run {ctx._run!r} of this context is running; await its handler (or cancel"
-            " it) before starting another run from the context"
+            f"the run {ctx._run!r} of this context is already running; await its handler"
+            " (or cancel it) before starting another run from the context"
         )
         raise ContextStateError(msg)
     starting = start_event is not None or bool(fields)
