@@ -517,3 +517,20 @@ async def test_an_answer_sent_through_an_idle_context_is_taken_in_by_its_next_ru
     async with asyncio.timeout(BOUND):
         assert await wf.run(ctx=ctx) == "hello fa from idle"
     assert ctx.run_id == handler.run_id
+
+
+async def test_a_context_moves_to_another_instance_on_another_store(tmp_path: Path) -> None:
+    """A context used with another instance of its workflow, whose store lacks its run,
+    carries its run's state there (imported), as a dict of it would."""
+    first = Flaky(store=tmp_path / "one.db")
+    ctx = Context(first)
+    with pytest.raises(ValueError, match="not ok"):
+        await first.run(ctx=ctx)
+    await ctx.store.set("ok", True)
+    second = Flaky(store=tmp_path / "two.db")
+    handler = second.run(ctx=ctx)
+    assert await handler == "done 1"
+    assert started_steps(second.store, handler.run_id) == ["finish"]
+    assert ctx.run_id == handler.run_id
+    with pytest.raises(WorkflowError, match="takes the workflow"):
+        Context(None)  # type: ignore[arg-type]

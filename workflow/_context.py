@@ -328,7 +328,11 @@ class Context(Generic[S]):
         serializer: BaseSerializer | None = None,
     ) -> None:
         from ._lifecycle import Idle, restore_into
+        from ._workflow import Workflow
 
+        if not isinstance(workflow, Workflow):
+            msg = f"Context() takes the workflow it runs with, not {type(workflow).__name__}"
+            raise WorkflowRuntimeError(msg)
         self._wf = workflow
         self._x: Executor | None = None
         self._run: str | None = None

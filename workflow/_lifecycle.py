@@ -384,14 +384,21 @@ def run_with_context(
     idle = ctx._idle
     updates = dict(idle.pending)
     deletes = sorted(idle.deleted)
+    imported, origin = idle.imported, idle.origin
+    if imported is None and ctx._run is not None and wf._store.get_run(ctx._run) is None:
+        # A context of another instance of this workflow, on another store: its run's
+        # state there is imported here, as a dict of it would be.
+        imported = copy.deepcopy(_point(ctx))
+        origin = (ctx._run, imported.seq)
+        if idle.drop_state:
+            imported.context.clear()
     handler: WorkflowHandler
-    if idle.imported is not None:
-        f = idle.imported
+    if imported is not None:
         if starting:
             start = wf._start_event(start_event, fields)
-            handler = _run_linked(wf, _state_dumps(ctx, f), start, idle.origin, run_id)
+            handler = _run_linked(wf, _state_dumps(ctx, imported), start, origin, run_id)
         else:
-            handler = _run_imported(wf, f, idle.origin, updates, run_id)
+            handler = _run_imported(wf, imported, origin, updates, run_id)
     elif ctx._run is None:
         start = wf._start_event(start_event, fields)
         handler = _run_linked(wf, _state_dumps(ctx, Folded("")), start, None, run_id)
