@@ -534,3 +534,19 @@ async def test_a_context_moves_to_another_instance_on_another_store(tmp_path: Pa
     assert ctx.run_id == handler.run_id
     with pytest.raises(WorkflowError, match="takes the workflow"):
         Context(None)  # type: ignore[arg-type]
+
+
+async def test_history_shows_a_turn_s_link(tmp_path: Path) -> None:
+    """`workflow history` names the run a chat turn took its context from."""
+    from tests.test_cli import ok
+
+    db = tmp_path / "chat.db"
+    wf = Turn(store=db)
+    ctx = Context(wf)
+    first = wf.run(ctx=ctx, msg="a")
+    await first
+    second = wf.run(ctx=ctx, msg="b")
+    await second
+    seq = wf.store.last_seq(first.run_id)
+    out = await asyncio.to_thread(ok, "history", db, second.run_id)
+    assert f"context of {first.run_id} at seq {seq}" in out
