@@ -47,6 +47,7 @@ from workflow import (
     step,
 )
 from workflow._fold import Folded, fold
+from workflow._read import fold_run
 from workflow.context import Context as ContextFromModule
 from workflow.context.serializers import BaseSerializer as BaseFromModule
 
@@ -550,3 +551,53 @@ async def test_history_shows_a_turn_s_link(tmp_path: Path) -> None:
     seq = wf.store.last_seq(first.run_id)
     out = await asyncio.to_thread(ok, "history", db, second.run_id)
     assert f"context of {first.run_id} at seq {seq}" in out
+
+
+class Sleepy(Workflow):
+    """Sleeps in its step until ``awake`` is set in the context (then returns at once)."""
+
+    @step
+    async def nap(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        if not await ctx.store.get("awake", default=False):
+            await asyncio.sleep(60)
+        return StopEvent(result="up")
+
+
+async def test_a_cancelled_or_timed_out_run_goes_on_from_its_context(store: EventStore) -> None:
+    """run(ctx=ctx) is the explicit ask: a cancelled run is resumed, and a timed-out one
+    with a fresh timeout budget; both are the same run."""
+    wf = Sleepy(store=store, timeout=None)
+    ctx = Context(wf)
+    handler = wf.run(ctx=ctx)
+    await asyncio.sleep(0.05)
+    await handler.cancel_run()
+    with pytest.raises(WorkflowCancelledError):
+        await handler
+    await ctx.store.set("awake", True)
+    async with asyncio.timeout(BOUND):
+        assert await wf.run(ctx=ctx) == "up"
+    assert ctx.run_id == handler.run_id
+
+    timed = Sleepy(store=store, timeout=0.2)
+    ctx = Context(timed)
+    handler = timed.run(ctx=ctx)
+    with pytest.raises(TimeoutError):
+        await handler
+    assert timed.state_at(handler.run_id).status == "timed_out"
+    await ctx.store.set("awake", True)
+    async with asyncio.timeout(BOUND):
+        assert await timed.run(ctx=ctx) == "up"
+    assert ctx.run_id == handler.run_id
+
+
+async def test_resuming_a_timed_out_run_gives_it_a_fresh_budget(store: EventStore) -> None:
+    """A timed-out run resumed gets its whole timeout again (DESIGN: a fresh budget): the
+    fold starts its clock over at that resume, and so does the executor."""
+    wf = Sleepy(store=store, timeout=0.2)
+    handler = wf.run()
+    with pytest.raises(TimeoutError):
+        await handler
+    assert fold_run(store, handler.run_id, cached=False).exec_us >= 200_000
+    async with asyncio.timeout(BOUND):
+        assert await wf.resume(handler.run_id, updates={"awake": True}) == "up"
+    assert fold_run(store, handler.run_id, cached=False).exec_us < 200_000

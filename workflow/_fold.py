@@ -275,6 +275,13 @@ def _run_failed(s: Folded, r: StoredRecord, p: J.RunFailed) -> None:
     s.error = {"step": r.step, "error": p.get("error"), "message": p.get("message")}
 
 
+def _run_resumed(s: Folded, r: StoredRecord, p: J.RunResumed) -> None:
+    s.status = "running"
+    s.error = None
+    if p.get("previous") == "timed_out":
+        s.exec_us = 0  # resuming a timed-out run starts a fresh timeout budget
+
+
 def _status(status: str) -> Callable[[Folded, StoredRecord, Any], None]:
     def apply(s: Folded, r: StoredRecord, p: Any) -> None:
         s.status = status
@@ -303,7 +310,7 @@ APPLY: Final[dict[str, Callable[[Folded, StoredRecord, Any], None]]] = {
     J.RUN_FAILED: _run_failed,
     J.RUN_CANCELLED: _status("cancelled"),
     J.RUN_TIMED_OUT: _status("timed_out"),
-    J.RUN_RESUMED: _status("running"),
+    J.RUN_RESUMED: _run_resumed,
     J.RUN_SUSPENDED: _status("waiting"),
 }
 

@@ -478,6 +478,8 @@ class Workflow:
                 [J.run_resumed(x.epoch, folded.status)],
                 status="running",
             )
+            if folded.status == "timed_out":
+                x._exec_before = 0.0  # a fresh timeout budget (the fold resets it too)
         if updates or deletes:
             await x.operator_update(updates or {}, deletes)
         failed = folded.status == "failed"
