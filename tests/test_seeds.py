@@ -216,3 +216,12 @@ def test_workflow_store_env_takes_a_postgresql_url(monkeypatch: pytest.MonkeyPat
     finally:
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_a_context_dict_written_by_an_earlier_version_restores() -> None:
+    """A context dict is the user's data: one this library wrote (format version 1, kept
+    in tests/fixtures) restores in a new process and runs only ``finish``."""
+    fixture = ROOT / "tests" / "fixtures" / "seed_context_dict_v1.json"
+    data = json.loads(fixture.read_text("utf-8"))
+    assert (data["format"], data["version"]) == ("durable-workflows.context", 1)
+    assert _python(["-m", "tests.seed_halves", "read", str(fixture)]) == SECOND_HALF_OUT

@@ -34,10 +34,9 @@ from eventstore import CodecError, EncodeError, LogCorruptedError, Record
 from . import _journal as J
 from ._changes import Encoded, encode_updates
 from ._errors import ContextSerdeError, ContextStateError, WorkflowRuntimeError
-from ._fold import Folded, KeyLog, to_run_state
+from ._fold import Ev, Folded, KeyLog, Prog, WaitRec, to_run_state
 from ._handler import WorkflowHandler
 from ._read import fold_run
-from ._snapshot import SnapshotError, dump_folded, load_folded
 from ._state import TERMINAL
 from ._waits import Delivery
 from .context.serializers import BaseSerializer, JsonSerializer
@@ -192,8 +191,7 @@ def context_dict(
     wf = ctx._wf
     f = _point(ctx)
     kind = _kind(serializer)
-    run = orjson.loads(dump_folded(f))
-    run["context"] = {}  # the values are under "state"
+    run = _run_json(f)
     state: dict[str, Any] | None = None
     if include_state:
         state = _state_dumps(ctx, f)
@@ -259,9 +257,9 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
         msg = "it has no run state ('run')"
         raise _serde(msg)
     try:
-        f = load_folded(orjson.dumps({**raw, "context": {}}))
-    except (SnapshotError, TypeError) as exc:
-        msg = f"its run state is damaged: {exc}"
+        f = _run_from_json(raw)
+    except (KeyError, TypeError, ValueError) as exc:
+        msg = f"its run state is damaged: {exc!r}"
         raise _serde(msg) from None
     state = data.get("state")
     if state is not None and not isinstance(state, dict):
@@ -306,6 +304,120 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
 
 
 PICKLE: Final = "pickle"
+
+
+def _evs(evs: Any) -> list[dict[str, Any]]:
+    return [{"id": e.id, "event": e.dump} for e in evs]
+
+
+def _run_json(f: Folded) -> dict[str, Any]:
+    """The dict's ``run``: what a run needs to go on from the state ``f`` (events in the
+    codec's JSON form), in a shape of this dict's own (not the snapshot cache's, which may
+    change whenever the cache does: a dict is the user's data and must restore later)."""
+    return {
+        "status": f.status,
+        "result": f.result,
+        "error": f.error,
+        "queues": {step: _evs(q.values()) for step, q in f.queues.items() if q},
+        "in_progress": {
+            step: [
+                {"id": p.ev.id, "event": p.ev.dump, "attempt": p.attempt, "failures": p.failures}
+                for p in progs.values()
+            ]
+            for step, progs in f.in_progress.items()
+            if progs
+        },
+        "waiters": [
+            {
+                "waiter_id": w.waiter_id,
+                "step": w.step,
+                "id": w.ev.id,
+                "event": w.ev.dump,
+                "awaited": w.awaited,
+                "requirements": w.requirements,
+                "deadline": w.deadline,
+                "waiter_event": w.waiter_event,
+            }
+            for w in f.waiters.values()
+        ],
+        "buffers": {key: {t: _evs(es) for t, es in by.items()} for key, by in f.buffers.items()},
+        "unclaimed": _evs(f.unclaimed.values()),
+        "next_id": f.next_id,
+    }
+
+
+def _int(x: Any, what: str) -> int:
+    if not isinstance(x, int) or isinstance(x, bool):
+        msg = f"{what} is {x!r}, not an integer"
+        raise TypeError(msg)
+    return x
+
+
+def _str(x: Any, what: str) -> str:
+    if not isinstance(x, str):
+        msg = f"{what} is {x!r}, not a string"
+        raise TypeError(msg)
+    return x
+
+
+def _ev_of(d: Any, what: str) -> Ev:
+    if not isinstance(d, dict):
+        msg = f"{what} is {d!r}, not an event entry"
+        raise TypeError(msg)
+    return Ev(_int(d["id"], f"the id of {what}"), d["event"])
+
+
+def _run_from_json(d: Any) -> Folded:
+    """The state :func:`_run_json` wrote, checked entry by entry.
+
+    :raises KeyError, TypeError, ValueError: it is not that shape.
+    """
+    if not isinstance(d, dict):
+        msg = f"it is a {type(d).__name__}, not a dict"
+        raise TypeError(msg)
+    f = Folded("")
+    f.status = _str(d["status"], "its status")
+    f.result = d["result"]
+    f.error = d["error"]
+    for step, q in dict(d["queues"]).items():
+        f.queues[_str(step, "a step")] = {
+            e.id: e for e in (_ev_of(x, f"an event queued at {step!r}") for x in q)
+        }
+    for step, progs in dict(d["in_progress"]).items():
+        entries = {}
+        for x in progs:
+            ev = _ev_of(x, f"an event in progress at {step!r}")
+            entries[ev.id] = Prog(
+                ev, _int(x["attempt"], "attempt"), _int(x["failures"], "failures")
+            )
+        f.in_progress[_str(step, "a step")] = entries
+    for w in d["waiters"]:
+        ev = _ev_of(w, "a waiter's input")
+        wid = _str(w["waiter_id"], "a waiter id")
+        deadline = w["deadline"]
+        if deadline is not None and not isinstance(deadline, int | float):
+            msg = f"the deadline of wait {wid!r} is {deadline!r}"
+            raise TypeError(msg)
+        f.waiters[wid] = WaitRec(
+            wid,
+            _str(w["step"], "a waiter's step"),
+            ev,
+            _str(w["awaited"], "an awaited class"),
+            w["requirements"],
+            deadline,
+            w["waiter_event"],
+        )
+    for key, by in dict(d["buffers"]).items():
+        if ":" not in _str(key, "a buffer"):
+            msg = f"the buffer {key!r} names no step"
+            raise ValueError(msg)
+        f.buffers[key] = {
+            _str(t, "a class name"): [_ev_of(x, f"an event in buffer {key!r}") for x in es]
+            for t, es in dict(by).items()
+        }
+    f.unclaimed = {e.id: e for e in (_ev_of(x, "an unclaimed event") for x in d["unclaimed"])}
+    f.next_id = _int(d["next_id"], "next_id")
+    return f
 
 
 def _state_from(
