@@ -76,7 +76,7 @@ _PATHS: Final = {c.__name__: c for c in (PurePosixPath, PureWindowsPath, PosixPa
 _MALFORMED: Final = (LookupError, TypeError, ValueError, ArithmeticError, NotImplementedError)
 _UNSUPPORTED: Final = (
     "not a supported type; use a dataclass, attrs class, pydantic model or Enum, "
-    "or opt in to pickle with Codec(allow_pickle=True)"
+    "or opt in to pickle with {how}"
 )
 _log = logging.getLogger("eventstore.codec")
 
@@ -235,6 +235,8 @@ class Codec:
         because unpickling a log runs whatever code the log names.
     :param how_to_register: how a user registers a class, for the error that names a class
         the codec cannot resolve (``{name}`` is replaced by its qualified name).
+    :param how_to_allow_pickle: how a user opts in to pickle, for the errors that refuse a
+        value only pickle could store or a pickle in the log.
 
     A name ``module:Qual`` resolves to the class registered (or encoded) under that name,
     else to the class ``Qual`` of ``module`` if that module is imported. ``__main__`` is a
@@ -250,9 +252,14 @@ class Codec:
     """How many containers deep a value may nest; see the module's :data:`MAX_DEPTH`."""
 
     def __init__(
-        self, *, allow_pickle: bool = False, how_to_register: str = "Codec.register({name})"
+        self,
+        *,
+        allow_pickle: bool = False,
+        how_to_register: str = "Codec.register({name})",
+        how_to_allow_pickle: str = "Codec(allow_pickle=True)",
     ) -> None:
         self.allow_pickle = allow_pickle
+        self._how_to_allow_pickle = how_to_allow_pickle
         self._pickle_warned = False
         self._how_to_register = how_to_register
         self._classes: dict[str, type] = {}  # registered (or encoded) classes by their name
@@ -594,7 +601,7 @@ class Codec:
         kind = _kind(t)
         enc: _Handler = self._pickle
         if kind is None and not self.allow_pickle:
-            raise _Unencodable(t, _UNSUPPORTED)
+            raise _Unencodable(t, _UNSUPPORTED.format(how=self._how_to_allow_pickle))
         if kind is not None:
             self._register_one(t)  # so that this process decodes what it encoded
             enc = self._class_encoder(t, kind)
@@ -710,7 +717,7 @@ class Codec:
 
     def _unpickle(self, x: dict[str, Any]) -> Any:
         if not self.allow_pickle:
-            msg = "the value is a pickle and pickle is disabled; use Codec(allow_pickle=True)"
+            msg = f"the value is a pickle and pickle is disabled; use {self._how_to_allow_pickle}"
             raise DecodeError(msg)
         self._warn_pickle("unpickling")
         return pickle.loads(_unb64(x))  # opted in, and warned about

@@ -46,7 +46,8 @@ class NotAStoreError(EventStoreError):
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
         self.reason = reason
-        super().__init__(f"{path}: not an event store: {reason}; the file was left untouched")
+        # A directory or a PostgreSQL schema is left as it was too: "it", not "the file".
+        super().__init__(f"{path}: not an event store: {reason}; it was left untouched")
 
 
 class SchemaVersionError(EventStoreError):
@@ -58,7 +59,7 @@ class SchemaVersionError(EventStoreError):
         self.supported = supported
         super().__init__(
             f"{path}: schema version {found} is newer than the {supported} this version of "
-            "durable-workflows supports; upgrade the library (the file was left untouched)"
+            "durable-workflows supports; upgrade the library (it was left untouched)"
         )
 
 

@@ -12,7 +12,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from ._errors import NotAStoreError, SchemaVersionError, StoreUnavailableError
 from ._sql import StandardWriteSQL
@@ -28,6 +28,7 @@ READ_ERRORS: Final[tuple[type[BaseException], ...]] = (
     (psycopg.DatabaseError,) if psycopg is not None else ()
 )
 APP_ID: Final = "durable-workflows/eventstore"
+CONNECT_TIMEOUT_S: Final = "10"  # seconds, unless the URL says connect_timeout=
 _IDENT: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 __all__ = ["PostgresBackend", "PostgresWriteSQL", "connect", "is_url", "open_database"]
@@ -38,20 +39,83 @@ def is_url(target: str) -> bool:
     return target.startswith(("postgresql://", "postgres://"))
 
 
-def _split(url: str) -> tuple[str, str]:
+# A "%" that does not start an escape: libpq refuses it, and unquote() would keep it.
+_BAD_ESCAPE: Final = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _decoded(text: str, part: str) -> str:
+    """One part of a URL percent-decoded once, as libpq does (``+`` is a plus sign).
+
+    :raises ValueError: a ``%`` that starts no escape; the message names the part only,
+        never its text (it may be a password).
+    """
+    if _BAD_ESCAPE.search(text):
+        msg = (
+            f"the PostgreSQL URL's {part} has a '%' that starts no percent-escape;"
+            " write a literal '%' as %25"
+        )
+        raise ValueError(msg)
+    return unquote(text)
+
+
+def _params(url: str) -> tuple[dict[str, str], str]:
+    """A store URL's libpq connection parameters, and the store's schema (ours).
+
+    User and password are what precedes the last ``@`` (so an ``@`` in a password needs no
+    escape); hosts may be a list (``h1:5432,[::1]:5433``); query parameters pass to libpq
+    by name except ``schema``.
+    """
     parts = urlsplit(url)
-    query = parse_qsl(parts.query)
-    schema = "public"
-    rest = []
-    for k, v in query:
-        if k == "schema":
-            schema = v
+    params: dict[str, str] = {}
+    userinfo, at, hostinfo = parts.netloc.rpartition("@")
+    if at:
+        user, colon, password = userinfo.partition(":")
+        if user:
+            params["user"] = _decoded(user, "user name")
+        if colon:
+            params["password"] = _decoded(password, "password")
+    hosts: list[str] = []
+    ports: list[str] = []
+    for item in hostinfo.split(",") if hostinfo else []:
+        if item.startswith("["):  # [IPv6]:port
+            host, _, rest = item[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else ""
         else:
-            rest.append((k, v))
+            host, _, port = item.rpartition(":") if ":" in item else (item, "", "")
+        hosts.append(_decoded(host, "host"))
+        ports.append(port)
+    if any(hosts):
+        params["host"] = ",".join(hosts)
+    if any(ports):
+        params["port"] = ",".join(ports)
+    if len(parts.path) > 1:
+        params["dbname"] = _decoded(parts.path[1:], "database name")
+    schema = "public"
+    for item in parts.query.split("&") if parts.query else []:
+        raw_key, _, raw_value = item.partition("=")
+        key = _decoded(raw_key, "query")
+        value = _decoded(raw_value, f"{key!r} parameter")
+        if key == "schema":
+            schema = value
+        elif key:
+            params[key] = value
     if not _IDENT.match(schema):
         msg = f"schema must be a plain identifier, not {schema!r}"
         raise ValueError(msg)
-    return urlunsplit(parts._replace(query=urlencode(rest))), schema
+    # libpq waits as long as TCP does (minutes) for a host that does not answer: say so sooner.
+    params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
+    return params, schema
+
+
+def _quoted(value: str) -> str:
+    """A value as a libpq connection string writes it: in quotes, ``'`` and ``\\`` escaped."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _split(url: str) -> tuple[str, str]:
+    """The libpq connection string a store URL stands for, and the store's schema."""
+    params, schema = _params(url)
+    return " ".join(f"{k}={_quoted(v)}" for k, v in params.items()), schema
 
 
 def _require() -> None:
@@ -74,9 +138,9 @@ def connect(target: str, *, readonly: bool, durability: str = "normal") -> Any:
 
 
 def _where(target: str) -> str:
-    url, schema = _split(target)
-    parts = urlsplit(url)
-    return f"{parts.hostname or 'localhost'}/{parts.path.lstrip('/')} schema {schema}"
+    """The store's place for messages: host, database and schema, never a password."""
+    params, schema = _params(target)
+    return f"{params.get('host') or 'localhost'}/{params.get('dbname', '')} schema {schema}"
 
 
 def open_database(path: str, *, readonly: bool) -> None:

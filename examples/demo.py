@@ -6,12 +6,16 @@
    ``publish`` kills the process (``os._exit``) on its first attempt;
 2. process 2 resumes the run from the SQLite file: only ``publish`` runs again;
 3. the run's history is printed, and the state at a seq in the middle.
+
+The store is kept (in a new temporary folder, or ``python examples/demo.py DIR``), and the
+demo ends with the ``workflow`` commands that look at the run in it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -76,35 +80,44 @@ def show(db: str, run_id: str) -> None:
     middle = next(c for c in cps if c.kind == "step_finished")
     state = wf.state_at(run_id, middle.seq)
     print(f"\nThe state at seq {middle.seq} (summarize had just finished):")
-    print(f"  status: {state.status}")
+    print(f"  status then: {state.status}")
     print(f"  queues: {state.queues}")
     print(f"  context: {state.context}")
 
 
-def main() -> None:
+def main(folder: str | None) -> None:
     here = Path(__file__).resolve()
     env = {**os.environ, "PYTHONPATH": str(here.parent.parent)}
-    with tempfile.TemporaryDirectory() as tmp:
-        db = str(Path(tmp) / "runs.db")
-        print(f"Process 1 starts a run on {db}:")
-        first = subprocess.run(
-            [sys.executable, str(here), "start", db], capture_output=True, text=True, env=env
-        )
-        print(first.stdout, end="")
-        print(f"  (process 1 exited with code {first.returncode})")
-        run_id = first.stdout.split("run id ")[1].split()[0]
-        print("\nProcess 2 resumes it from the file; fetch and summarize do not run again:")
-        second = subprocess.run(
-            [sys.executable, str(here), "resume", db, run_id],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        print(second.stdout, end="", file=sys.stdout)
-        if second.returncode != 0:
-            print(second.stderr, file=sys.stderr)
-            raise SystemExit(second.returncode)
-        show(db, run_id)
+    tmp = folder or tempfile.mkdtemp(prefix="durable-demo-")
+    Path(tmp).mkdir(parents=True, exist_ok=True)
+    db = str(Path(tmp).resolve() / "runs.db")
+    for stale in Path(tmp).glob("runs.db*"):  # a demo run again in the same folder
+        stale.unlink()
+    print(f"Process 1 starts a run on {db}:")
+    first = subprocess.run(
+        [sys.executable, str(here), "start", db], capture_output=True, text=True, env=env
+    )
+    print(first.stdout, end="")
+    print(f"  (process 1 exited with code {first.returncode})")
+    run_id = first.stdout.split("run id ")[1].split()[0]
+    print("\nProcess 2 resumes it from the file; fetch and summarize do not run again:")
+    second = subprocess.run(
+        [sys.executable, str(here), "resume", db, run_id],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    print(second.stdout, end="", file=sys.stdout)
+    if second.returncode != 0:
+        print(second.stderr, file=sys.stderr)
+        raise SystemExit(second.returncode)
+    show(db, run_id)
+    tool = Path(sys.executable).with_name("workflow")
+    command = str(tool) if tool.exists() else f"{sys.executable} -m workflow"
+    print(f"\nThe store is kept at {db}; look at the run yourself:")
+    page = shlex.quote(str(Path(db).with_name("timeline.html")))
+    for args in ("runs {db}", "history {db} {run}", "timeline {db} {run} -o {page}"):
+        print(f"  {command} {args.format(db=shlex.quote(db), run=run_id, page=page)}")
 
 
 if __name__ == "__main__":
@@ -113,4 +126,4 @@ if __name__ == "__main__":
     elif len(sys.argv) > 1 and sys.argv[1] == "resume":
         asyncio.run(resume(sys.argv[2], sys.argv[3]))
     else:
-        main()
+        main(sys.argv[1] if len(sys.argv) > 1 else None)

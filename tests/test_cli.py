@@ -108,6 +108,7 @@ def test_runs_table_and_json(report: Path) -> None:
             "last_seq": 14,
             "parent_run_id": None,
             "parent_seq": None,
+            "waiting_for": [],
         }
     ]
 

@@ -600,3 +600,36 @@ async def test_resuming_a_timed_out_run_gives_it_a_fresh_budget(store: EventStor
     async with asyncio.timeout(BOUND):
         assert await wf.resume(handler.run_id, updates={"awake": True}) == "up"
     assert fold_run(store, handler.run_id, cached=False).exec_us < 200_000
+
+
+class Point:
+    """A plain class: stored only by a workflow that opted in to pickle."""
+
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+
+class Pickled(Workflow):
+    @step
+    async def place(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        await ctx.store.set("point", Point(getattr(ev, "x", 1)))
+        return StopEvent(result="placed")
+
+
+async def test_pickles_go_through_pickle_serializer_only(store: EventStore) -> None:
+    """A context holding a pickle (Workflow(allow_pickle=True)) is written and restored only
+    with PickleSerializer, the explicit opt-in; JsonSerializer says which value it is."""
+    wf = Pickled(store=store, allow_pickle=True)
+    ctx = Context(wf)
+    assert await wf.run(ctx=ctx, x=3) == "placed"
+    with pytest.raises(ContextSerdeError, match=r"'point'.*PickleSerializer"):
+        ctx.to_dict()
+    with pytest.raises(ContextSerdeError, match="PickleSerializer"):
+        ctx.to_dict(serializer=JsonSerializer())
+    data = json.loads(json.dumps(ctx.to_dict(serializer=PickleSerializer())))
+    with pytest.raises(ContextSerdeError, match="serializer=PickleSerializer"):
+        Context.from_dict(wf, data)
+    elsewhere = Pickled(allow_pickle=True)
+    restored = Context.from_dict(elsewhere, data, serializer=JsonPickleSerializer())
+    assert (await restored.store.get("point")).x == 3
+    assert await elsewhere.run(ctx=restored, x=4) == "placed"

@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,6 +34,7 @@ from workflow import (
     RunOwnedError,
     StartEvent,
     StopEvent,
+    Worker,
     Workflow,
     WorkflowChangedError,
     WorkflowRuntimeError,
@@ -292,9 +294,9 @@ async def test_recover_leaves_runs_another_live_process_holds(tmp_path: Path) ->
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         let_go(db)
+    wf.send("ask", Answer(response="4"))  # answered: the waiting run has work now
     found = wf.recover()
     assert outcomes(found) == [(r, "resumed") for r in [*BUSY, "ask"]]
-    wf.send("ask", Answer(response="4"))
     assert [await r.handler for r in found if r.handler] == [0, 10, 20, 40]
 
 
@@ -333,14 +335,32 @@ def test_cli_recover_resumes_and_reports_each_run(tmp_path: Path) -> None:
         ["run-0", "resumed, finished  0"],
         ["run-1", "resumed, finished  10"],
         ["run-2", "resumed, finished  20"],
-        ["ask", "resumed, waiting   for tests.test_recover:Answer"],
+        ["ask", "waiting            for tests.test_recover:Answer"],
     ]
-    assert "4 pending run(s): 4 resumed" in result.stderr
-    # The waiting run was left resumable, and nothing else is pending.
+    assert "4 pending run(s): 3 resumed, 1 waiting" in result.stderr
+    # The waiting run is left as it is, however often recover runs, until it is answered.
+    before = last_seqs(db)["ask"]
     again = recover_cli(db)
     assert again.exit_code == 0
-    assert [ln.split()[:3] for ln in again.stdout.splitlines()[2:]] == [
-        ["ask", "resumed,", "waiting"]
+    assert [ln.split()[:3] for ln in again.stdout.splitlines()[2:]] == [["ask", "waiting", "for"]]
+    assert last_seqs(db)["ask"] == before
+    sent = CliRunner().invoke(
+        cli,
+        [
+            "send",
+            str(db),
+            "ask",
+            "--event",
+            "tests.test_recover:Answer",
+            "--data",
+            '{"response": "4"}',
+        ],
+    )
+    assert sent.exit_code == 0, sent.output
+    answered = recover_cli(db)
+    assert answered.exit_code == 0
+    assert [ln.split(None, 1) for ln in answered.stdout.splitlines()[2:]] == [
+        ["ask", "resumed, finished  40"]
     ]
 
 
@@ -384,3 +404,197 @@ def test_cli_recover_exits_1_on_stranded_runs(tmp_path: Path) -> None:
     assert "3 pending run(s): 3 stranded" in result.stderr
     # Nothing was written: the right code recovers all of them.
     assert recover_cli(db).exit_code == 0
+
+
+# ---------------------------------------------------------------------------- whose runs
+
+
+class Twin(Workflow):
+    """A workflow with the same name as one in another module (below)."""
+
+    @step
+    async def only(self, ev: StartEvent) -> StopEvent:
+        return StopEvent(result="ours")
+
+
+class OtherTwin(Workflow):
+    """Another team's ``Twin``: same class name, another module, other steps."""
+
+    @step
+    async def theirs(self, ev: StartEvent) -> StopEvent:
+        return StopEvent(result="theirs")
+
+
+OtherTwin.__module__ = "billing.flows"
+OtherTwin.__name__ = OtherTwin.__qualname__ = "Twin"
+
+
+class ScriptTwin(Twin):
+    """``Twin`` as ``python twin.py`` would record it: ``__main__:Twin``."""
+
+
+ScriptTwin.__module__ = "__main__"
+ScriptTwin.__name__ = ScriptTwin.__qualname__ = "Twin"
+
+
+async def test_pending_runs_are_only_this_workflow_s(tmp_path: Path) -> None:
+    """A same-named workflow class of another module is another workflow: its runs are not
+    pending for this one, and recover() leaves them alone. A run recorded under
+    ``__main__`` (a script's run of this workflow) is still this workflow's."""
+    db = tmp_path / "r.db"
+    ours = Twin(store=db)
+    theirs = OtherTwin(store=db)
+    ours.submit(run_id="ours")
+    theirs.submit(run_id="theirs")
+    ScriptTwin(store=db).submit(run_id="script")
+    assert [r.workflow for r in ours.runs()] == [
+        "tests.test_recover:Twin",
+        "billing.flows:Twin",
+        "__main__:Twin",
+    ]
+    assert ours.pending_runs() == ["ours", "script"]
+    assert theirs.pending_runs() == ["theirs"]
+    before = last_seqs(db)["theirs"]
+    found = ours.recover()
+    assert outcomes(found) == [("ours", "resumed"), ("script", "resumed")]
+    assert [await r.handler for r in found if r.handler] == ["ours", "ours"]
+    assert last_seqs(db)["theirs"] == before
+    found = theirs.recover()
+    assert outcomes(found) == [("theirs", "resumed")]
+    assert found[0].handler is not None
+    assert await found[0].handler == "theirs"
+
+
+# ---------------------------------------------------------------------------- waiting runs
+
+
+def test_runs_show_a_run_waiting_for_an_answer_as_waiting(tmp_path: Path) -> None:
+    """A run whose process died while it waited for an answer is waiting, not interrupted:
+    `wf.runs()` and `workflow runs` say so, and name the event it waits for; so does a run
+    whose live owner is waiting."""
+    db = tmp_path / "r.db"
+    with left_behind(db, "ask", kill=False) as proc:
+        live = CliRunner().invoke(cli, ["runs", str(db), "--json"])
+        assert live.exit_code == 0, live.output
+        shown = {row["run_id"]: row for row in json.loads(live.stdout)}
+        assert shown["ask"]["status"] == "waiting"
+        assert shown["run-0"]["status"] == "running"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        let_go(db)
+    wf = Pipeline(store=db)
+    statuses = {r.run_id: (r.status, r.waiting_for) for r in wf.runs()}
+    assert statuses["ask"] == ("waiting", ("tests.test_recover:Answer",))
+    assert statuses["run-0"] == ("interrupted", ())
+    text = CliRunner().invoke(cli, ["runs", str(db)])
+    assert text.exit_code == 0, text.output
+    rows = {ln.split()[0]: ln for ln in text.stdout.splitlines()[2:]}
+    assert rows["ask"].split()[1:4] == ["waiting", "for", "Answer"]
+    assert rows["run-0"].split()[1] == "interrupted"
+    data = json.loads(CliRunner().invoke(cli, ["runs", str(db), "--json"]).stdout)
+    shown = {row["run_id"]: row for row in data}
+    assert shown["ask"]["status"] == "waiting"
+    assert shown["ask"]["waiting_for"] == ["tests.test_recover:Answer"]
+    assert shown["run-0"]["waiting_for"] == []
+
+
+async def test_recover_leaves_a_waiting_run_without_an_answer_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run that waits for an answer nobody sent is reported waiting and left as it is,
+    however often recover runs: nothing is claimed, written or run again. Once its answer
+    is in the inbox, recover resumes it and it takes the answer."""
+    db = tmp_path / "r.db"
+    with left_behind(db, "ask"):
+        pass
+    wf = Pipeline(store=db)
+    found = wf.recover()
+    assert outcomes(found) == [(r, "resumed") for r in BUSY] + [("ask", "waiting")]
+    assert found[3].handler is None
+    assert found[3].error is None
+    assert [await r.handler for r in found if r.handler] == [0, 10, 20]
+    before = last_seqs(db)["ask"]
+    with caplog.at_level(logging.INFO, logger="workflow"):
+        for _ in range(3):
+            assert outcomes(wf.recover()) == [("ask", "waiting")]
+    assert last_seqs(db)["ask"] == before
+    messages = [rec.getMessage() for rec in caplog.records]
+    assert "recover: run ask left waiting for tests.test_recover:Answer" in messages
+    wf.send("ask", Answer(response="4"))
+    found = wf.recover()
+    assert outcomes(found) == [("ask", "resumed")]
+    assert found[0].handler is not None
+    assert await found[0].handler == 40
+
+
+class Deadline(Workflow):
+    """Waits a moment for an answer, then says it got none."""
+
+    @step
+    async def ask(self, ctx: Context[Any], ev: StartEvent) -> StopEvent:
+        try:
+            answer = await ctx.wait_for_event(Answer, timeout=0.2)
+        except TimeoutError:
+            return StopEvent(result="no answer")
+        return StopEvent(result=answer.response)
+
+
+async def test_recover_resumes_a_waiting_run_whose_deadline_passed(tmp_path: Path) -> None:
+    """A wait whose deadline passed while nobody ran it has something to do (time out):
+    recover resumes it."""
+    db = tmp_path / "r.db"
+    wf = Deadline(store=db)
+    handler = wf.run(run_id="late")
+    await handler.wait_until_waiting()
+    await handler.suspend()
+    with contextlib.suppress(Exception):
+        await handler
+    assert [(r.run_id, r.status) for r in wf.runs()] == [("late", "waiting")]
+    waits = wf.state_at("late").waiters
+    assert waits[0].deadline is not None
+    await asyncio.sleep(max(0.0, waits[0].deadline - time.time()) + 0.05)
+    found = Deadline(store=db).recover()
+    assert outcomes(found) == [("late", "resumed")]
+    assert found[0].handler is not None
+    assert await found[0].handler == "no answer"
+
+
+async def test_recover_is_awaitable_as_well(tmp_path: Path) -> None:
+    """`await wf.recover()` (how async code calls it) gives the same report as the plain
+    call; the run is resumed once either way."""
+    db = tmp_path / "r.db"
+    wf = Twin(store=db)
+    wf.submit(run_id="a")
+    found = await wf.recover()
+    assert outcomes(found) == [("a", "resumed")]
+    assert found[0].handler is not None
+    assert await found[0].handler == "ours"
+    assert await wf.recover() == []
+    wf.submit(run_id="b")
+    plain = wf.recover()
+    assert outcomes(plain) == [("b", "resumed")]
+    assert await plain is plain  # awaiting a report that was not awaited yet: the same
+
+
+async def test_a_worker_takes_a_waiting_run_once_its_deadline_passed(tmp_path: Path) -> None:
+    """A worker leaves a run that only waits alone until its wait's deadline passes, then
+    takes it (the wait times out)."""
+    db = tmp_path / "r.db"
+    wf = Deadline(store=db)
+    handler = wf.run(run_id="late")
+    await handler.wait_until_waiting()
+    await handler.suspend()
+    with contextlib.suppress(Exception):
+        await handler
+    worker = Worker(Deadline(store=db), poll_interval=0.05)
+    assert worker._candidates() == []  # waiting, unanswered, before its deadline
+    deadline = wf.state_at("late").waiters[0].deadline
+    assert deadline is not None
+    await asyncio.sleep(max(0.0, deadline - time.time()) + 0.05)
+    assert worker._candidates() == ["late"]
+    task = asyncio.create_task(worker.run())
+    while wf.state_at("late").status != "finished":  # noqa: ASYNC110 - polls the log
+        await asyncio.sleep(0.02)
+    worker.stop()
+    assert await task == 1
+    assert wf.state_at("late").result == "no answer"

@@ -22,7 +22,7 @@ from ._errors import (
 )
 from ._events import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
 from ._handler import WorkflowHandler
-from ._recover import Recovery
+from ._recover import Recoveries, Recovery
 from ._state import Checkpoint, InProgress, RunState, Waiter
 from ._step import step
 from ._worker import Worker
@@ -53,6 +53,7 @@ __all__ = [
     "JsonPickleSerializer",
     "JsonSerializer",
     "PickleSerializer",
+    "Recoveries",
     "Recovery",
     "RecoveryLimitError",
     "RetryPolicy",

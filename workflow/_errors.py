@@ -149,10 +149,19 @@ class RecoveryLimitError(WorkflowError):
 class WorkflowChangedError(WorkflowError):
     """Queued or in-progress work would be stranded by the workflow's current steps."""
 
-    def __init__(self, run_id: str, problems: list[str]) -> None:
+    def __init__(
+        self, run_id: str, problems: list[str], *, recorded_by: str = "", workflow: str = ""
+    ) -> None:
         self.run_id = run_id
         self.problems = problems
+        self.recorded_by = recorded_by  # set when another workflow class recorded the run
         listing = "; ".join(problems)
+        if recorded_by:
+            super().__init__(
+                f"run {run_id!r} was recorded by {recorded_by}, not {workflow}, and cannot"
+                f" continue with it: {listing}; resume it with {recorded_by}"
+            )
+            return
         super().__init__(
             f"run {run_id!r} cannot continue with this workflow: {listing}; pass"
             " allow_stranded=True to proceed and leave that work undone"

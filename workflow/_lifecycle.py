@@ -37,9 +37,10 @@ from ._errors import ContextSerdeError, ContextStateError, WorkflowRuntimeError
 from ._fold import Ev, Folded, KeyLog, Prog, WaitRec, to_run_state
 from ._handler import WorkflowHandler
 from ._read import fold_run
+from ._recover import same_name
 from ._state import TERMINAL
 from ._waits import Delivery
-from .context.serializers import BaseSerializer, JsonSerializer
+from .context.serializers import BaseSerializer, JsonSerializer, PickleSerializer
 
 if TYPE_CHECKING:
     from eventstore import Codec
@@ -195,9 +196,21 @@ def context_dict(
     state: dict[str, Any] | None = None
     if include_state:
         state = _state_dumps(ctx, f)
-        if serializer is not None and not isinstance(serializer, JsonSerializer):
-            load = wf._codec.load
-            state = {k: serializer.serialize(load(copy.deepcopy(d))) for k, d in state.items()}
+    if wf._codec.allow_pickle and not isinstance(serializer, PickleSerializer):
+        # Only a workflow that opted in stores pickles; only PickleSerializer writes them.
+        # A serializer of the user's writes the values its own way; events stay JSON.
+        custom = serializer is not None and not isinstance(serializer, JsonSerializer)
+        where = (None if custom else _pickled(state or {})) or _pickled(run)
+        if where is not None:
+            msg = (
+                f"cannot write this context with {type(serializer or JsonSerializer()).__name__}:"
+                f" {where} is stored as a pickle (Workflow(allow_pickle=True)); write it with"
+                " to_dict(serializer=PickleSerializer())"
+            )
+            raise ContextSerdeError(msg)
+    if state is not None and serializer is not None and not isinstance(serializer, JsonSerializer):
+        load = wf._codec.load
+        state = {k: serializer.serialize(load(copy.deepcopy(d))) for k, d in state.items()}
     idle = ctx._idle
     imported = idle.imported is not None
     return {
@@ -220,9 +233,9 @@ def _serde(msg: str) -> ContextSerdeError:
     return ContextSerdeError(f"cannot restore this context dict: {msg}")
 
 
-def _same_workflow(a: str, b: str) -> bool:
-    # A class is recorded as __main__:X by `python app.py`, and as app:X when imported.
-    return a == b or a.split(":")[-1] == b.split(":")[-1]
+def _same_workflow(recorded: str, wf: Workflow) -> bool:
+    # A script's class is recorded as __main__:X, the same class imported as app:X.
+    return same_name(recorded, type(wf))
 
 
 def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None) -> None:
@@ -242,7 +255,7 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
         msg = f"it has version {data.get('version')!r}; this library reads {VERSION}"
         raise _serde(msg)
     name = data.get("workflow")
-    if not isinstance(name, str) or not _same_workflow(name, wf._name):
+    if not isinstance(name, str) or not _same_workflow(name, wf):
         msg = f"it is a context of workflow {name!r}, not of {wf._name!r}"
         raise _serde(msg)
     kind = data.get("serializer")
@@ -253,6 +266,11 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
         )
         raise _serde(msg)
     raw = data.get("run")
+    if not isinstance(serializer, PickleSerializer):
+        where = _pickled(data.get("state") or {}) or _pickled(raw)
+        if where is not None:
+            msg = f"{where} is a pickle: restore it with serializer=PickleSerializer()"
+            raise _serde(msg)
     if not isinstance(raw, dict):
         msg = "it has no run state ('run')"
         raise _serde(msg)
@@ -285,7 +303,7 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
     info = wf._store.get_run(run_id)
     here = (
         info is not None
-        and _same_workflow(str(info.meta.get("workflow", "")), wf._name)
+        and _same_workflow(str(info.meta.get("workflow", "")), wf)
         and info.first_seq is not None
         and info.last_seq is not None
         and info.first_seq <= seq <= info.last_seq
@@ -304,6 +322,20 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
 
 
 PICKLE: Final = "pickle"
+
+
+def _pickled(tree: Any, path: str = "") -> str | None:
+    """Where a JSON tree holds a codec pickle (``{"$t": "pickle"}``), or None."""
+    stack: list[tuple[Any, str]] = [(tree, path)]
+    while stack:
+        x, at = stack.pop()
+        if isinstance(x, dict):
+            if x.get("$t") == PICKLE:
+                return f"the value at {at or 'the top'!r}"
+            stack.extend((v, f"{at}.{k}" if at else str(k)) for k, v in x.items())
+        elif isinstance(x, list):
+            stack.extend((v, f"{at}.{i}") for i, v in enumerate(x))
+    return None
 
 
 def _evs(evs: Any) -> list[dict[str, Any]]:
@@ -483,7 +515,7 @@ def run_with_context(
     if not isinstance(ctx, Context):
         msg = f"run(ctx=...) takes a Context, not {type(ctx).__name__}"
         raise WorkflowRuntimeError(msg)
-    if ctx._wf is not wf and not _same_workflow(ctx._wf._name, wf._name):
+    if ctx._wf is not wf and not _same_workflow(ctx._wf._name, wf):
         msg = f"this context belongs to workflow {ctx._wf._name!r}, not {wf._name!r}"
         raise WorkflowRuntimeError(msg)
     if run_is_live(ctx):

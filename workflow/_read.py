@@ -9,7 +9,9 @@ event id, and a log read past its damaged records.
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +61,7 @@ __all__ = [
     "run_summaries",
     "shown_status",
     "start_state",
+    "waits_of",
 ]
 
 
@@ -74,6 +77,7 @@ class RunSummary:
     last_seq: int | None
     parent_run_id: str | None
     parent_seq: int | None
+    waiting_for: tuple[str, ...] = ()  # a waiting run's awaited classes (qualified names)
 
 
 def run_info(store: EventStore, run_id: str) -> RunInfo:
@@ -364,13 +368,26 @@ def _event_filter(
     return is_event
 
 
-def run_summaries(store: EventStore, owners: Owners | LeaseOwners) -> list[RunSummary]:
-    """Every run in the store with its status (``interrupted``: unfinished, no owner)."""
+def run_summaries(
+    store: EventStore, owners: Owners | LeaseOwners, *, owned: bool = True
+) -> list[RunSummary]:
+    """Every run in the store with its status: ``waiting`` (for ``waiting_for``) when it
+    has nothing to do but wait for an event, ``interrupted`` when it is unfinished with no
+    live owner. With ``owned`` False, a run a live executor owns is only ``running`` (which
+    saves folding it, for listings that skip owned runs anyway)."""
     out = []
     for info in store.runs():
         status = info.status or "running"
-        if status == "running" and not owners.is_owned(info.rid, info.run_id):
-            status = "interrupted"
+        waiting_for: tuple[str, ...] = ()
+        unowned = status == "running" and not owners.is_owned(info.rid, info.run_id)
+        # A live owner may be waiting too; asking costs a fold, once per change of its log.
+        if status == "waiting" or unowned or (status == "running" and owned):
+            waits = waits_of(store, info)
+            if waits:
+                status = "waiting"
+                waiting_for = tuple(dict.fromkeys(awaited for awaited, _ in waits))
+            elif unowned:
+                status = "interrupted"
         out.append(
             RunSummary(
                 info.run_id,
@@ -381,9 +398,40 @@ def run_summaries(store: EventStore, owners: Owners | LeaseOwners) -> list[RunSu
                 info.last_seq,
                 info.parent_run_id,
                 info.parent_seq,
+                waiting_for,
             )
         )
     return out
+
+
+# What each unfinished run waits for, by store, by run, at the seq it was folded at: a
+# listing that polls (a worker's) folds a run again only once its log has grown.
+_waits: weakref.WeakKeyDictionary[EventStore, dict[int, tuple[int, list[tuple[str, float | None]]]]]
+_waits = weakref.WeakKeyDictionary()
+_waits_lock = threading.Lock()
+
+
+def waits_of(store: EventStore, info: RunInfo) -> list[tuple[str, float | None]]:
+    """The waits of a run that has nothing else to do: (awaited class, deadline as Unix time
+    or None) each; empty when it has queued or running work, no waits, or cannot be folded
+    (a damaged run is reported where it is read)."""
+    last = info.last_seq or 0
+    with _waits_lock:
+        known = _waits.setdefault(store, {}).get(info.rid)
+    if known is not None and known[0] == last:
+        return known[1]
+    found: list[tuple[str, float | None]] = []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SnapshotIgnoredWarning)  # the fold is right anyway
+            s = fold_run(store, info.run_id)
+    except Exception:  # a listing shows a damaged run as not waiting
+        s = None
+    if s is not None and s.only_waiters() and s.status in ("running", "waiting"):
+        found = [(w.awaited, w.deadline) for w in s.waiters.values()]
+    with _waits_lock:
+        _waits.setdefault(store, {})[info.rid] = (last, found)
+    return found
 
 
 # ------------------------------------------------------------------ seqs and statuses

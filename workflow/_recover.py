@@ -8,23 +8,37 @@ logger, so that a startup can report what it resumed and what needs a person.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-from eventstore import UnknownClassError
+from eventstore import LogCorruptedError, UnknownClassError, class_name
+from eventstore._codec import _main_names
 
 from ._errors import RecoveryLimitError, RunOwnedError, WorkflowChangedError
+from ._fold import payload_of
+from ._read import waits_of
 
 if TYPE_CHECKING:
     from ._fold import Folded
     from ._handler import WorkflowHandler
+    from ._journal import RunStarted
+    from ._read import RunSummary
     from ._workflow import Workflow
 
-__all__ = ["Recovery", "RecoveryOutcome", "over_recovery_limit", "recover"]
+__all__ = [
+    "Recoveries",
+    "Recovery",
+    "RecoveryOutcome",
+    "is_run_of",
+    "over_recovery_limit",
+    "recover",
+    "same_name",
+]
 
 # What recover() did with a run: see Recovery.
-RecoveryOutcome = Literal["resumed", "owned", "stranded", "recovery_limit", "failed"]
+RecoveryOutcome = Literal["resumed", "waiting", "owned", "stranded", "recovery_limit", "failed"]
 
 _log: Final = logging.getLogger("workflow")
 
@@ -36,6 +50,10 @@ class Recovery:
     ``outcome`` is one of:
 
     - ``"resumed"``: the run continues in this process; await ``handler`` for its result.
+    - ``"waiting"``: the run has nothing to do but wait for an event that nobody has sent
+      yet (its inbox is empty, no wait's deadline has passed); it was left as it is, not
+      claimed, and nothing of it ran again. Send the event (``wf.send``), then resume it,
+      or recover again, or let a worker take it.
     - ``"owned"``: another live executor (another process) took the run after it was
       listed as pending; it was left to it. ``error`` is the :class:`RunOwnedError`.
     - ``"stranded"``: the log holds work or classes this code cannot take: queued or
@@ -54,6 +72,53 @@ class Recovery:
     outcome: RecoveryOutcome
     handler: WorkflowHandler | None = None
     error: BaseException | None = None
+    waiting_for: tuple[str, ...] = ()  # ``waiting``: the awaited classes' qualified names
+
+
+def is_run_of(wf: Workflow, run: RunSummary) -> bool:
+    """Whether ``run`` is a run of ``wf``'s workflow: its class's module and qualified name.
+
+    A script's run records its module as ``__main__``: such a run of the same qualified name
+    is ``wf``'s when the steps its first record lists share a step with ``wf`` (a log too old
+    to list them counts as ``wf``'s), so another module's same-named workflow does not take
+    it; a class of this process's ``__main__`` owns the runs recorded under the module names
+    its file imports as. Another module's class of the same name is another workflow.
+    """
+    if not same_name(run.workflow, type(wf)):
+        return False
+    if not run.workflow.startswith("__main__:") or wf._name.startswith("__main__:"):
+        return True
+    known = wf._script_runs.get(run.run_id)
+    if known is None:
+        known = wf._script_runs[run.run_id] = _shares_a_step(wf, run)
+    return known
+
+
+def same_name(recorded: str, cls: type) -> bool:
+    """Whether a workflow name the log records (``module:Qual.Name``) can be ``cls``'s: its
+    own, the same qualified name under ``__main__`` (a script's run), or, for a class of this
+    process's ``__main__``, a module name its file imports as."""
+    if recorded == class_name(cls):
+        return True
+    module, _, qualname = recorded.rpartition(":")
+    if qualname != cls.__qualname__:
+        return False
+    return module == "__main__" or (cls.__module__ == "__main__" and module in _main_names())
+
+
+def _shares_a_step(wf: Workflow, run: RunSummary) -> bool:
+    """Whether the steps a run's first record lists meet ``wf``'s (True when it lists none)."""
+    if run.first_seq is None:
+        return True
+    try:
+        first = next(iter(wf.store.records(run.run_id, upto=run.first_seq)), None)
+        started: RunStarted | None = None if first is None else payload_of(first)
+    except LogCorruptedError:
+        return True  # resuming it reports the damage
+    graph = started.get("graph") if isinstance(started, dict) else None
+    if not isinstance(graph, dict) or not graph:
+        return True
+    return not graph.keys().isdisjoint(wf._graph.steps)
 
 
 def over_recovery_limit(
@@ -80,6 +145,36 @@ def _unresolved(exc: BaseException) -> bool:
     return False
 
 
+class Recoveries(list[Recovery]):
+    """What :meth:`Workflow.recover` did with each pending run: a list of
+    :class:`Recovery`, which ``await`` gives back as it is.
+
+    The runs are resumed by the call itself, so ``wf.recover()`` and
+    ``await wf.recover()`` do the same, once.
+    """
+
+    def __await__(self) -> Generator[Any, None, Recoveries]:
+        return self._itself().__await__()
+
+    async def _itself(self) -> Recoveries:
+        return self
+
+
+def has_work(wf: Workflow, run: RunSummary) -> bool:
+    """Whether a pending run needs an executor: it is interrupted, or it waits and an event
+    is in its inbox or one of its waits' deadlines has passed. A run that only waits for an
+    event nobody sent would be claimed, and the code before its wait run, for nothing."""
+    if run.status != "waiting":
+        return True
+    if wf.store.inbox(run.run_id):
+        return True
+    info = wf.store.get_run(run.run_id)
+    if info is None:
+        return True  # let the resume say what happened to it
+    now = time.time()
+    return any(deadline is not None and deadline <= now for _, deadline in waits_of(wf.store, info))
+
+
 def _recover_one(wf: Workflow, run_id: str) -> Recovery:
     try:
         handler = wf.resume(run_id)
@@ -103,6 +198,10 @@ def _recover_one(wf: Workflow, run_id: str) -> Recovery:
 def _log_one(r: Recovery) -> None:
     if r.outcome == "resumed":
         _log.info("recover: run %s resumed", r.run_id)
+    elif r.outcome == "waiting":
+        _log.info(
+            "recover: run %s left waiting for %s", r.run_id, ", ".join(r.waiting_for) or "an event"
+        )
     elif r.outcome == "owned":
         _log.info("recover: run %s left to its live owner: %s", r.run_id, r.error)
     elif r.outcome == "stranded":
@@ -118,11 +217,16 @@ def _text(exc: BaseException | None) -> str:
     return "" if exc is None else f"{type(exc).__name__}: {exc}"
 
 
-def recover(wf: Workflow) -> list[Recovery]:
+def recover(wf: Workflow) -> Recoveries:
     """Resumes every pending run of ``wf``; one :class:`Recovery` per run, each logged."""
-    done = []
+    done = Recoveries()
+    listed = {r.run_id: r for r in wf.runs()}
     for run_id in wf.pending_runs():
-        r = _recover_one(wf, run_id)
+        run = listed.get(run_id)
+        if run is None or has_work(wf, run):
+            r = _recover_one(wf, run_id)
+        else:
+            r = Recovery(run_id, "waiting", waiting_for=run.waiting_for)
         _log_one(r)
         done.append(r)
     if done:

@@ -14,6 +14,7 @@ import signal
 from typing import TYPE_CHECKING, Final
 
 from ._errors import RunAbandonedError, WorkflowError
+from ._recover import has_work, is_run_of
 
 if TYPE_CHECKING:
     from ._handler import WorkflowHandler
@@ -48,19 +49,18 @@ class Worker:
 
     def _candidates(self) -> list[str]:
         wf = self.workflow
-        name = wf._name.split(":")[-1]
         out = []
         for r in wf.runs():
-            if r.workflow.split(":")[-1] != name or r.run_id in self._active:
+            if not is_run_of(wf, r) or r.run_id in self._active:
                 continue
             if r.status == "interrupted":
                 out.append(r.run_id)
             elif (
                 r.status == "waiting"
-                and wf.store.inbox(r.run_id)
+                and has_work(wf, r)
                 and not wf._owners.is_owned(wf.store.run(r.run_id).rid, r.run_id)
             ):
-                out.append(r.run_id)  # an answer arrived for a run nobody runs
+                out.append(r.run_id)  # an answer arrived (or a deadline passed), nobody runs it
         return out
 
     async def _finish(self, run_id: str, handler: WorkflowHandler) -> None:

@@ -43,7 +43,7 @@ from ._graph import Graph
 from ._handler import WorkflowHandler
 from ._ownership import LeaseOwners, Owners
 from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
-from ._recover import Recovery, over_recovery_limit
+from ._recover import Recoveries, is_run_of, over_recovery_limit, same_name
 from ._recover import recover as recover_runs
 from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
@@ -98,6 +98,10 @@ class Workflow:
         classes, pydantic models, enums) besides those the steps' annotations name.
     :param max_recovery_attempts: how often an input may be started again by a resume
         without ever ending before the run fails (an input that kills the process).
+    :param allow_pickle: store values of types the codec does not (a plain class) as
+        pickles, and read pickles back. Off by default: the log is then no longer plain
+        JSON, and reading it runs whatever code it names, so read only logs you trust.
+        Every program that reads such a run (resume, fork, ``state_at``) must opt in too.
     """
 
     # A test hook: called with (executor, seq) after each commit that changed state took
@@ -113,6 +117,7 @@ class Workflow:
         types: Iterable[type] = (),
         max_recovery_attempts: int = 10,
         disable_validation: bool = False,
+        allow_pickle: bool = False,
     ) -> None:
         self._graph = Graph(collect_steps(type(self)))
         if not disable_validation:
@@ -121,7 +126,11 @@ class Workflow:
         self._timeout = timeout
         self._verbose = verbose
         self._max_recovery = max_recovery_attempts
-        self._codec = Codec(how_to_register="Workflow(types=[{name}])")
+        self._codec = Codec(
+            allow_pickle=allow_pickle,
+            how_to_register="Workflow(types=[{name}])",
+            how_to_allow_pickle="Workflow(allow_pickle=True)",
+        )
         self._codec.register(*self._graph.event_types(), *types)
         # Views handed out by ctx.store.get are written as the value they show.
         self._codec.register_proxy(TrackedList, list)
@@ -145,6 +154,8 @@ class Workflow:
             sidecar = self._store.path if self._store.kind == "sqlite" else None
             self._owners = Owners(sidecar, memory_key=str(id(self._store)))
         self._name = class_name(type(self))
+        # Runs recorded under __main__ with this class's name: whether each is this one's.
+        self._script_runs: dict[str, bool] = {}
         # On PostgreSQL an answer posted on any host wakes the run's owner at once (the
         # owner also polls, which is all SQLite needs).
         self._store.on_post(self._posted)
@@ -181,6 +192,16 @@ class Workflow:
             return self._start_event_type()(**fields)
         if fields:
             msg = "pass either start_event= or keyword fields for the start event, not both"
+            raise WorkflowRuntimeError(msg)
+        if not isinstance(given, StartEvent):
+            msg = f"start_event must be a StartEvent, not {type(given).__qualname__}"
+            raise WorkflowRuntimeError(msg)
+        if not self._graph.route(type(given)):
+            # Nothing would ever run: the run could only idle until its timeout.
+            msg = (
+                f"no step of {type(self).__qualname__} takes {class_name(type(given))}; its"
+                f" start step takes {class_name(self._start_event_type())}"
+            )
             raise WorkflowRuntimeError(msg)
         return given
 
@@ -545,6 +566,11 @@ class Workflow:
                     f"event {ev.id} ({type(event).__name__}) is no longer accepted by step {step!r}"
                 )
         if problems and not allow:
+            if folded.workflow and not same_name(folded.workflow, type(self)):
+                # Not a changed version of this workflow: another one's run.
+                raise WorkflowChangedError(
+                    run_id, problems, recorded_by=folded.workflow, workflow=self._name
+                )
             raise WorkflowChangedError(run_id, problems)
 
     async def _post(self, run_id: str, event: Event, key: str | None) -> int:
@@ -593,29 +619,45 @@ class Workflow:
         return found
 
     def runs(self) -> list[RunSummary]:
-        """Every run in the store with its status (``interrupted``: unfinished, no owner)."""
-        return run_summaries(self._store, self._owners)
+        """Every run in the store with its status: ``interrupted`` when it is unfinished and
+        no live executor owns it, ``waiting`` (``waiting_for`` names the awaited classes)
+        when, so unowned or suspended, it has nothing to do but wait for an event.
+
+        A run a live executor owns is ``running`` here (a listing that is polled does not
+        fold busy runs); ``state_at`` and ``workflow runs`` tell when it is waiting.
+        """
+        return run_summaries(self._store, self._owners, owned=False)
 
     def pending_runs(self) -> list[str]:
-        """Runs of this workflow not finished and owned by no live executor."""
+        """Runs of this workflow not finished and owned by no live executor.
+
+        A run is this workflow's when it records this class's module and qualified name,
+        or the same qualified name under ``__main__`` (a run of ``python script.py``) with
+        a step of this workflow; a same-named class of another module is another workflow.
+        """
         return [
             r.run_id
             for r in self.runs()
-            if r.workflow.split(":")[-1] == self._name.split(":")[-1]  # also under __main__
+            if is_run_of(self, r)
             and r.status in ("interrupted", "waiting")
             and (id(self._store), r.run_id) not in _live
         ]
 
-    def recover(self) -> list[Recovery]:
-        """Resumes every pending run (what a service does at startup); call it in async code.
+    def recover(self) -> Recoveries:
+        """Resumes every pending run (what a service does at startup); call it in async code,
+        as ``await wf.recover()`` or ``wf.recover()``: the call resumes them, and awaiting its
+        report gives it back as it is.
 
         Returns what happened to each run that :meth:`pending_runs` lists, in that order:
         a :class:`Recovery` whose ``outcome`` is ``resumed`` (await its ``handler``),
-        ``owned`` (another live process holds it), ``stranded`` (the log no longer fits
+        ``waiting`` (it only waits for an event nobody sent yet: left as it is, not run
+        again; ``waiting_for`` names the classes), ``owned`` (another live process holds
+        it), ``stranded`` (the log no longer fits
         this code), ``recovery_limit`` (its input kept killing the process; the run is now
         failed) or ``failed`` (resuming raised; ``error`` says what). One run's problem
         never stops the others. Each outcome is also logged on the ``workflow`` logger
-        (``resumed`` and ``owned`` at INFO, ``stranded`` at WARNING, the rest at ERROR).
+        (``resumed``, ``waiting`` and ``owned`` at INFO, ``stranded`` at WARNING, the rest
+        at ERROR).
         """
         _require_loop("recover")
         return recover_runs(self)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shlex
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Final
 
 import click
@@ -18,7 +18,7 @@ import orjson
 
 from eventstore import Codec, EventStore, class_name
 
-from .._errors import RunSuspendedError, WorkflowRuntimeError
+from .._errors import RunSuspendedError, WorkflowChangedError, WorkflowRuntimeError
 from .._events import Event
 from .._handler import WorkflowHandler
 from .._read import check_seq, run_info
@@ -26,8 +26,8 @@ from .._recover import Recovery
 from .._state import TERMINAL
 from .._workflow import Workflow
 from ._app import cli
-from ._common import emit_json, import_object, json_option, load_workflow
-from ._inspect import is_url, open_store
+from ._common import check_store_to_write, emit_json, import_object, json_option, load_workflow
+from ._inspect import open_store
 from ._render import short_class, show_dump, show_typed, table
 
 __all__ = ["fork", "parse_sets", "recover", "resume", "run", "send"]
@@ -169,8 +169,7 @@ def run(
 ) -> None:
     """Start a run of the workflow in DB (created if missing) and wait for its outcome."""
     fields = _json_object(data, "--data")
-    if is_url(db) or Path(db).exists():
-        open_store(db).close()  # refuse a file that is not a store before writing to it
+    check_store_to_write(db)  # refuse a place that cannot hold a store before writing to it
     wf = load_workflow(workflow_spec, db, **({} if timeout is None else {"timeout": timeout}))
     if run_id is not None and wf.store.get_run(run_id) is not None:
         click.echo(
@@ -186,10 +185,26 @@ def run(
 
     ids: list[str] = []
     try:
-        outcome = asyncio.run(go())
+        with _left_unfinished(db, ids, workflow_spec):
+            outcome = asyncio.run(go())
         _report(wf, ids[0], outcome, as_json, db)
     finally:
         wf.store.close()
+
+
+@contextlib.contextmanager
+def _left_unfinished(db: str, ids: list[str], spec: str) -> Iterator[None]:
+    """On Ctrl-C, says how to continue the run it left (what it committed is kept)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if ids:
+            click.echo(
+                f"run {ids[0]} was left unfinished; `workflow resume {shlex.quote(db)} {ids[0]}"
+                f" --workflow {spec}` continues it",
+                err=True,
+            )
+        raise
 
 
 def _json_object(text: str, option: str) -> dict[str, Any]:
@@ -227,13 +242,31 @@ def resume(
     updates = {k: wf._codec.load(v) for k, v in raw.items()}
 
     async def go() -> tuple[str, Any]:
-        handler = wf.resume(run, updates=updates or None, cancelled=cancelled)
+        with _recorded_by_other(run):
+            handler = wf.resume(run, updates=updates or None, cancelled=cancelled)
         return await _outcome(handler, wf.store)
 
     try:
-        _report(wf, run, asyncio.run(go()), as_json, db)
+        with _left_unfinished(db, [run], workflow_spec):
+            outcome = asyncio.run(go())
+        _report(wf, run, outcome, as_json, db)
     finally:
         wf.store.close()
+
+
+@contextlib.contextmanager
+def _recorded_by_other(run_id: str) -> Iterator[None]:
+    """Says which ``--workflow`` to pass when the run is another workflow class's."""
+    try:
+        yield
+    except WorkflowChangedError as exc:
+        if not exc.recorded_by:
+            raise
+        msg = (
+            f"run {run_id!r} was recorded by {exc.recorded_by}, and this workflow cannot"
+            f" continue it ({'; '.join(exc.problems)}): pass --workflow {exc.recorded_by}"
+        )
+        raise WorkflowRuntimeError(msg) from None
 
 
 # Recoveries that need a person: the run was not resumed, or it ended failed.
@@ -265,10 +298,11 @@ def _error_text(exc: BaseException | None) -> str:
 def recover(db: str, workflow_spec: str, timeout: float | None, as_json: bool) -> None:
     """Resume every pending run of the workflow here (wf.recover()) and wait for each.
 
-    Prints a line a run: its id, what recover did (resumed, owned, stranded,
+    Prints a line a run: its id, what recover did (resumed, waiting, owned, stranded,
     recovery_limit, failed) with how a resumed run ended, and its result or error. A run
-    left waiting for an event stays resumable. Exit status 1 when a run could not be
-    resumed or failed.
+    that only waits for an event nobody sent is left as it is (waiting); one left waiting
+    after its resume stays resumable. Exit status 1 when a run is stranded, past its
+    recovery limit, failed to resume, or failed once resumed.
     """
     wf = _build(db, workflow_spec, timeout)
 
@@ -281,7 +315,15 @@ def recover(db: str, workflow_spec: str, timeout: float | None, as_json: bool) -
         return found, list(await asyncio.gather(*map(settle, found)))
 
     try:
-        found, ends = asyncio.run(go())
+        try:
+            found, ends = asyncio.run(go())
+        except KeyboardInterrupt:
+            click.echo(
+                f"the runs resumed here were left unfinished; `workflow recover"
+                f" {shlex.quote(db)} --workflow {workflow_spec}` continues them",
+                err=True,
+            )
+            raise
         rows = [_recovery_row(wf, r, end) for r, end in zip(found, ends, strict=True)]
     finally:
         wf.store.close()
@@ -320,6 +362,10 @@ def _recovery_row(
         "waiting_for": [],
     }
     text = error
+    if r.outcome == "waiting":
+        row["status"] = "waiting"
+        row["waiting_for"] = list(r.waiting_for)
+        text = "for " + ", ".join(short_class(a) for a in r.waiting_for)
     if r.outcome == "resumed" and end is not None:
         status, value = end
         row["status"] = status
@@ -360,14 +406,16 @@ def fork(
     new_id: list[str] = []
 
     async def go() -> tuple[str, Any]:
-        handler = wf.run_from((run, at), updates=updates or None)
+        with _recorded_by_other(run):
+            handler = wf.run_from((run, at), updates=updates or None)
         new_id.append(handler.run_id)
         if not as_json:
             click.echo(f"forked run {run} at seq {at} as {handler.run_id}")
         return await _outcome(handler, wf.store)
 
     try:
-        outcome = asyncio.run(go())
+        with _left_unfinished(db, new_id, workflow_spec):
+            outcome = asyncio.run(go())
         _report(wf, new_id[0], outcome, as_json, db)
     finally:
         wf.store.close()

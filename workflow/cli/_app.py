@@ -14,7 +14,7 @@ import click
 from .._compare import Change, changes_between
 from .._fold import Folded, to_run_state
 from .._ownership import probe_owners
-from .._read import check_seq, fold_run, run_summaries, shown_status
+from .._read import RunSummary, check_seq, fold_run, run_summaries, shown_status
 from .._read import checkpoints as list_checkpoints
 from .._state import LLAMA_FIELDS
 from ._common import (
@@ -80,6 +80,7 @@ def runs(db: str, workflow_spec: str | None, as_json: bool) -> None:
                     "last_seq": s.last_seq,
                     "parent_run_id": s.parent_run_id,
                     "parent_seq": s.parent_seq,
+                    "waiting_for": list(s.waiting_for),
                 }
                 for s in summaries
             ]
@@ -91,7 +92,7 @@ def runs(db: str, workflow_spec: str | None, as_json: bool) -> None:
     rows = [
         (
             s.run_id,
-            s.status,
+            _status_text(s),
             s.workflow,
             fmt_time(s.created),
             s.last_seq if s.last_seq is not None else "",
@@ -100,6 +101,13 @@ def runs(db: str, workflow_spec: str | None, as_json: bool) -> None:
         for s in summaries
     ]
     click.echo(table(rows, ["run", "status", "workflow", "started (UTC)", "last seq", "parent"]))
+
+
+def _status_text(s: RunSummary) -> str:
+    """A run's status as the table shows it: a waiting run says what it waits for."""
+    if s.status == "waiting" and s.waiting_for:
+        return "waiting for " + ", ".join(bare_class(t) for t in s.waiting_for)
+    return s.status
 
 
 # ---------------------------------------------------------------------------- checkpoints

@@ -7,6 +7,7 @@ import os
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import click
@@ -17,11 +18,12 @@ from eventstore import EventStore, EventStoreError, StoredRecord
 from .._errors import WorkflowError
 from .._read import Wrap
 from .._workflow import Workflow
-from ._inspect import Viewer, open_store
+from ._inspect import Viewer, is_url, open_store
 
 __all__ = [
     "PROGRESS_MIN",
     "CliGroup",
+    "check_store_to_write",
     "emit_json",
     "import_object",
     "json_option",
@@ -163,11 +165,30 @@ def load_workflow(spec: str, store: EventStore | str, **kwargs: Any) -> Workflow
         raise click.BadParameter(msg, param_hint="--workflow")
     try:
         return cls(store=store, **kwargs)
-    except (WorkflowError, EventStoreError):
-        raise
+    except (WorkflowError, EventStoreError, OSError):
+        raise  # the store's problem (or the run's), not the class's: said as it is
     except Exception as exc:
         msg = f"{spec}(store=...) failed: {type(exc).__name__}: {exc}"
         raise click.BadParameter(msg, param_hint="--workflow") from None
+
+
+def check_store_to_write(db: str) -> None:
+    """Refuses, before anything is written, a DB that a command would create or write a store
+    at but cannot: a folder that does not exist, or a file that is not a store (left as it
+    is). A missing or empty file is fine: the store is made there, as ``Workflow`` makes it.
+
+    :raises click.ClickException: the folder is missing.
+    :raises NotAStoreError: the file is not a store.
+    """
+    if is_url(db):
+        open_store(db).close()
+        return
+    path = Path(db)
+    if not path.parent.is_dir():
+        msg = f"{db}: folder {path.parent} does not exist"
+        raise click.ClickException(msg)
+    if path.exists() and not (path.is_file() and path.stat().st_size == 0):
+        open_store(db).close()
 
 
 def reader(db: str, workflow_spec: str | None) -> tuple[EventStore, Viewer, Workflow | None]:

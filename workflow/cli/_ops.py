@@ -12,7 +12,7 @@ import click
 from .._verify import verify as verify_runs
 from .._worker import Worker
 from ._app import cli
-from ._common import emit_json, json_option, load_workflow
+from ._common import check_store_to_write, emit_json, json_option, load_workflow
 from ._inspect import open_store
 
 __all__ = ["verify", "worker"]
@@ -114,6 +114,7 @@ def worker(db: str, workflow_spec: str, concurrency: int, poll: float) -> None:
     New runs (wf.submit), runs whose executor died and waiting runs whose answer arrived
     are picked up; on SIGTERM running attempts are left cleanly for another worker.
     """
+    check_store_to_write(db)
     wf = load_workflow(workflow_spec, db)
 
     async def go() -> int:

@@ -1,0 +1,234 @@
+"""What tripped a new user (README only, then an adversarial pass), each fixed at its root.
+
+Each test reproduces one finding of /work/notes/issue12-newuser-findings.md: a start event
+no step takes ran until the timeout; a run resumed with another workflow's class was told
+to pass ``allow_stranded=True``; the command line blamed ``--workflow`` for a store in a
+missing folder and refused an empty file that ``Workflow(store=...)`` takes; Ctrl-C left no
+word on how to continue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from eventstore import EventStore
+from workflow import (
+    Context,
+    Event,
+    StartEvent,
+    StopEvent,
+    Workflow,
+    WorkflowChangedError,
+    WorkflowRuntimeError,
+    step,
+)
+from workflow.cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Topic(StartEvent):
+    topic: str
+
+
+class Other(StartEvent):
+    pass
+
+
+class Draft(Event):
+    text: str
+
+
+class Writer(Workflow):
+    @step
+    async def draft(self, ev: Topic) -> Draft:
+        return Draft(text=f"notes on {ev.topic}")
+
+    @step
+    async def publish(self, ctx: Context, ev: Draft) -> StopEvent:
+        if not await ctx.store.get("approved", default=False):
+            msg = "not approved yet"
+            raise RuntimeError(msg)
+        return StopEvent(result=ev.text)
+
+
+class Greeter(Workflow):
+    @step
+    async def greet(self, ev: StartEvent) -> StopEvent:
+        return StopEvent(result="hello")
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (1, r"start_event must be a StartEvent, not int"),
+        (Draft(text="x"), r"start_event must be a StartEvent, not .*Draft"),
+        (Other(), r"no step of Writer takes .*Other; its start step takes .*Topic"),
+    ],
+    ids=["not-an-event", "not-a-start-event", "a-start-event-no-step-takes"],
+)
+async def test_a_start_event_no_step_takes_is_refused_at_the_call(given: object, said: str) -> None:
+    """Such a run could only idle until its timeout (45 s); now run() and submit() say why,
+    and record nothing."""
+    wf = Writer(disable_validation=True)  # custom start events pass validation in issue 15
+    with pytest.raises(WorkflowRuntimeError, match=said):
+        wf.run(start_event=given)  # type: ignore[arg-type]
+    with pytest.raises(WorkflowRuntimeError, match=said):
+        wf.submit(start_event=given)  # type: ignore[arg-type]
+    assert wf.runs() == []
+
+
+def test_a_run_resumed_with_another_workflow_s_class_names_both(tmp_path: Path) -> None:
+    """Resuming a Writer run with Greeter names the workflow that recorded it, instead of
+    suggesting allow_stranded=True; the run is left as it was."""
+    db = tmp_path / "r.db"
+
+    async def failed_run() -> str:
+        handler = Writer(store=db, disable_validation=True).run(start_event=Topic(topic="x"))
+        with pytest.raises(RuntimeError):
+            await handler
+        return handler.run_id
+
+    async def resume_with_greeter(run_id: str) -> None:
+        Greeter(store=db).resume(run_id)
+
+    run_id = asyncio.run(failed_run())
+    with EventStore(db, readonly=True) as store:
+        before = store.last_seq(run_id)
+    with pytest.raises(WorkflowChangedError) as err:
+        asyncio.run(resume_with_greeter(run_id))
+    text = str(err.value)
+    assert "was recorded by tests.test_new_user:Writer, not tests.test_new_user:Greeter" in text
+    assert "allow_stranded" not in text
+    with EventStore(db, readonly=True) as store:
+        assert store.last_seq(run_id) == before
+    result = CliRunner().invoke(
+        cli, ["resume", str(db), run_id, "--workflow", "tests.test_new_user:Greeter"]
+    )
+    assert result.exit_code == 1
+    assert "was recorded by tests.test_new_user:Writer" in result.stderr
+    assert "--workflow tests.test_new_user:Writer" in result.stderr
+
+
+def test_cli_run_into_a_missing_folder_names_the_folder(tmp_path: Path) -> None:
+    """A store path in a folder that does not exist is DB's problem, not --workflow's."""
+    db = tmp_path / "no" / "such" / "runs.db"
+    result = CliRunner().invoke(cli, ["run", str(db), "--workflow", "tests.test_new_user:Greeter"])
+    assert result.exit_code == 1
+    assert result.stderr.strip() == f"error: {db}: folder {db.parent} does not exist"
+    assert not db.parent.exists()
+
+
+def test_cli_run_makes_a_store_of_an_empty_file(tmp_path: Path) -> None:
+    """An empty file (`touch runs.db`) becomes a store, as Workflow(store=...) makes it; a
+    file with content that is not a store is still refused and left as it was."""
+    db = tmp_path / "runs.db"
+    db.touch()
+    result = CliRunner().invoke(cli, ["run", str(db), "--workflow", "tests.test_new_user:Greeter"])
+    assert result.exit_code == 0, result.output
+    assert "finished: 'hello'" in result.stdout
+    text = tmp_path / "notes.db"
+    text.write_text("hello")
+    refused = CliRunner().invoke(
+        cli, ["run", str(text), "--workflow", "tests.test_new_user:Greeter"]
+    )
+    assert refused.exit_code == 1
+    assert "not an event store" in refused.stderr
+    assert text.read_text() == "hello"
+
+
+class Sleepy(Workflow):
+    @step
+    async def nap(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        await ctx.store.set("napping", True)
+        if not await ctx.store.get("awake", default=False):
+            Path(os.environ["SLEEPY_READY"]).touch()  # noqa: ASYNC240 - a test's marker
+            await asyncio_sleep_long()
+        return StopEvent(result="rested")
+
+
+async def asyncio_sleep_long() -> None:
+    await asyncio.sleep(3600)
+
+
+def _interrupted(tmp_path: Path, *args: str) -> str:
+    """Runs ``workflow ARGS`` until the Sleepy step naps, then Ctrl-C (SIGINT); its stderr."""
+    ready = tmp_path / "ready"
+    ready.unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workflow", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "SLEEPY_READY": str(ready)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while not ready.exists():
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, (out, err)
+    return err
+
+
+def test_ctrl_c_in_cli_run_says_how_to_continue(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) stops `workflow run` (and `recover`) with status 130 and the command
+    that continues the run; what was committed is kept and the resume finishes it."""
+    db = tmp_path / "r.db"
+    spec = "tests.test_new_user:Sleepy"
+    err = _interrupted(tmp_path, "run", str(db), "--workflow", spec, "--run-id", "nap-1")
+    assert (
+        f"run nap-1 was left unfinished; `workflow resume {db} nap-1 --workflow {spec}`"
+        " continues it" in err
+    )
+    err = _interrupted(tmp_path, "recover", str(db), "--workflow", spec)
+    assert (
+        f"the runs resumed here were left unfinished; `workflow recover {db} --workflow {spec}`"
+        " continues them" in err
+    )
+    result = CliRunner().invoke(
+        cli, ["resume", str(db), "nap-1", "--workflow", spec, "--set", "awake=true"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "run nap-1 finished: 'rested'" in result.stdout
+
+
+def test_the_demo_keeps_its_store_and_its_commands_work(tmp_path: Path) -> None:
+    """`make demo` tells the story and ends with commands that look at the run: they work
+    on the store it kept."""
+    demo = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "demo.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    out = demo.stdout
+    assert "publish: the process dies here" in out
+    assert "result: published:" in out
+    assert f"The store is kept at {tmp_path / 'runs.db'}" in out
+    commands = [ln.split() for ln in out.splitlines()[-3:]]
+    assert ["runs" in commands[0], "history" in commands[1], "timeline" in commands[2]] == [
+        True
+    ] * 3
+    for command in commands:
+        shown = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
+        assert shown.returncode == 0, (command, shown.stderr)
+    history = subprocess.run(commands[1], capture_output=True, text=True, check=True).stdout
+    assert "run_resumed" in history
+    assert "run_finished" in history
