@@ -633,3 +633,26 @@ async def test_pickles_go_through_pickle_serializer_only(store: EventStore) -> N
     restored = Context.from_dict(elsewhere, data, serializer=JsonPickleSerializer())
     assert (await restored.store.get("point")).x == 3
     assert await elsewhere.run(ctx=restored, x=4) == "placed"
+
+
+async def test_the_dict_says_whether_its_run_was_under_way(store: EventStore) -> None:
+    """``is_running`` in the dict has LlamaIndex's meaning (the run was under way: also once
+    cancelled, since a run from the dict goes on with it); ``live`` whether it runs now."""
+    wf = Ask(store=store)
+    ctx = Context(wf)
+    assert (ctx.to_dict()["is_running"], ctx.to_dict()["live"]) == (False, False)
+    handler = wf.run(ctx=ctx)
+    async with asyncio.timeout(BOUND):
+        await handler.wait_until_waiting()
+    live = ctx.to_dict()
+    assert (live["is_running"], live["live"]) == (True, True)
+    await handler.cancel_run()
+    with pytest.raises(WorkflowCancelledError):
+        await handler
+    stopped = ctx.to_dict()
+    assert (stopped["is_running"], stopped["live"], stopped["status"]) == (True, False, "cancelled")
+    handler = wf.run(ctx=Context.from_dict(wf, stopped))
+    handler.ctx.send_event(HumanResponseEvent(response="gu"))
+    async with asyncio.timeout(BOUND):
+        assert await handler == "hello gu from you"
+    assert handler.ctx.to_dict()["is_running"] is False

@@ -220,7 +220,10 @@ def context_dict(
         "run_id": (idle.origin[0] if idle.origin else None) if imported else ctx._run,
         "seq": (idle.origin[1] if idle.origin else None) if imported else (f.seq or None),
         "status": f.status,
-        "is_running": run_is_live(ctx),
+        # LlamaIndex's meaning: the run was under way, not ended by itself (a cancelled or
+        # timed-out run was stopped mid-way: a run from this dict goes on with it).
+        "is_running": (ctx._run is not None or imported) and f.status not in ("finished", "failed"),
+        "live": run_is_live(ctx),  # executed now, here or in another process
         "serializer": kind,
         "state": state,
         "pending": sorted(idle.pending) if ctx._live() is None else [],
