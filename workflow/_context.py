@@ -336,7 +336,7 @@ class Context(Generic[S]):
         self._wf = workflow
         self._x: Executor | None = None
         self._run: str | None = None
-        self.store = ContextStore(cast("Executor", None), workflow._state_type)
+        self.store: ContextStore[S] = ContextStore(cast("Executor", None), workflow._state_type)
         self._idle = Idle(self)
         self._go_idle()
         if previous_context is not None:

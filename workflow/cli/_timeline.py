@@ -54,8 +54,7 @@ _ENDS_RUN: Final = frozenset({J.RUN_FINISHED, J.RUN_FAILED, J.RUN_CANCELLED, J.R
 # payload type (``_journal``) reaches the page, in its arguments or its text. A new field is
 # added to one or the other (tests/test_page.py holds both to the payload types).
 UNSHOWN: Final[Mapping[str, frozenset[str]]] = {
-    # `workflow graph` draws the steps; `previous` is a link to another run, not its state
-    J.RUN_STARTED: frozenset({"fingerprint", "graph", "previous"}),
+    J.RUN_STARTED: frozenset({"fingerprint", "graph"}),  # `workflow graph` draws the steps
     J.STEP_FINISHED: frozenset({"base", "answers"}),  # what its reads and answers were
     J.STEP_FAILED: frozenset({"module"}),  # the error's class name says enough
     J.WAITING: frozenset({"requirements", "deadline", "event"}),  # `workflow state` has them
