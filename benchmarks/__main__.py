@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, str] = {
     "peers": "benchmarks.peers",
     "backends": "benchmarks.backends",
     "state": "benchmarks.state",
+    "restore": "benchmarks.restore",
 }
 
 Main = Callable[..., dict[str, Any]]

@@ -17,7 +17,16 @@ from ._errors import (
     UnknownClassError,
     WriterFailedError,
 )
-from ._records import AppendResult, Commit, NewRun, Record, RunInfo, Seq, StoredRecord
+from ._records import (
+    AppendResult,
+    Commit,
+    NewRun,
+    Record,
+    RunInfo,
+    Seq,
+    Snapshot,
+    StoredRecord,
+)
 from ._store import Durability, EventStore, InboxEntry, StoreStats
 
 __all__ = [
@@ -41,6 +50,7 @@ __all__ = [
     "RunNotFoundError",
     "SchemaVersionError",
     "Seq",
+    "Snapshot",
     "StoreClosedError",
     "StoreStats",
     "StoreUnavailableError",

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ._records import NewRun
+from ._records import NewRun, Snapshot
 
 __all__ = [
     "Backend",
@@ -72,7 +72,7 @@ class PreparedCommit:
     last_seq: int  # the seq that ends the commit: taken inbox entries are marked with it
     status: str | None
     inbox_taken: Sequence[int]
-    snapshot: tuple[int, str] | None
+    snapshot: Snapshot | None
 
 
 class WriteSQL(Protocol):
@@ -162,6 +162,11 @@ class Backend(Protocol):
     @property
     def read_errors(self) -> tuple[type[BaseException], ...]:
         """What a damaged store raises on reads."""
+        ...
+
+    @property
+    def schema_version(self) -> int:
+        """The version of the tables readers find (older when opened read-only)."""
         ...
 
     @property

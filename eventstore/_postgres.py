@@ -23,7 +23,7 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the extra
     psycopg = None  # type: ignore[assignment]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 READ_ERRORS: Final[tuple[type[BaseException], ...]] = (
     (psycopg.DatabaseError,) if psycopg is not None else ()
 )
@@ -143,8 +143,11 @@ def _where(target: str) -> str:
     return f"{params.get('host') or 'localhost'}/{params.get('dbname', '')} schema {schema}"
 
 
-def open_database(path: str, *, readonly: bool) -> None:
-    """Validates, creates or migrates the store's tables; foreign schemas are refused."""
+def open_database(path: str, *, readonly: bool) -> int:
+    """Validates, creates or migrates the store's tables; foreign schemas are refused.
+
+    Returns the schema version readers find (an older store opened read-only stays as it is).
+    """
     _require()
     url, schema = _split(path)
     where = _where(path)
@@ -173,21 +176,46 @@ def open_database(path: str, *, readonly: bool) -> None:
             if version > SCHEMA_VERSION:
                 raise SchemaVersionError(where, version, SCHEMA_VERSION)
             if version < SCHEMA_VERSION and not readonly:
-                with conn.transaction():
-                    conn.execute(
-                        f'CREATE TABLE IF NOT EXISTS "{schema}".leases (run_id text PRIMARY KEY,'
-                        " owner text NOT NULL, expires bigint NOT NULL)"
-                    )
-                    conn.execute(
-                        f"UPDATE \"{schema}\".meta SET value = %s WHERE key = 'schema_version'",
-                        (str(SCHEMA_VERSION),),
-                    )
-        elif readonly:
+                _migrate(conn, schema)
+                version = SCHEMA_VERSION
+            return version
+        if readonly:
             raise NotAStoreError(where, "no store there (a read-only store is never created)")
-        else:
-            _create(conn, schema)
+        _create(conn, schema)
+        return SCHEMA_VERSION
     finally:
         conn.close()
+
+
+def _migrate(conn: Any, schema: str) -> None:
+    """Brings an older schema up to :data:`SCHEMA_VERSION` (each step runs once)."""
+    with conn.transaction():
+        conn.execute(f'SET LOCAL search_path TO "{schema}"')
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema()))")
+        (current,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if int(current) >= SCHEMA_VERSION:
+            return  # another process migrated it meanwhile
+        # 2: leases, so that workers on several hosts take runs one at a time.
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS leases (run_id text PRIMARY KEY,"
+            " owner text NOT NULL, expires bigint NOT NULL)"
+        )
+        if int(current) < 3:
+            # 3: many snapshots a run, each with its version and count of records; those
+            # kept before were derived by version 1.
+            conn.execute(
+                "ALTER TABLE snapshots ADD COLUMN version bigint NOT NULL DEFAULT 1,"
+                " ADD COLUMN records bigint"
+            )
+            conn.execute(
+                "UPDATE snapshots SET records = (SELECT count(*) FROM log"
+                " WHERE log.rid = snapshots.rid AND log.seq <= snapshots.seq)"
+            )
+            conn.execute("ALTER TABLE snapshots DROP CONSTRAINT snapshots_pkey")
+            conn.execute("ALTER TABLE snapshots ADD PRIMARY KEY (rid, seq)")
+        conn.execute(
+            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+        )
 
 
 def _create(conn: Any, schema: str) -> None:
@@ -224,7 +252,8 @@ _DDL: Final = (
     " payload text NOT NULL, created bigint NOT NULL, taken_seq bigint)",
     "CREATE UNIQUE INDEX inbox_run_key ON inbox (run_id, key)",
     "CREATE INDEX inbox_run_taken ON inbox (run_id, taken_seq)",
-    "CREATE TABLE snapshots (rid bigint PRIMARY KEY, seq bigint NOT NULL, data text NOT NULL)",
+    "CREATE TABLE snapshots (rid bigint NOT NULL, seq bigint NOT NULL, version bigint NOT NULL,"
+    " records bigint, data text NOT NULL, PRIMARY KEY (rid, seq))",
     "CREATE TABLE leases (run_id text PRIMARY KEY, owner text NOT NULL, expires bigint NOT NULL)",
     "CREATE VIEW records AS SELECT log.seq, runs.run_id, log.kind, log.step, log.payload,"
     " log.commit_seq, log.ts FROM log JOIN runs ON runs.rid = log.rid",
@@ -319,13 +348,6 @@ class PostgresWriteSQL(StandardWriteSQL):
     def insert(self, sql: str, params: Sequence[Any], key: str) -> int:
         return int(self.conn.execute(f"{sql} RETURNING {key}", params).fetchone()[0])
 
-    def put_snapshot(self, rid: int, seq: int, data: str) -> None:
-        self.conn.execute(
-            "INSERT INTO snapshots (rid, seq, data) VALUES (?, ?, ?)"
-            " ON CONFLICT (rid) DO UPDATE SET seq = excluded.seq, data = excluded.data",
-            (rid, seq, data),
-        )
-
     def insert_post(self, run_id: str, key: str | None, payload: str, created: int) -> int:
         entry = super().insert_post(run_id, key, payload, created)
         # Delivered when the transaction commits: wakes the run's owner on any host.
@@ -342,7 +364,7 @@ class PostgresBackend:
     writes_inline = False  # each write waits for the server: the event loop must not
 
     def __init__(self, url: str, *, readonly: bool, durability: str) -> None:
-        open_database(url, readonly=readonly)
+        self.schema_version = open_database(url, readonly=readonly)
         self._url = url
         self._durability = durability
 

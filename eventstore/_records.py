@@ -15,6 +15,7 @@ __all__ = [
     "Record",
     "RunInfo",
     "Seq",
+    "Snapshot",
     "StoredRecord",
     "run_info_from_row",
 ]
@@ -32,6 +33,21 @@ class Record:
     payload: str = "{}"
 
 
+class Snapshot(NamedTuple):
+    """A run's cached derived state: never the source of truth, always reproducible.
+
+    ``seq`` is the seq it reflects (the end of one of the run's commits), ``data`` its text,
+    ``version`` the version of the code that derived it (a reader trusts only its own),
+    ``records`` how many of the run's records it covers (None: a store written before it was
+    kept). A run keeps many, one every so often.
+    """
+
+    seq: int
+    data: str
+    version: int = 0
+    records: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class NewRun:
     """Creates the run with a commit; the commit is refused if the run already exists."""
@@ -40,6 +56,7 @@ class NewRun:
     parent_run_id: str | None = None
     parent_seq: int | None = None
     status: str | None = None
+    created: int | None = None  # when the run was created (µs): a copied run keeps its own
 
 
 @dataclass(slots=True)
@@ -53,9 +70,12 @@ class Commit:
     transaction is durable); it sees the commit's last seq. Both hooks run again, with the
     new seqs, when their batch is written again because another commit of it failed after
     writing. ``status`` updates the run's status column; ``inbox_taken`` marks inbox
-    entries as taken into the log by this commit. ``snapshot`` replaces the run's cached
-    derived state: the seq it reflects and its JSON text. It is a cache, reproducible from
-    the log; a commit may carry only a snapshot.
+    entries as taken into the log by this commit. ``snapshot`` adds a cached derived state of
+    the run (a :class:`Snapshot`, or the pair seq and JSON text), written in the same
+    transaction; another one at the same seq is replaced. It is a cache, reproducible from
+    the log; a commit may carry only a snapshot. ``seq`` and ``ts``, for a commit copied
+    from another store (``workflow export``), keep its first seq (after every seq written
+    so far) and its time.
     """
 
     run_id: str
@@ -66,7 +86,9 @@ class Commit:
     check: Callable[[], None] | None = None
     on_written: Callable[[Seq], None] | None = None
     inbox_taken: Sequence[int] = ()
-    snapshot: tuple[int, str] | None = None
+    snapshot: Snapshot | tuple[int, str] | None = None
+    seq: int | None = None
+    ts: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

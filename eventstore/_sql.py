@@ -14,7 +14,7 @@ import orjson
 
 from ._backend import Connection, PreparedCommit
 from ._errors import LogCorruptedError, RunNotFoundError
-from ._records import NewRun, RunInfo, Seq, StoredRecord, run_info_from_row
+from ._records import NewRun, RunInfo, Seq, Snapshot, StoredRecord, run_info_from_row
 
 __all__ = [
     "PAGE_SIZE",
@@ -26,6 +26,7 @@ __all__ = [
     "read_run",
     "read_runs",
     "read_snapshot",
+    "snapshot_stats",
 ]
 
 PAGE_SIZE: Final = 2_000
@@ -42,14 +43,18 @@ _INSERT_LOG: Final = (
 _SET_STATUS: Final = "UPDATE runs SET status = ? WHERE rid = ?"
 _TAKE_INBOX: Final = "UPDATE inbox SET taken_seq = ? WHERE id = ? AND taken_seq IS NULL"
 _INSERT_POST: Final = "INSERT INTO inbox (run_id, key, payload, created) VALUES (?, ?, ?, ?)"
+_DELETE_SNAPSHOT: Final = "DELETE FROM snapshots WHERE rid = ? AND seq = ?"
+_INSERT_SNAPSHOT: Final = (
+    "INSERT INTO snapshots (rid, seq, version, records, data) VALUES (?, ?, ?, ?, ?)"
+)
 
 
 class StandardWriteSQL(ABC):
     """The write statements of :class:`~._backend.WriteSQL` that are standard SQL.
 
     A backend subclasses it, supplies the transaction, the few statements its database
-    words differently (the class attributes, :meth:`insert`, :meth:`put_snapshot`), and
-    overrides a method where it must do more.
+    words differently (the class attributes, :meth:`insert`), and overrides a method where
+    it must do more.
     """
 
     FIND_RUN: ClassVar[str] = "SELECT rid, epoch FROM runs WHERE run_id = ?"
@@ -62,10 +67,6 @@ class StandardWriteSQL(ABC):
     @abstractmethod
     def insert(self, sql: str, params: Sequence[Any], key: str) -> int:
         """Runs an INSERT of one row; returns the new row's ``key`` column."""
-
-    @abstractmethod
-    def put_snapshot(self, rid: int, seq: int, data: str) -> None:
-        """Replaces the run's snapshot."""
 
     def close(self) -> None:
         self.conn.close()
@@ -88,7 +89,14 @@ class StandardWriteSQL(ABC):
         if commit.inbox_taken:
             conn.executemany(_TAKE_INBOX, [(commit.last_seq, i) for i in commit.inbox_taken])
         if commit.snapshot is not None:
-            self.put_snapshot(commit.rid, *commit.snapshot)
+            self.put_snapshot(commit.rid, commit.snapshot)
+
+    def put_snapshot(self, rid: int, snap: Snapshot) -> None:
+        """Adds one of the run's snapshots, in place of one at the same seq."""
+        # Delete first: the insert then reuses the old row's pages, so replacing a snapshot
+        # never leaves its previous size behind as free pages in the file.
+        self.conn.execute(_DELETE_SNAPSHOT, (rid, snap.seq))
+        self.conn.execute(_INSERT_SNAPSHOT, (rid, snap.seq, snap.version, snap.records, snap.data))
 
     def set_epoch(self, rid: int, epoch: int) -> None:
         self.conn.execute("UPDATE runs SET epoch = ? WHERE rid = ?", (epoch, rid))
@@ -253,10 +261,48 @@ def read_lease(conn: Connection, run_id: str) -> tuple[str, int] | None:
     return None if row is None else (row[0], row[1])
 
 
-def read_snapshot(conn: Connection, run_id: str) -> tuple[Seq, str] | None:
-    row = conn.execute(
-        "SELECT snapshots.seq, snapshots.data FROM snapshots JOIN runs USING (rid)"
-        " WHERE runs.run_id = ?",
-        (run_id,),
-    ).fetchone()
-    return None if row is None else (Seq(row[0]), row[1])
+_NO_SEQ: Final = 2**62  # above every seq: "no bound"
+
+
+def read_snapshot(
+    conn: Connection,
+    run_id: str,
+    *,
+    upto: int | None = None,
+    below: int | None = None,
+    legacy: bool = False,
+) -> Snapshot | None:
+    """The run's latest snapshot with a seq at most ``upto`` and less than ``below``.
+
+    ``legacy``: the store's schema predates version 3 (one snapshot a run, no version
+    or count kept); its snapshot reads as version 1 with no count.
+    """
+    hi = _NO_SEQ if upto is None else upto
+    lo = _NO_SEQ if below is None else below
+    if legacy:
+        row = conn.execute(
+            "SELECT snapshots.seq, snapshots.data, 1, NULL FROM snapshots JOIN runs USING (rid)"
+            " WHERE runs.run_id = ? AND snapshots.seq <= ? AND snapshots.seq < ?"
+            " ORDER BY snapshots.seq DESC LIMIT 1",
+            (run_id, hi, lo),
+        ).fetchone()
+    else:
+        row = conn.execute(
+            "SELECT seq, data, version, records FROM snapshots"
+            " WHERE rid = (SELECT rid FROM runs WHERE run_id = ?) AND seq <= ? AND seq < ?"
+            " ORDER BY seq DESC LIMIT 1",
+            (run_id, hi, lo),
+        ).fetchone()
+    return None if row is None else Snapshot(row[0], row[1], row[2], row[3])
+
+
+def snapshot_stats(conn: Connection, run_id: str | None) -> tuple[int, int]:
+    """How many snapshots the store (or one run) keeps and their bytes of text."""
+    sql = "SELECT count(*), coalesce(sum(length(data)), 0) FROM snapshots"
+    if run_id is None:
+        row = conn.execute(sql).fetchone()
+    else:
+        row = conn.execute(
+            f"{sql} WHERE rid = (SELECT rid FROM runs WHERE run_id = ?)", (run_id,)
+        ).fetchone()
+    return int(row[0]), int(row[1])

@@ -19,7 +19,7 @@ import sqlite_utils
 
 from ._errors import NotAStoreError, SchemaVersionError
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 # What a damaged file raises on reads (SQLite's message can quote text that is not UTF-8).
 READ_ERRORS: Final = (sqlite3.DatabaseError, UnicodeDecodeError)
 APP_ID: Final = "durable-workflows/eventstore"
@@ -116,10 +116,11 @@ def connect(
 
 def open_database(
     path: str | None, *, readonly: bool, durability: str, memory_name: str
-) -> tuple[str, bool]:
+) -> tuple[str, bool, int]:
     """Validates (and for a writable store, creates or migrates) the database.
 
-    Returns the connection target and whether it is a URI. Foreign files are refused before
+    Returns the connection target, whether it is a URI, and the schema version readers
+    find there (an older store opened read-only is not migrated). Foreign files are refused before
     anything is written, so they stay byte-for-byte as they were. A new store is built
     beside its path and published whole (:func:`_create`), so a process killed while it
     creates one leaves no half-made store behind; one left by an earlier version (an
@@ -129,7 +130,7 @@ def open_database(
         target, uri = f"file:/{memory_name}?vfs=memdb", True
         conn = connect(target, uri=uri, readonly=False, durability=durability, memory=True)
         _migrate(conn, None)
-        return target, uri
+        return target, uri, SCHEMA_VERSION
     file = Path(path)
     exists = _check_file(file)
     if not exists and readonly:
@@ -143,7 +144,7 @@ def open_database(
     if readonly:
         if version is None:
             raise NotAStoreError(path, "an empty SQLite database, not yet an event store")
-        return f"{file.resolve().as_uri()}?mode=ro", True
+        return f"{file.resolve().as_uri()}?mode=ro", True, version
     conn = connect(str(file), uri=False, readonly=False, durability=durability, memory=False)
     try:
         if version is None:
@@ -154,7 +155,7 @@ def open_database(
     finally:
         conn.close()
     _sweep(Path(os.path.realpath(file)))
-    return str(file), False
+    return str(file), False, SCHEMA_VERSION
 
 
 # ------------------------------------------------------------------ creating a store
@@ -368,6 +369,8 @@ def _migrate(conn: sqlite3.Connection, version: int | None) -> None:
             current = 1
         if current < 2:
             _migrate_v2(db)
+        if current < 3:
+            _migrate_v3(db)
         db.table("meta").upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
         conn.execute("COMMIT")
     except BaseException:
@@ -378,6 +381,24 @@ def _migrate(conn: sqlite3.Connection, version: int | None) -> None:
 def _migrate_v2(db: sqlite_utils.Database) -> None:
     """Version 2: leases, so that workers on several hosts take runs one at a time."""
     db.table("leases").create({"run_id": str, "owner": str, "expires": int}, pk="run_id")
+
+
+def _migrate_v3(db: sqlite_utils.Database) -> None:
+    """Version 3: many snapshots a run, each with the version of the code that derived it
+    and the count of records it covers, so that a read at any seq replays only from the
+    nearest one. Snapshots kept before were derived by version 1; their count is counted."""
+    snapshots = db.table("snapshots")
+    snapshots.add_column("version", int, not_null_default=1)
+    snapshots.add_column("records", int)
+    db.execute(
+        "UPDATE snapshots SET records = (SELECT count(*) FROM log"
+        " WHERE log.rid = snapshots.rid AND log.seq <= snapshots.seq)"
+    )
+    snapshots.transform(
+        pk=("rid", "seq"),
+        not_null={"seq", "data"},
+        column_order=["rid", "seq", "version", "records", "data"],
+    )
 
 
 def _create_v1(db: sqlite_utils.Database) -> None:

@@ -1,7 +1,7 @@
 """The SQLite backend: an opened store's connections and its write transaction.
 
 Only SQLite's own words are here: ``BEGIN IMMEDIATE``, ``PRAGMA data_version``, new row
-ids, the snapshot and lease statements. The file itself is :mod:`._sqlite`'s, the commit
+ids, the lease statements. The file itself is :mod:`._sqlite`'s, the commit
 rules :mod:`._writer`'s, the statements both databases share :mod:`._sql`'s.
 """
 
@@ -65,12 +65,6 @@ class SQLiteWriteSQL(StandardWriteSQL):
     def insert(self, sql: str, params: Sequence[Any], key: str) -> int:
         return int(self.db.execute(sql, params).lastrowid or 0)
 
-    def put_snapshot(self, rid: int, seq: int, data: str) -> None:
-        # Delete first: the insert then reuses the old row's pages, so replacing the
-        # cache never leaves its previous size behind as free pages in the file.
-        self.db.execute("DELETE FROM snapshots WHERE rid = ?", (rid,))
-        self.db.execute("INSERT INTO snapshots (rid, seq, data) VALUES (?, ?, ?)", (rid, seq, data))
-
 
 class SQLiteBackend:
     """A store in an SQLite file, or in memory (``path`` None): one database shared by
@@ -84,7 +78,7 @@ class SQLiteBackend:
         self.kind = "memory" if path is None else "sqlite"
         self.where = "the memory store" if path is None else path
         self._durability = durability
-        self._target, self._uri = _sqlite.open_database(
+        self._target, self._uri, self.schema_version = _sqlite.open_database(
             path,
             readonly=readonly,
             durability=durability,

@@ -21,7 +21,7 @@ from ._errors import (
     WriterFailedError,
 )
 from ._postgres import PostgresBackend, is_url
-from ._records import AppendResult, Commit, RunInfo, Seq, StoredRecord
+from ._records import AppendResult, Commit, RunInfo, Seq, Snapshot, StoredRecord
 from ._sqlite_backend import SQLiteBackend
 
 __all__ = ["Durability", "EventStore", "InboxEntry", "StoreStats"]
@@ -315,9 +315,26 @@ class EventStore:
             return [InboxEntry(*row) for row in _sql.read_inbox(self._reader(), run_id)]
 
     def snapshot(self, run_id: str) -> tuple[Seq, str] | None:
-        """The run's cached derived state and the seq it reflects, if one was written."""
+        """The run's latest cached derived state and the seq it reflects, if one was written."""
+        snap = self.find_snapshot(run_id)
+        return None if snap is None else (Seq(snap.seq), snap.data)
+
+    def find_snapshot(
+        self, run_id: str, upto: int | None = None, *, below: int | None = None
+    ) -> Snapshot | None:
+        """The run's latest snapshot at a seq at most ``upto`` and less than ``below``.
+
+        A reader at seq N starts from ``find_snapshot(run, N)``; when that one is of no use,
+        from the one before it, ``find_snapshot(run, N, below=its seq)``.
+        """
+        legacy = self._backend.schema_version < 3
         with self._reading():
-            return _sql.read_snapshot(self._reader(), run_id)
+            return _sql.read_snapshot(self._reader(), run_id, upto=upto, below=below, legacy=legacy)
+
+    def snapshot_stats(self, run_id: str | None = None) -> tuple[int, int]:
+        """How many snapshots the store (or the run) keeps, and their bytes of text."""
+        with self._reading():
+            return _sql.snapshot_stats(self._reader(), run_id)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Runs a read-only SQL query on a reader connection (for tools and inspection)."""

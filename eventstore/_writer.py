@@ -9,7 +9,7 @@ The rules:
 - A commit whose ``epoch`` is not the run's is refused (the fence); a claim moves the
   epoch on. Then the commit's ``check`` runs, in seq order with every other commit, and may
   refuse it; ``on_written`` runs once it is written. ``status``, ``inbox_taken`` and
-  ``snapshot`` are written with the records.
+  ``snapshot`` are written with the records, in the same transaction.
 - An operation is refused alone. One that fails before anything of it is written is left
   out; one that fails after (or inside the database, whose transaction may then be
   unusable) rolls the transaction back and the batch runs again without it.
@@ -24,7 +24,7 @@ from typing import Any
 
 from ._backend import Busy, PreparedCommit, WriteSQL, now_us
 from ._errors import ConcurrencyError, RunNotFoundError, WriterFailedError
-from ._records import AppendResult, Commit, Seq
+from ._records import AppendResult, Commit, Seq, Snapshot
 
 __all__ = ["BatchWriter", "Op"]
 
@@ -167,21 +167,27 @@ class BatchWriter:
             if not isinstance(r.kind, str) or not isinstance(r.payload, str):
                 msg = f"a record needs a str kind and a JSON text payload, got {r!r}"
                 raise TypeError(msg)
+        if commit.seq is not None and commit.seq <= self.last_seq:
+            msg = f"a commit cannot keep seq {commit.seq}: the log's last seq is {self.last_seq}"
+            raise ValueError(msg)
         self._wrote = True
         if create is not None:
             epoch = commit.epoch or 0
-            rid = self.sql.insert_run(run_id, epoch, create, now_us())
+            rid = self.sql.insert_run(run_id, epoch, create, create.created or now_us())
             self._runs[run_id] = _Run(rid, epoch)
         else:
             rid = run.rid
-        first = self.last_seq + 1
-        last = self.last_seq + len(records)
-        ts = now_us()
+        first = self.last_seq + 1 if commit.seq is None else commit.seq
+        last = first + len(records) - 1
+        ts = now_us() if commit.ts is None else commit.ts
         rows = [
             (first + i, rid, r.kind, r.step, r.payload, last, ts) for i, r in enumerate(records)
         ]
         status = commit.status if create is None else None  # a new run's is in its row
-        self.sql.write(PreparedCommit(rid, rows, last, status, commit.inbox_taken, commit.snapshot))
+        snap = commit.snapshot
+        if snap is not None and not isinstance(snap, Snapshot):
+            snap = Snapshot(*snap)
+        self.sql.write(PreparedCommit(rid, rows, last, status, commit.inbox_taken, snap))
         self.last_seq = last
         if commit.on_written is not None:
             commit.on_written(Seq(last))

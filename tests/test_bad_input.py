@@ -34,6 +34,7 @@ from workflow import (
     Context,
     Event,
     RunNotFoundError,
+    RunState,
     StartEvent,
     StopEvent,
     Workflow,
@@ -222,6 +223,14 @@ def test_store_damaged_in_the_middle_fails_reads_by_name(tmp_path: Path) -> None
 # ---------------------------------------------------------------------------- records
 
 
+def read_whole(state: RunState) -> None:
+    """Reads every part of a state (each is decoded as it is read)."""
+    for part in (state.queues, state.in_progress, state.context, state.collected):
+        dict(part.items())
+    list(state.waiters)
+    list(state.stream)
+
+
 @pytest.mark.parametrize(
     ("kind", "step", "payload", "pattern"),
     [
@@ -259,14 +268,15 @@ def test_store_damaged_in_the_middle_fails_reads_by_name(tmp_path: Path) -> None
 async def test_malformed_record_names_its_seq(
     tmp_path: Path, kind: str, step: str | None, payload: str, pattern: str
 ) -> None:
-    """A planted bad record fails state_at and resume with LogCorruptedError naming its seq."""
+    """A planted bad record fails state_at (or, for a value that does not decode, reading it)
+    and resume with LogCorruptedError naming its seq."""
     db = tmp_path / "bad.db"
     wf = await failed_run(db)
     before = wf.state_at("r1")
     seq = plant(db, "r1", kind, step, payload)
     fresh = Shipping(store=EventStore(db))
     with pytest.raises(LogCorruptedError, match=rf"seq {seq}\b.*{pattern}") as info:
-        fresh.state_at("r1")
+        read_whole(fresh.state_at("r1"))
     assert info.value.seq == seq
     with pytest.raises(LogCorruptedError, match=rf"seq {seq}\b"):
         fresh.resume("r1")

@@ -33,6 +33,19 @@ def test_benchmark_quick_mode_runs(name: str, tmp_path: Path) -> None:
         _check_peers_report(data, tmp_path)
     if name == "state":
         _check_state_report(data, tmp_path)
+    if name == "restore":
+        _check_restore_report(data)
+
+
+def _check_restore_report(data: dict[str, Any]) -> None:
+    """Every run was read at its latest and middle seq; the bounded runs kept snapshots."""
+    for entry in data["results"]:
+        assert entry["latest_s"]["median"] > 0
+        assert entry["middle_s"]["median"] > 0
+        assert 0 < entry["snapshot_bytes"] < entry["log_bytes"]
+    chats = [e for e in data["results"] if e["flow"] == "chat"]
+    assert chats
+    assert max(e["snapshots"] for e in chats) > 1
 
 
 def _check_flow_report(data: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -283,7 +283,7 @@ async def converse(
     return result, seen
 
 
-def questions(stream: list[Event]) -> list[str]:
+def questions(stream: Sequence[Event]) -> list[str]:
     """The questions in a stream, by their prefix."""
     return [ev.prefix for ev in stream if isinstance(ev, InputRequiredEvent)]
 

@@ -135,7 +135,7 @@ def observe(wf: Workflow, run_id: str, result: Any, error: BaseException | None)
     state = wf.state_at(run_id)
     stream = frozenset((n["step"], n["path"], n["v"]) for n in state.stream)
     err = None if error is None else f"{type(error).__name__}: {error}"
-    return Observed(result, err, state.context, stream)
+    return Observed(result, err, dict(state.context), stream)
 
 
 def check(obs: Observed, exp: Expected, where: str) -> None:

@@ -439,12 +439,14 @@ def test_migrates_a_version_1_store(tmp_path: Path) -> None:
         start(s)
     conn = sqlite3.connect(path)
     conn.execute("DROP TABLE leases")
+    conn.execute("DROP TABLE snapshots")  # as version 1 made it: one a run
+    conn.execute("CREATE TABLE snapshots (rid INTEGER PRIMARY KEY, seq INTEGER, data TEXT)")
     conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     conn.commit()
     conn.close()
     with EventStore(path) as s:
         assert [r.kind for r in s.records("r1")] == ["run_started"]
-        assert s.query("SELECT value FROM meta WHERE key = 'schema_version'") == [("2",)]
+        assert s.query("SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
         assert s.lease_sync("r1", "me", 5.0)
 
 

@@ -1,5 +1,6 @@
 """workflow: LlamaIndex-style event-driven workflows, durable by event sourcing."""
 
+from ._catch_error import StepFailedEvent, catch_error
 from ._context import Context, ContextStore
 from ._errors import (
     CheckpointNotFoundError,
@@ -67,6 +68,7 @@ __all__ = [
     "SnapshotIgnoredWarning",
     "StartEvent",
     "StateConflictError",
+    "StepFailedEvent",
     "StopEvent",
     "Waiter",
     "Worker",
@@ -79,5 +81,6 @@ __all__ = [
     "WorkflowRuntimeError",
     "WorkflowTimeoutError",
     "WorkflowValidationError",
+    "catch_error",
     "step",
 ]

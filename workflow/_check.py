@@ -1,8 +1,9 @@
 """Is the store whole? SQLite's integrity check and a full fold of each run (``workflow check``).
 
-The fold of the log is the truth and the snapshot only a cache of it, so each run is folded
-from its first record, without the cache; where the run has a cached state, the fold at that
-seq must equal it. Needs no user code: events and values stay in their JSON form.
+The fold of the log is the truth and the snapshots only a cache of it, so each run is folded
+from its first record, without the cache; at the seq of each of the run's snapshots, the fold
+must equal it (its count of records too). Needs no user code: events and values stay in
+their JSON form.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from eventstore import EventStore, EventStoreError, RunInfo, StoredRecord
 
 from ._errors import WorkflowError
 from ._fold import Folded, fold
-from ._read import load_snapshot, records_upto, run_info, start_state
+from ._read import load_snapshot, records_upto, run_info, snapshots, start_state
 from ._snapshot import SnapshotError, dump_folded
 
 __all__ = ["Problem", "Report", "check_store"]
@@ -96,29 +97,30 @@ def _check_run(store: EventStore, info: RunInfo, report: Report) -> None:
         problem("parent", seq, exc)
         return
     try:
-        snap = store.snapshot(run)
+        snaps = snapshots(store, run)
     except EventStoreError as exc:
         problem("snapshot", None, exc)
-        snap = None
+        snaps = []
+    after = 0
     try:
-        cached = None if snap is None else load_snapshot(store, info, snap[0], snap[1])
-    except SnapshotError as exc:
-        cached = None
-        if not exc.stale:  # an older version's cache: not used, not damage
-            problem("snapshot", None if snap is None else snap[0], exc)
-    except EventStoreError as exc:  # the record the snapshot names cannot be read
-        cached = None
-        problem("record", getattr(exc, "seq", None), exc)
-    try:
-        if cached is not None:
-            fold(state, counted(records_upto(store, run, cached.seq)))
+        for snap in snaps:
+            try:
+                cached = load_snapshot(store, info, snap)
+            except SnapshotError as exc:
+                if not exc.stale:  # an older version's snapshot: not used, not damage
+                    problem("snapshot", snap.seq, exc)
+                continue
+            except EventStoreError as exc:  # the record the snapshot names cannot be read
+                problem("record", getattr(exc, "seq", None), exc)
+                continue
+            fold(state, counted(records_upto(store, run, cached.seq, after=after)))
+            after = state.seq
             differs = _differences(cached, state)
+            if cached.records != state.records:
+                differs.append(f"its count of records ({cached.records}, not {state.records})")
             if differs:
                 msg = f"it differs from the fold of the log in {', '.join(differs)}"
                 problem("snapshot", cached.seq, SnapshotError(msg))
-            after = state.seq
-        else:
-            after = 0
         fold(state, counted(records_upto(store, run, None, after=after)))
     except EventStoreError as exc:
         seq = getattr(exc, "seq", None)

@@ -24,9 +24,11 @@ from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, 
 from ._diff import TrackedList, Tracker, materialize
 from ._errors import ContextStateError, WorkflowRuntimeError, WorkflowTimeoutError
 from ._events import Event
+from .retry_policy import RetryInfo
 
 if TYPE_CHECKING:
     from ._changes import KeyChange
+    from ._retry import RetryClock
     from ._runner import Executor
     from ._workflow import Workflow
     from .context.serializers import BaseSerializer
@@ -91,6 +93,7 @@ class Attempt:
     wait_calls: int = 0
     answers_used: list[str] = field(default_factory=list)
     holds_lock: bool = False
+    retry: RetryClock | None = None  # where this event's attempts stand (ctx.retry_info())
     # The JSON of events checked when they were streamed or asked, by id(event): the
     # attempt's outcome commit writes it (the events stay alive in ``streamed``).
     encoded: dict[int, orjson.Fragment] | None = None
@@ -414,6 +417,21 @@ class Context(Generic[S]):
             msg = f"ctx.{what}() works inside a step; from outside use handler.send_event()"
             raise WorkflowRuntimeError(msg)
         return att
+
+    def retry_info(self) -> RetryInfo:
+        """Where the running step attempt stands in its retries (LlamaIndex's call).
+
+        ``retry_number`` is 0 on the first attempt and counts the failures before this
+        one; ``elapsed_seconds`` counts from the first attempt, in whichever process it
+        ran; after a resume ``last_exception`` is rebuilt from the log (no traceback).
+
+        :raises WorkflowRuntimeError: called outside a step.
+        """
+        att = current_attempt.get()
+        if att is None:
+            msg = "ctx.retry_info() works inside a step, about the attempt running it"
+            raise WorkflowRuntimeError(msg)
+        return RetryInfo() if att.retry is None else att.retry.info()
 
     def send_event(self, event: Event, step: str | None = None) -> None:
         """Emits an event (to ``step`` only, if given) when the attempt commits.

@@ -2,7 +2,7 @@
 
 ``fold(state, records)`` applies records in order to a :class:`Folded` state, which keeps
 events and context values in their JSON form and decodes nothing; :func:`to_run_state`
-turns it into a typed :class:`RunState` at the end, so that only what survives is decoded.
+turns it into a typed :class:`RunState` at the end, which decodes only what is read.
 
 One function a record kind, each reading its kind's payload type (``_journal``) in every
 shape the log has written; ``_snapshot`` caches a folded state in the store.
@@ -10,7 +10,7 @@ shape the log has written; ``_snapshot`` caches a folded state in the store.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -22,11 +22,13 @@ from . import _journal as J
 from ._buffers import class_qualname, collect_key
 from ._events import StopEvent
 from ._patch import apply_json
-from ._state import TERMINAL, InProgress, RunState, Waiter
+from ._state import TERMINAL, InProgress, LazyDict, LazyList, RunState, Waiter
 
 __all__ = [
     "APPLY",
+    "FOLD_VERSION",
     "Ev",
+    "Failure",
     "Folded",
     "KeyLog",
     "Prog",
@@ -37,6 +39,14 @@ __all__ = [
     "result_of",
     "to_run_state",
 ]
+
+
+# The version of what the fold makes of the log. A snapshot stores the version that folded
+# it and is trusted only by this one: raise it whenever a change here would fold some log
+# differently, so that the snapshots written before are ignored.
+# 2: steps in progress keep their latest failure (durable retries) and events their
+# lineage's @catch_error recovery counts.
+FOLD_VERSION: Final = 2
 
 
 @dataclass(slots=True)
@@ -54,11 +64,29 @@ class Ev:
 
 
 @dataclass(slots=True)
+class Failure:
+    """The latest failure of an event in progress, as its ``step_failed`` record says.
+
+    ``retry_at`` is when the next attempt is due (None: at once, or not retried),
+    ``elapsed`` the seconds since the first attempt began (None: a record written before
+    it was recorded), ``failed_at`` when it failed (seconds since the epoch).
+    """
+
+    retry_at: float | None
+    elapsed: float | None
+    failed_at: float
+    error: str  # the exception class's qualified name
+    module: str
+    message: str
+
+
+@dataclass(slots=True)
 class Prog:
     ev: Ev
     attempt: int = 0
     failures: int = 0
     conflicts: int = 0
+    failure: Failure | None = None
 
     @property
     def crashes(self) -> int:
@@ -108,10 +136,34 @@ class Folded:
     answers: dict[str, Ev | None] = field(default_factory=dict)
     unclaimed: dict[int, Ev] = field(default_factory=dict)
     stream: list[Ev] = field(default_factory=list)
+    # Event id -> how often each @catch_error handler took over along its lineage.
+    recoveries: dict[int, dict[str, int]] = field(default_factory=dict)
     next_id: int = 1
     exec_us: int = 0
     _prev_ts: int | None = None
     _paused: bool = False
+    records: int = 0  # how many of the run's own records were folded in (a fork's: its own)
+
+    def events(self, *, stream: bool = True) -> Iterator[Ev]:
+        """Every event the state holds: queued, in progress, waiting, buffered, unclaimed,
+        answers and (unless ``stream`` is False) the stream, whose ids are those of the
+        streaming attempts' input events, not their own."""
+        for q in self.queues.values():
+            yield from q.values()
+        for ps in self.in_progress.values():
+            for p in ps.values():
+                yield p.ev
+        for w in self.waiters.values():
+            yield w.ev
+        for d in self.buffers.values():
+            for es in d.values():
+                yield from es
+        yield from self.unclaimed.values()
+        for a in self.answers.values():
+            if a is not None:
+                yield a
+        if stream:
+            yield from self.stream
 
     def only_waiters(self) -> bool:
         """Nothing queued or running, and someone waits: the run's clock is stopped."""
@@ -153,6 +205,15 @@ def _enqueued(s: Folded, r: StoredRecord, p: J.Enqueued) -> None:
         s.unclaimed[ev.id] = ev
     else:
         s.queues.setdefault(r.step, {})[ev.id] = ev
+    counts = p.get("recoveries")
+    if counts is not None:
+        s.recoveries[ev.id] = counts
+    elif s.recoveries:  # only runs where a handler took over pay for the lineage
+        src = p["src"]
+        if type(src) is list:
+            inherited = s.recoveries.get(src[0])
+            if inherited is not None:
+                s.recoveries[ev.id] = inherited
 
 
 def _step_of(r: StoredRecord) -> str:
@@ -185,7 +246,10 @@ def _prog(
 
 
 def _step_started(s: Folded, r: StoredRecord, p: J.StepStarted) -> None:
-    _prog(s, r, p).attempt = p["attempt"]
+    prog = _prog(s, r, p)
+    prog.attempt = p["attempt"]
+    if prog.failure is not None:
+        prog.failure.retry_at = None  # the retry began: a resume does not wait for it again
 
 
 def _step_finished(s: Folded, r: StoredRecord, p: J.StepFinished) -> None:
@@ -196,7 +260,16 @@ def _step_finished(s: Folded, r: StoredRecord, p: J.StepFinished) -> None:
 
 
 def _step_failed(s: Folded, r: StoredRecord, p: J.StepFailed) -> None:
-    _prog(s, r, p).failures += 1
+    prog = _prog(s, r, p)
+    prog.failures += 1
+    delay = p["delay"]
+    retry_at = p.get("retry_at")
+    if retry_at is None and p["retry"] and delay is not None:
+        retry_at = r.ts / 1e6 + delay  # written before retry_at: the commit's time is close
+    failed_at = retry_at - delay if retry_at is not None and delay is not None else r.ts / 1e6
+    prog.failure = Failure(
+        retry_at, p.get("elapsed"), failed_at, p["error"], p["module"], p["message"]
+    )
 
 
 def _step_conflicted(s: Folded, r: StoredRecord, p: J.StepConflicted) -> None:
@@ -322,7 +395,10 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
         the records before it; the message names its seq. The fold never skips a record.
     """
     apply = APPLY
+    count = state.records
     for r in records:
+        count += 1
+        state.records = count
         fn = apply.get(r.kind)
         if fn is None:
             msg = f"record seq {r.seq} of run {r.run_id!r} has an unknown kind {r.kind!r}"
@@ -362,16 +438,73 @@ def result_of(stop: Any) -> Any:
 
 
 def to_run_state(s: Folded, codec: Codec, status: str | None = None) -> RunState:
-    """Decodes a folded state into a typed :class:`RunState`.
+    """A typed :class:`RunState` of a folded state, decoded as it is read.
 
-    :raises LogCorruptedError: a stored event or value cannot be decoded here (its class
-        is unknown or not allowed); the message says which and why.
+    The result is decoded here; context values, queues, events in progress, collect
+    buffers, waiters and stream events when first read, so that a state costs what its
+    reader looks at.
+
+    :raises LogCorruptedError: the result cannot be decoded here (and, when read, any other
+        stored event or value: its class is unknown or not allowed); the message names the
+        event or key and the seq of its record.
     """
-    try:
-        return _to_run_state(s, codec, status)
-    except CodecError as exc:
-        msg = f"run {s.run_id!r} at seq {s.seq}: a stored event or value cannot be decoded: {exc}"
-        raise LogCorruptedError(msg, seq=s.seq) from exc
+    ev = _decoder(s, codec)
+    result = None
+    if s.result is not None:
+        try:
+            result = result_of(codec.load(s.result))
+        except CodecError as exc:
+            msg = f"run {s.run_id!r} at seq {s.seq}: its result cannot be decoded: {exc}"
+            raise LogCorruptedError(msg, seq=s.seq) from exc
+
+    def waiter(w: WaitRec) -> Waiter:
+        try:
+            requirements = codec.load(w.requirements) or {}
+            asked = None if w.waiter_event is None else codec.load(w.waiter_event)
+        except CodecError as exc:
+            msg = (
+                f"record seq {w.ev.seq} of run {s.run_id!r}: the wait {w.waiter_id!r}"
+                f" cannot be decoded: {exc}"
+            )
+            raise LogCorruptedError(msg, seq=w.ev.seq) from exc
+        return Waiter(
+            w.waiter_id, w.step, ev(w.ev), w.awaited, requirements, w.deadline, asked, w.ev.id
+        )
+
+    return RunState(
+        run_id=s.run_id,
+        seq=s.seq,
+        status=status or s.status,  # type: ignore[arg-type]
+        result=result,
+        error=s.error,
+        queues=LazyDict(
+            {k: list(q.values()) for k, q in s.queues.items() if q},
+            lambda _, q: [ev(e) for e in q],
+        ),
+        in_progress=LazyDict(
+            {k: list(v.values()) for k, v in s.in_progress.items() if v},
+            lambda _, v: [
+                InProgress(
+                    ev(p.ev),
+                    p.attempt,
+                    p.failures,
+                    p.ev.id,
+                    None if p.failure is None else p.failure.retry_at,
+                )
+                for p in v
+            ],
+        ),
+        context=LazyDict(s.context, lambda k, v: _value(s, codec, k, v)),
+        collected=LazyDict(
+            {b: {t: list(es) for t, es in d.items()} for b, d in s.buffers.items()},
+            lambda _, d: {t: [ev(e) for e in es] for t, es in d.items()},
+        ),
+        waiters=LazyList(s.waiters.values(), waiter),
+        stream=LazyList(s.stream, ev),
+        workflow=s.workflow,
+        fingerprint=s.fingerprint,
+        parent=s.parent,
+    )
 
 
 def _decoder(s: Folded, codec: Codec) -> Callable[[Ev], Any]:
@@ -397,48 +530,6 @@ def _value(s: Folded, codec: Codec, key: str, entry: KeyLog) -> Any:
             f" decoded: {exc}"
         )
         raise LogCorruptedError(msg, seq=entry.seq) from exc
-
-
-def _to_run_state(s: Folded, codec: Codec, status: str | None) -> RunState:
-    ev = _decoder(s, codec)
-    load = codec.load
-    result = None
-    if s.result is not None:
-        result = result_of(load(s.result))
-    return RunState(
-        run_id=s.run_id,
-        seq=s.seq,
-        status=status or s.status,  # type: ignore[arg-type]
-        result=result,
-        error=s.error,
-        queues={k: [ev(e) for e in q.values()] for k, q in s.queues.items() if q},
-        in_progress={
-            k: [InProgress(ev(p.ev), p.attempt, p.failures, p.ev.id) for p in v.values()]
-            for k, v in s.in_progress.items()
-            if v
-        },
-        context={k: _value(s, codec, k, v) for k, v in s.context.items()},
-        collected={
-            b: {t: [ev(e) for e in es] for t, es in d.items()} for b, d in s.buffers.items()
-        },
-        waiters=[
-            Waiter(
-                w.waiter_id,
-                w.step,
-                ev(w.ev),
-                w.awaited,
-                load(w.requirements) or {},
-                w.deadline,
-                None if w.waiter_event is None else load(w.waiter_event),
-                w.ev.id,
-            )
-            for w in s.waiters.values()
-        ],
-        stream=[ev(e) for e in s.stream],
-        workflow=s.workflow,
-        fingerprint=s.fingerprint,
-        parent=s.parent,
-    )
 
 
 def is_terminal(status: str) -> bool:

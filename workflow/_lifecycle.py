@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from eventstore import CodecError, EncodeError, LogCorruptedError, Record
+from eventstore import CodecError, EncodeError, Record
 
 from . import _journal as J
 from ._changes import Encoded, encode_updates
 from ._errors import ContextSerdeError, ContextStateError, WorkflowRuntimeError
-from ._fold import Ev, Folded, KeyLog, Prog, WaitRec, to_run_state
+from ._fold import Ev, Folded, KeyLog, Prog, WaitRec
 from ._handler import WorkflowHandler
 from ._read import fold_run
 from ._recover import same_name
@@ -289,10 +289,7 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
     dumps = _state_from(wf, state or {}, kind, serializer)
     for key, dump in dumps.items():
         f.context[key] = KeyLog(dump, len(orjson.dumps(dump)))
-    try:
-        to_run_state(f, wf._codec)  # every event and value decodes here, or the dict is refused
-    except LogCorruptedError as exc:
-        raise _serde(str(exc)) from None
+    _check_decodes(f, wf._codec)  # every event and value decodes here, or the dict is refused
     idle = ctx._idle
     pending = [k for k in data.get("pending") or () if k in dumps]
     idle.deleted = {k for k in data.get("deleted") or () if isinstance(k, str)}
@@ -339,6 +336,31 @@ def _pickled(tree: Any, path: str = "") -> str | None:
         elif isinstance(x, list):
             stack.extend((v, f"{at}.{i}") for i, v in enumerate(x))
     return None
+
+
+def _check_decodes(f: Folded, codec: Codec) -> None:
+    """Decodes each event and value of a dict's state once, so that a damaged dict (or one
+    naming a class this program lacks) is refused by ``from_dict``, naming what."""
+    parts: list[tuple[str, Any]] = [(f"context key {k!r}", e.dump) for k, e in f.context.items()]
+    for step, q in f.queues.items():
+        parts += [(f"event {e.id} queued at {step!r}", e.dump) for e in q.values()]
+    for step, progs in f.in_progress.items():
+        parts += [(f"event {p.ev.id} in progress at {step!r}", p.ev.dump) for p in progs.values()]
+    for w in f.waiters.values():
+        parts += [(f"the input of wait {w.waiter_id!r}", w.ev.dump)]
+        if w.waiter_event is not None:
+            parts += [(f"the question of wait {w.waiter_id!r}", w.waiter_event)]
+    for key, by in f.buffers.items():
+        parts += [(f"event {e.id} in buffer {key!r}", e.dump) for es in by.values() for e in es]
+    parts += [(f"unclaimed event {e.id}", e.dump) for e in f.unclaimed.values()]
+    if f.result is not None:
+        parts += [("the run's result", f.result)]
+    for what, dump in parts:
+        try:
+            codec.load(copy.deepcopy(dump))
+        except CodecError as exc:
+            msg = f"{what} does not decode here: {exc}"
+            raise _serde(msg) from None
 
 
 def _evs(evs: Any) -> list[dict[str, Any]]:

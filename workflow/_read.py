@@ -21,6 +21,7 @@ from eventstore import (
     EventStore,
     LogCorruptedError,
     RunInfo,
+    Snapshot,
     StoredRecord,
     UnknownClassError,
     class_name,
@@ -33,7 +34,7 @@ from ._errors import (
     SnapshotIgnoredWarning,
     WorkflowRuntimeError,
 )
-from ._fold import Folded, fold, payload_of
+from ._fold import FOLD_VERSION, Folded, fold, payload_of
 from ._ownership import LeaseOwners, Owners
 from ._snapshot import SnapshotError, load_folded
 from ._state import Checkpoint
@@ -60,6 +61,7 @@ __all__ = [
     "run_info",
     "run_summaries",
     "shown_status",
+    "snapshots",
     "start_state",
     "waits_of",
 ]
@@ -111,12 +113,13 @@ def fold_run(
 ) -> Folded:
     """The run's state in JSON form at ``seq``; a fork starts from its parent's state.
 
-    With ``cached`` (the default) it starts from the run's cached state when that is not
-    past ``seq`` and folds only the records after it; ``cached=False`` folds the whole
-    log (the pure fold the cache must always agree with). A cached state that does not
-    load, or does not fit the log it covers, is ignored with a
-    :class:`SnapshotIgnoredWarning` and the log is folded instead. ``wrap`` sees the
-    records of a whole-log fold as they are read (a progress bar).
+    With ``cached`` (the default) it starts from the run's nearest snapshot at or before
+    ``seq`` and folds only the records after it, so a read costs about the same at any seq
+    of any run; ``cached=False`` folds the whole log (the pure fold every snapshot must
+    agree with). A snapshot that does not load or does not fit the log it covers is ignored
+    with a :class:`SnapshotIgnoredWarning` (one of an older version silently) and the one
+    before it is tried, down to the log itself. ``wrap`` sees the records of a whole-log
+    fold as they are read (a progress bar).
 
     :raises RunNotFoundError: no such run.
     :raises CheckpointNotFoundError: ``seq`` is before the run's first record.
@@ -126,11 +129,12 @@ def fold_run(
     if seq is not None and (info.first_seq is None or seq < info.first_seq):
         raise CheckpointNotFoundError(run_id, seq, info.first_seq)
     if cached:
-        snap = store.snapshot(run_id)
-        if snap is not None and (seq is None or snap[0] <= seq):
+        below: int | None = None
+        while (snap := store.find_snapshot(run_id, seq, below=below)) is not None:
             state = _from_snapshot(store, info, snap, seq)
             if state is not None:
                 return state
+            below = snap.seq
     state = start_state(store, info, cached=cached, wrap=wrap)
     records = records_upto(store, run_id, seq)
     return fold(state, records if wrap is None else wrap(records))
@@ -146,20 +150,25 @@ def start_state(
     state = fold_run(store, info.parent_run_id, info.parent_seq, cached=cached, wrap=wrap)
     state.run_id = info.run_id
     state.first_seq = None
+    state.records = 0
     return state
 
 
-def load_snapshot(store: EventStore, info: RunInfo, at: int, data: str) -> Folded:
-    """The run's cached state ``data`` (its row says seq ``at``), once it fits the log.
+def load_snapshot(store: EventStore, info: RunInfo, snap: Snapshot) -> Folded:
+    """The run's snapshot ``snap`` as a folded state, once it can be trusted.
 
-    It must load (:func:`load_folded`), be the state of this run at ``at``, and ``at``
-    must end one of the run's commits. What it holds beyond that only a full fold can
-    check (``workflow check``).
+    It must be of the current fold version, load (:func:`load_folded`), be the state of
+    this run at its row's seq, and that seq must end one of the run's commits. What it
+    holds beyond that only a full fold can check (``workflow check``).
 
     :raises SnapshotError: it does not load or does not fit; ``stale`` when it is only
-        of an older format.
+        of another version.
     """
-    state = load_folded(data)
+    at = snap.seq
+    if snap.version != FOLD_VERSION:
+        msg = f"it was folded by fold version {snap.version}, this is version {FOLD_VERSION}"
+        raise SnapshotError(msg, stale=True)
+    state = load_folded(snap.data)
     if state.run_id != info.run_id:
         msg = f"it is the state of run {state.run_id!r}"
         raise SnapshotError(msg)
@@ -176,27 +185,44 @@ def load_snapshot(store: EventStore, info: RunInfo, at: int, data: str) -> Folde
     if ends != [at]:
         msg = f"seq {at} does not end a commit of the run"
         raise SnapshotError(msg)
+    if snap.records is None:  # kept before stores counted: counted now
+        ((count,),) = store.query(
+            "SELECT count(*) FROM log WHERE rid = ? AND seq <= ?", (info.rid, at)
+        )
+        state.records = int(count)
+    else:
+        state.records = snap.records
     return state
 
 
+def snapshots(store: EventStore, run_id: str) -> list[Snapshot]:
+    """The run's snapshots, oldest first (for ``workflow check`` and tests: reads all)."""
+    out: list[Snapshot] = []
+    below: int | None = None
+    while (snap := store.find_snapshot(run_id, below=below)) is not None:
+        out.append(snap)
+        below = snap.seq
+    out.reverse()
+    return out
+
+
 def _from_snapshot(
-    store: EventStore, info: RunInfo, snap: tuple[int, str], seq: int | None
+    store: EventStore, info: RunInfo, snap: Snapshot, seq: int | None
 ) -> Folded | None:
-    """The state at ``seq`` folded on from the run's cached state; None if that is unfit."""
-    at, data = snap
+    """The state at ``seq`` folded on from the snapshot ``snap``; None if that is unfit."""
     try:
-        state = load_snapshot(store, info, at, data)
+        state = load_snapshot(store, info, snap)
     except SnapshotError as exc:
-        if not exc.stale:  # an older version's cache is not damage, only of no use here
-            _ignored(info.run_id, at, exc.reason)
+        if not exc.stale:  # another version's snapshot is not damage, only of no use here
+            _ignored(info.run_id, snap.seq, exc.reason)
         return None
     try:
-        return fold(state, records_upto(store, info.run_id, seq, after=at))
+        return fold(state, records_upto(store, info.run_id, seq, after=snap.seq))
     except LogCorruptedError as exc:
         # A damaged record after the snapshot fails the full fold too, which then raises;
-        # if the full fold goes through, it was the cached state that did not fit.
+        # if the full fold goes through, it was the snapshot that did not fit.
         full = fold_run(store, info.run_id, seq, cached=False)
-        _ignored(info.run_id, at, f"the records after it do not fold onto it ({exc})")
+        _ignored(info.run_id, snap.seq, f"the records after it do not fold onto it ({exc})")
         return full
 
 

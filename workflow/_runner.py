@@ -13,6 +13,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import orjson
@@ -28,6 +29,7 @@ from eventstore import (
     ReadOnlyStoreError,
     Record,
     Seq,
+    Snapshot,
     StoreClosedError,
     StoredRecord,
     StoreUnavailableError,
@@ -36,6 +38,7 @@ from eventstore import (
 )
 
 from . import _journal as J
+from ._catch_error import StepFailedEvent
 from ._changes import ContextChanges, KeyChange, refused
 from ._context import COLLECT_PREFIX, Attempt, Context, WaitSuspend, current_attempt
 from ._errors import (
@@ -45,8 +48,9 @@ from ._errors import (
     WorkflowTimeoutError,
 )
 from ._events import Event, InputRequiredEvent, StopEvent
-from ._fold import Folded, fold, result_of
+from ._fold import FOLD_VERSION, Folded, fold, result_of
 from ._ownership import LeaseOwners
+from ._retry import RetryClock
 from ._snapshot import dump_folded
 from ._waits import Delivery, WaitInfo, WaitsAndInbox
 
@@ -58,9 +62,12 @@ __all__ = ["Delivery", "Executor"]
 
 # After this many conflicts in a row an attempt runs holding the run's state lock.
 CONFLICTS_BEFORE_LOCK: Final = 3
-# The folded state is cached once the records since the last cache weigh as much as it
-# (and at least this much): the cache costs amortized O(1) per byte of log.
-SNAPSHOT_MIN_BYTES: Final = 64 * 1024
+# A snapshot of the folded state is written once the run's log bytes since the last one
+# reach SNAPSHOT_FACTOR times its size (and at least SNAPSHOT_MIN_BYTES): snapshots then
+# weigh at most a tenth of the log, and a read at any seq replays at most ten times the
+# state's size of records. A run's executor also writes one as it lets go of the run.
+SNAPSHOT_FACTOR: Final = 10
+SNAPSHOT_MIN_BYTES: Final = 32 * 1024
 
 
 _ENDING: Final = frozenset({"finished", "failed", "cancelled", "timed_out", "waiting"})
@@ -348,15 +355,24 @@ class Executor(ContextChanges, WaitsAndInbox):
         ]
         fold(self._folded, stored)
         self._since_snapshot += sum(len(r.payload) for r in records)
-        if self._since_snapshot >= max(SNAPSHOT_MIN_BYTES, self._snapshot_bytes):
+        if self._since_snapshot >= max(SNAPSHOT_MIN_BYTES, SNAPSHOT_FACTOR * self._snapshot_bytes):
             self.write_snapshot()
 
-    def write_snapshot(self, *, lazy: bool = True) -> None:
-        """Caches the folded state in the store (lazily: it rides with the next commit)."""
+    def write_snapshot(self, *, lazy: bool = True, last: bool = False) -> None:
+        """Writes a snapshot of the folded state (lazily: it rides with the next commit).
+
+        One is written only once the log since the last weighs ``SNAPSHOT_FACTOR`` times
+        its size, unless it is the ``last`` of this executor's (the next reader of the
+        latest state then folds nothing).
+        """
         data = dump_folded(self._folded).decode()
         self._snapshot_bytes = len(data)
+        if not last and self._since_snapshot < SNAPSHOT_FACTOR * len(data):
+            return  # the state grew faster than its log: the next one waits for more log
         self._since_snapshot = 0
-        commit = Commit(self.run_id, [], epoch=self.epoch, snapshot=(self._folded.seq, data))
+        s = self._folded
+        snap = Snapshot(s.seq, data, FOLD_VERSION, s.records)
+        commit = Commit(self.run_id, [], epoch=self.epoch, snapshot=snap)
         fut = self.store.submit(commit, lazy=lazy)
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
 
@@ -427,9 +443,11 @@ class Executor(ContextChanges, WaitsAndInbox):
             else:
                 self._lazy(dequeued)
         attempt = d.attempts
-        failures = d.failures
+        clock = RetryClock.resume(d.failures, d.failure)
+        if clock.retry_at is not None:
+            # Resumed mid-backoff: the retry is due when the failure's record says.
+            await clock.wait_due()
         conflicts = 0
-        first_started = time.monotonic()
         while True:
             attempt += 1
             started = [J.step_started(step, d.event_id, attempt)]
@@ -441,6 +459,7 @@ class Executor(ContextChanges, WaitsAndInbox):
             else:
                 self._lazy(started)
             att = Attempt(step, d.event_id, attempt, d.event)
+            att.retry = clock
             if conflicts >= CONFLICTS_BEFORE_LOCK:
                 await self.state_lock.acquire()
                 att.holds_lock = True
@@ -478,14 +497,22 @@ class Executor(ContextChanges, WaitsAndInbox):
                     await self._commit_conflict(att, stale)
                     conflicts += 1
                     continue
-                failures += 1
-                policy = spec.retry_policy
-                delay = (
-                    policy.next(time.monotonic() - first_started, failures, exc)
-                    if policy is not None
-                    else None
+                delay, retry_at, elapsed = clock.decide(
+                    spec.retry_policy, exc, (self.run_id, step, d.event_id, attempt)
                 )
-                await self._commit_failure(att, exc, tb, delay)
+                recovery = None if delay is not None else self._recovery(att, exc, clock, elapsed)
+                await self._commit_failure(
+                    att,
+                    exc,
+                    tb,
+                    delay,
+                    retry_at,
+                    elapsed,
+                    None if recovery is None else recovery[2],
+                )
+                if recovery is not None:
+                    self.deliver(recovery[0], recovery[1])  # its commit is durable
+                    return
                 if delay is None:
                     await self._fail_run(step, exc)
                     return
@@ -505,6 +532,8 @@ class Executor(ContextChanges, WaitsAndInbox):
             print(f"Running step {spec.name}")  # noqa: T201
         token = current_attempt.set(att)
         try:
+            if spec.resources:  # built (or taken from the cache) for each attempt, never logged
+                kwargs.update(await self.wf._resource_manager.inject(spec.resources))
             result = await spec.func(self.wf, **kwargs)
         except WaitSuspend as ws:
             return ("wait", ws.waiter)
@@ -566,27 +595,91 @@ class Executor(ContextChanges, WaitsAndInbox):
             except EncodeError as exc:
                 raise refused(exc, f"step {att.step!r} {verb} it") from None
 
+    def _recovery(
+        self, att: Attempt, exc: Exception, clock: RetryClock, elapsed: float
+    ) -> tuple[str, Delivery, Record] | None:
+        """The ``@catch_error`` handler that takes over a step out of retries, if any: its
+        name, the delivery of its StepFailedEvent and that event's ``enqueued`` record.
+
+        None when no handler covers the step, or its ``max_recoveries`` along this event's
+        lineage are used up (the run fails then).
+        """
+        route = self.wf._catchers.get(att.step)
+        if route is None:
+            return None
+        handler, limit = route
+        counts = self._folded.recoveries.get(att.event_id, {})
+        n = counts.get(handler, 0) + 1
+        if n > limit:
+            return None
+        failed_at = clock.last_failed_at if clock.last_failed_at is not None else time.time()
+        ev = StepFailedEvent(
+            step_name=att.step,
+            input_event=att.event,
+            exception=exc,
+            attempts=clock.failures,
+            elapsed_seconds=elapsed,
+            failed_at=datetime.fromtimestamp(failed_at, tz=UTC),
+        )
+        ev_id = self.new_event_id()
+        record = J.enqueued_recovery(
+            handler,
+            ev_id,
+            self.codec.dump(ev),
+            [att.event_id, att.attempt],
+            {**counts, handler: n},
+        )
+        return handler, Delivery(ev_id, ev), record
+
     async def _commit_failure(
-        self, att: Attempt, exc: BaseException, tb: str, delay: float | None
+        self,
+        att: Attempt,
+        exc: BaseException,
+        tb: str,
+        delay: float | None,
+        retry_at: float | None,
+        elapsed: float,
+        recovery: Record | None = None,
     ) -> None:
-        """Records an attempt's failure; a failure is recorded whatever it carries."""
+        """Records an attempt's failure; a failure is recorded whatever it carries.
+
+        ``recovery`` (the StepFailedEvent a ``@catch_error`` handler is given) is in the
+        same commit, so the handler's input and the recovery count are durable together.
+        """
+        extra = [] if recovery is None else [recovery]
         failed = J.step_failed(
-            att.step, att.event_id, att.attempt, exc, tb, delay is not None, delay
+            att.step,
+            att.event_id,
+            att.attempt,
+            exc,
+            tb,
+            delay is not None,
+            delay,
+            retry_at,
+            elapsed,
         )
         try:
             streamed = self._streamed(att)
         except CodecError:
             streamed = []  # what it streamed cannot be stored, unlike its failure
         try:
-            await self.append([failed, *streamed])
+            await self.append([failed, *extra, *streamed])
         except _STORE_FAILURES:
             raise
         except Exception:
             # Refused for its size or content: the failure alone, without its traceback.
             bare = J.step_failed(
-                att.step, att.event_id, att.attempt, exc, "", delay is not None, delay
+                att.step,
+                att.event_id,
+                att.attempt,
+                exc,
+                "",
+                delay is not None,
+                delay,
+                retry_at,
+                elapsed,
             )
-            await self.append([bare])
+            await self.append([bare, *extra])
 
     async def _commit_conflict(self, att: Attempt, keys: list[str]) -> None:
         shown = [k.replace(COLLECT_PREFIX, "collect:") for k in keys]
@@ -880,6 +973,6 @@ class Executor(ContextChanges, WaitsAndInbox):
                 # The next reader of the latest state folds nothing. A cache is never worth
                 # failing the run's ending over.
                 with contextlib.suppress(EventStoreError):
-                    self.write_snapshot(lazy=False)
+                    self.write_snapshot(lazy=False, last=True)
         finally:
             self.wf._release(self)

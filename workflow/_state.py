@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Generic, Literal, TypeVar, overload
 
 from pydantic import (
     BaseModel,
@@ -16,7 +18,11 @@ from pydantic import (
 
 from ._events import Event
 
-__all__ = ["Checkpoint", "InProgress", "RunState", "RunStatus", "Waiter"]
+__all__ = ["Checkpoint", "InProgress", "LazyDict", "LazyList", "RunState", "RunStatus", "Waiter"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+_UNREAD: Any = object()  # a value not decoded yet
 
 RunStatus = Literal[
     "running", "interrupted", "waiting", "finished", "failed", "cancelled", "timed_out"
@@ -116,6 +122,127 @@ class Checkpoint(BaseModel):
         return ctx.to_dict(self._serializer)
 
 
+class LazyDict(MutableMapping[K, V]):
+    """A dict whose values are decoded from the log's JSON form when first read.
+
+    Reading a value decodes it (once); listing keys, ``len`` and ``in`` decode nothing. It
+    compares equal to a dict with the same items and copies as a plain dict.
+    """
+
+    __slots__ = ("_load", "_raw", "_values")
+
+    def __init__(self, raw: Mapping[K, Any], load: Callable[[K, Any], V]) -> None:
+        self._raw = dict(raw)
+        self._load = load
+        self._values: dict[K, V] = {}
+
+    def __getitem__(self, key: K) -> V:
+        try:
+            return self._values[key]
+        except KeyError:
+            pass
+        raw = self._raw[key]
+        value = self._values[key] = self._load(key, raw)
+        return value
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self._raw.setdefault(key, _UNREAD)
+        self._values[key] = value
+
+    def __delitem__(self, key: K) -> None:
+        del self._raw[key]
+        self._values.pop(key, None)
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._raw
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return dict(self.items()) == dict(other.items())
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like dict
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+    def __copy__(self) -> dict[K, V]:
+        return dict(self.items())
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[K, V]:
+        return copy.deepcopy(dict(self.items()), memo)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self.items()),))
+
+
+class LazyList(Sequence[V], Generic[V]):
+    """A list whose items are decoded from the log's JSON form when first read.
+
+    ``len`` decodes nothing; an item is decoded (once) when it is read. It compares equal
+    to a list with the same items and copies as a plain list.
+    """
+
+    __slots__ = ("_load", "_raw", "_values")
+
+    def __init__(self, raw: Iterable[Any], load: Callable[[Any], V]) -> None:
+        self._raw = list(raw)
+        self._load = load
+        self._values: list[Any] = [_UNREAD] * len(self._raw)
+
+    def _get(self, i: int) -> V:
+        value = self._values[i]
+        if value is _UNREAD:
+            value = self._values[i] = self._load(self._raw[i])
+        return value  # type: ignore[no-any-return]
+
+    @overload
+    def __getitem__(self, index: int) -> V: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[V]: ...
+
+    def __getitem__(self, index: int | slice) -> V | list[V]:
+        if isinstance(index, slice):
+            return [self._get(i) for i in range(len(self._raw))[index]]
+        n = len(self._raw)
+        if not -n <= index < n:
+            msg = "list index out of range"
+            raise IndexError(msg)
+        return self._get(index % n)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __iter__(self) -> Iterator[V]:
+        return (self._get(i) for i in range(len(self._raw)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
+            return NotImplemented
+        return list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+    def __copy__(self) -> list[V]:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[V]:
+        return copy.deepcopy(list(self), memo)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (list(self),))
+
+
 @dataclass(frozen=True, slots=True)
 class InProgress:
     """An event a step took and has not finished: re-run on resume, never dropped."""
@@ -124,6 +251,7 @@ class InProgress:
     attempt: int  # attempts started so far
     failures: int = 0
     event_id: int = 0
+    retry_at: float | None = None  # a recorded retry not yet begun is due then (Unix time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +277,12 @@ class RunState:
     of each key; ``collected`` the collect buffers (``"step:buffer id"`` -> event class's
     qualified name -> events; the id is ``buffer_id=`` or a digest of the expected classes);
     ``waiters`` the suspended waits; ``stream`` what steps wrote to the stream.
+
+    A state read from the log decodes lazily: a context value, a step's queue (or its events
+    in progress), a collect buffer, a waiter or a stream event is decoded when it is first
+    read (:class:`LazyDict`, :class:`LazyList`), so a read costs what the caller looks at;
+    one the log holds damaged raises :class:`~eventstore.LogCorruptedError` then, naming it
+    and the seq of the record it came from.
     """
 
     run_id: str
@@ -156,12 +290,12 @@ class RunState:
     status: RunStatus
     result: Any = None
     error: dict[str, Any] | None = None
-    queues: dict[str, list[Event]] = field(default_factory=dict)
-    in_progress: dict[str, list[InProgress]] = field(default_factory=dict)
-    context: dict[str, Any] = field(default_factory=dict)
-    collected: dict[str, dict[str, list[Event]]] = field(default_factory=dict)
-    waiters: list[Waiter] = field(default_factory=list)
-    stream: list[Event] = field(default_factory=list)
+    queues: MutableMapping[str, list[Event]] = field(default_factory=dict)
+    in_progress: MutableMapping[str, list[InProgress]] = field(default_factory=dict)
+    context: MutableMapping[str, Any] = field(default_factory=dict)
+    collected: MutableMapping[str, dict[str, list[Event]]] = field(default_factory=dict)
+    waiters: Sequence[Waiter] = field(default_factory=list)
+    stream: Sequence[Event] = field(default_factory=list)
     workflow: str = ""
     fingerprint: str = ""
     parent: tuple[str, int] | None = None

@@ -26,6 +26,7 @@ from ._diff import apply, materialize
 from ._events import Event
 from ._fold import Folded, fold
 from ._read import commits, fold_run, run_info, start_state
+from ._retry import RetryClock
 
 if TYPE_CHECKING:
     from ._workflow import Workflow
@@ -279,7 +280,11 @@ def _reexecute(wf: Workflow, run_id: str, report: VerifyReport) -> None:
             prog = state.in_progress.get(head.step, {}).get(finished["id"])
             if prog is not None:
                 context = {k: load(copy.deepcopy(v.dump)) for k, v in state.context.items()}
-                problem = _replay_one(wf, run_id, head, commit, load(prog.ev.dump), context, dump)
+                # The attempt sees the retries the log recorded before it (ctx.retry_info()).
+                clock = RetryClock.resume(prog.failures, prog.failure)
+                clock.retry_at = None
+                event = load(prog.ev.dump)
+                problem = _replay_one(wf, run_id, head, commit, event, context, dump, clock)
                 report.attempts_reexecuted += 1
                 if problem is not None:
                     report.problems.append(problem)
@@ -295,12 +300,14 @@ def _replay_one(
     event: Event,
     context: dict[str, Any],
     dump: Callable[[Any], Any],
+    clock: RetryClock,
 ) -> Problem | None:
     step = head.step or ""
     spec = wf._graph.steps[step]
     replay = _Replay(wf, context)
     finished: J.StepFinished = head.data()
     att = Attempt(step, finished["id"], finished["attempt"], event)
+    att.retry = clock
     kwargs: dict[str, Any] = {spec.event_param: event}
     if spec.ctx_param is not None:
         kwargs[spec.ctx_param] = replay.ctx
@@ -308,6 +315,8 @@ def _replay_one(
     async def call() -> Any:
         token = current_attempt.set(att)
         try:
+            if spec.resources:  # built by this workflow object, as a resume would
+                kwargs.update(await wf._resource_manager.inject(spec.resources))
             return await spec.func(wf, **kwargs)
         finally:
             current_attempt.reset(token)

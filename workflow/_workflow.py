@@ -30,6 +30,7 @@ from eventstore import (
 )
 
 from . import _journal as J
+from ._catch_error import catchers
 from ._changes import encode_updates
 from ._diff import TrackedDict, TrackedList
 from ._errors import (
@@ -49,6 +50,7 @@ from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
 from ._step import collect_steps
 from ._waits import Delivery
+from .resource import ResourceManager, check_configs
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -102,6 +104,8 @@ class Workflow:
         pickles, and read pickles back. Off by default: the log is then no longer plain
         JSON, and reading it runs whatever code it names, so read only logs you trust.
         Every program that reads such a run (resume, fork, ``state_at``) must opt in too.
+    :param resource_manager: where the steps' resources are built and cached (a new one
+        by default: cached resources are this workflow object's).
     """
 
     # A test hook: called with (executor, seq) after each commit that changed state took
@@ -118,10 +122,19 @@ class Workflow:
         max_recovery_attempts: int = 10,
         disable_validation: bool = False,
         allow_pickle: bool = False,
+        resource_manager: ResourceManager | None = None,
     ) -> None:
         self._graph = Graph(collect_steps(type(self)))
+        # Which @catch_error handler takes over which step once it is out of retries.
+        self._catchers = catchers(self._graph.steps, type(self).__name__)
         if not disable_validation:
             self._graph.validate(type(self).__name__)
+            check_configs(
+                {n: s.resources for n, s in self._graph.steps.items() if s.resources},
+                type(self).__name__,
+            )
+        # Resources are this object's, never the log's: a resume elsewhere builds its own.
+        self._resource_manager = resource_manager or ResourceManager()
         self._store = _open_store(store)
         self._timeout = timeout
         self._verbose = verbose
@@ -426,6 +439,7 @@ class Workflow:
         at = folded.seq
         folded.run_id = run_id
         folded.first_seq = None  # the fork's own records start it
+        folded.records = 0
         x = Executor(self, run_id, 0, 1, folded)
         handler = WorkflowHandler(self, run_id, x.done, x)
         x._spawn(self._fork(x, folded, (parent_id, at), updates, deletes))
@@ -522,6 +536,7 @@ class Workflow:
                         attempts=p.attempt,
                         failures=0 if failed else p.failures,
                         redelivered=True,
+                        failure=None if failed else p.failure,
                     ),
                 )
         for step, queue in folded.queues.items():
@@ -668,6 +683,9 @@ class Workflow:
         The run's executor takes it in promptly; a resume takes pending ones first. With
         an ``idempotency_key`` the event is recorded once however often it is sent.
         """
+        if not isinstance(event, Event):  # a dict would be parked, never meeting a wait
+            msg = f"send takes an Event, not {type(event).__qualname__}"
+            raise WorkflowRuntimeError(msg)
         info = self._run_info(run_id)
         if (info.status or "running") in TERMINAL:
             msg = f"run {run_id!r} has {info.status}; nothing would take the event in"

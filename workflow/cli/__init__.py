@@ -1,9 +1,9 @@
 """The command line: ``python -m workflow`` (and the ``workflow`` script).
 
 Read commands (``runs``, ``history``, ``checkpoints``, ``state``, ``diff``, ``timeline``,
-``check``) open a store read-only and need no user code; ``run``, ``resume``, ``recover``,
-``fork``, ``send`` and ``graph`` import the workflow the user names with ``--workflow
-module:Class``, as do ``verify`` and ``worker``.
+``check``) open a store read-only and need no user code, as ``export`` and ``import`` do;
+``run``, ``resume``, ``recover``, ``fork``, ``send`` and ``graph`` import the workflow the
+user names with ``--workflow module:Class``, as do ``verify`` and ``worker``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from . import _graph as _graph
 from . import _history as _history
 from . import _ops as _ops
 from . import _timeline as _timeline
+from . import _transfer as _transfer
 from ._app import cli, main
 
 __all__ = ["cli", "main"]

@@ -6,6 +6,7 @@ It opens the store read-only and needs no user code: values show with their clas
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +17,16 @@ import orjson
 from eventstore import EventStore, LogCorruptedError, StoredRecord
 
 from .. import _journal as J
-from .._read import Damaged, event_types_upto, note_event, readable_records, run_info
+from .._read import (
+    Damaged,
+    event_class,
+    event_types_upto,
+    fold_run,
+    note_event,
+    readable_records,
+    run_info,
+    start_state,
+)
 from ._app import cli
 from ._common import json_option, progress, reader, traceback_option, workflow_option
 from ._inspect import Viewer, describe, record_json, traceback_lines
@@ -34,6 +44,12 @@ __all__ = ["history"]
 @click.option("--step", "step_name", metavar="STEP", help="Only records of this step.")
 @click.option("--from", "from_seq", type=int, metavar="SEQ", help="From this seq on.")
 @click.option("--to", "to_seq", type=int, metavar="SEQ", help="Up to this seq.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="At most N lines; the next page's --from is then said on stderr.",
+)
 @click.option("--full", is_flag=True, help="Do not cut lines to the terminal's width.")
 @traceback_option
 @workflow_option
@@ -45,6 +61,7 @@ def history(
     step_name: str | None,
     from_seq: int | None,
     to_seq: int | None,
+    limit: int | None,
     full: bool,
     show_tb: bool,
     workflow_spec: str | None,
@@ -52,7 +69,8 @@ def history(
 ) -> None:
     """Print the log of RUN, a line a record: seq, commit, time, kind, step, event, payload.
 
-    With --traceback each failed attempt's stored traceback follows its line (--json
+    --from, --to and --limit page through a long run: a page costs what it shows, wherever
+    it starts. With --traceback each failed attempt's stored traceback follows its line (--json
     always has it, in the payload). A damaged record gets a line naming its seq and the
     error; the exit status is then 1.
     """
@@ -66,14 +84,14 @@ def history(
     upto = last if to_seq is None else min(to_seq, last)
     after = max(0, (from_seq or 0) - 1)
     records = readable_records(store, run, after, upto)
-    bar = progress(store, run, "reading")
+    bar = progress(store, run, "reading") if limit is None else None
     if bar is not None:
         records = bar(records)  # type: ignore[arg-type]  # it only counts what passes
     wanted = set(kinds)
     damaged: list[int] = []
 
     def selected() -> Iterator[tuple[StoredRecord | Damaged, Any, str]]:
-        types = event_types_upto(store, run, after)
+        types = _event_types(store, run, after)
         for r in records:
             if not isinstance(r, Damaged):
                 try:
@@ -97,10 +115,22 @@ def history(
             ev_id = p.get("id")
             yield r, p, types.get(ev_id, "") if isinstance(ev_id, int) else ""
 
+    items: Iterator[tuple[StoredRecord | Damaged, Any, str]] | list[Any] = selected()
+    more: int | None = None
+    if limit is not None:
+        page = list(itertools.islice(items, limit + 1))
+        if len(page) > limit:
+            more = page[limit][0].seq
+        items = page[:limit]
     if as_json:
-        _history_json(selected())
+        _history_json(iter(items))
     else:
-        _history_text(store, run, info.created, upto, selected(), view, full, damaged, show_tb)
+        steps = None if isinstance(items, Iterator) else [_step(r) for r, _, _ in items]
+        _history_text(
+            store, run, info.created, upto, iter(items), view, full, damaged, show_tb, steps
+        )
+    if more is not None:
+        click.echo(f"more: --from {more}", err=True)
     if damaged:
         listed = ", ".join(map(str, damaged[:5])) + (", ..." if len(damaged) > 5 else "")
         click.echo(
@@ -109,6 +139,30 @@ def history(
             err=True,
         )
         raise click.exceptions.Exit(1)
+
+
+def _event_types(store: EventStore, run: str, after: int) -> dict[int, str]:
+    """Event id -> class name of the events the records after ``after`` may name.
+
+    Those are the events of the run's state at ``after`` (queued, in progress, waiting,
+    buffered) and the ones the records after it introduce: the state is read from the
+    nearest snapshot, so a page deep in a long run costs what the page does. If that state
+    cannot be read (a damaged log), the log up to ``after`` is read instead.
+    """
+    try:
+        info = run_info(store, run)
+        if info.first_seq is None or after < info.first_seq:
+            s = start_state(store, info)  # a fork's parent's state, or nothing yet
+        else:
+            s = fold_run(store, run, after)
+    except Exception:  # whatever the damage: the slow way reads past it
+        return event_types_upto(store, run, after)
+    return {e.id: event_class(e.dump) for e in s.events(stream=False)}
+
+
+def _step(r: StoredRecord | Damaged) -> str:
+    row = r.record if isinstance(r, Damaged) else r
+    return (row.step if row is not None else None) or ""
 
 
 def _history_json(items: Iterator[tuple[StoredRecord | Damaged, Any, str]]) -> None:
@@ -149,12 +203,14 @@ def _history_text(
     full: bool,
     damaged: list[int],
     show_tb: bool = False,
+    steps: list[str] | None = None,
 ) -> None:
-    steps = [
-        row[0]
-        for row in store.query("SELECT DISTINCT step FROM records WHERE run_id = ?", (run,))
-        if row[0]
-    ]
+    if steps is None:  # every line is shown: the step column fits the run's steps
+        steps = [
+            row[0]
+            for row in store.query("SELECT DISTINCT step FROM records WHERE run_id = ?", (run,))
+            if row[0]
+        ]
     num_w = max(len("seq"), len(str(upto)))
     step_w = min(20, max([len("step"), *map(len, steps)]))
     widths = [num_w, max(len("commit"), num_w), 8, 15, step_w, 18]

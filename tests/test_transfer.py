@@ -1,0 +1,135 @@
+"""A run travels: ``workflow export`` writes it (with the ancestors its fork needs) into a
+store file of its own, ``workflow import`` adds that file's runs to another store, and
+``state``, ``diff``, ``verify`` and ``fork`` give there what they give on the original."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from eventstore import EventStore
+from tests.test_cli import invoke, ok
+from tests.test_snapshots import Chat, assert_snapshots_are_the_fold, chat
+from workflow._check import check_store
+from workflow._read import fold_run
+from workflow._snapshot import dump_folded
+
+
+@pytest.fixture
+def forked(tmp_path: Path) -> tuple[Path, str, str, str]:
+    """A store with an unrelated run, a chat run, and a fork of it at its middle."""
+    db = tmp_path / "prod.db"
+
+    async def go() -> tuple[str, str, str]:
+        store = EventStore(db)
+        _, other = await chat(store, 30)
+        wf, parent = await chat(store, 400)
+        cps = wf.checkpoints(parent)
+        fork = wf.run_from(cps[len(cps) // 2])
+        assert await fork == 400
+        await store.flush()
+        await chat(store, 20)  # written after the fork: not its ancestor's
+        store.close()
+        return other, parent, fork.run_id
+
+    other, parent, fork = asyncio.run(go())
+    return db, other, parent, fork
+
+
+def states(db: Path, run: str) -> dict[int, bytes]:
+    """The run's folded state (JSON) at every commit, through its snapshots."""
+    with EventStore(db, readonly=True) as store:
+        ends = sorted({r.commit_seq for r in store.records(run)})
+        return {s: dump_folded(fold_run(store, run, s)) for s in ends}
+
+
+def test_an_export_reads_exactly_as_the_original(
+    forked: tuple[Path, str, str, str], tmp_path: Path
+) -> None:
+    """The export holds the fork and its parent up to the fork's seq, nothing else, with the
+    same seqs, times and snapshots: every state and command reads alike."""
+    db, _, parent, fork = forked
+    out = tmp_path / "run.db"
+    result = invoke("export", db, fork, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    with EventStore(out, readonly=True) as exported, EventStore(db, readonly=True) as prod:
+        assert [r.run_id for r in exported.runs()] == [parent, fork]
+        info = exported.run(parent)
+        assert info.last_seq == prod.run(fork).parent_seq
+        assert info.meta["copied_upto"] == info.last_seq
+        assert [tuple(r) for r in exported.records(fork)] == [tuple(r) for r in prod.records(fork)]
+        assert check_store(exported).ok
+        assert_snapshots_are_the_fold(exported, fork)
+        assert exported.snapshot_stats(fork) == prod.snapshot_stats(fork)
+    assert states(out, fork) == states(db, fork)
+    for args in (["state", fork], ["history", fork, "--json"], ["checkpoints", fork]):
+        assert ok(args[0], out, *args[1:]) == ok(args[0], db, *args[1:])
+    a, b = sorted(states(db, fork))[3], sorted(states(db, fork))[-4]
+    assert ok("diff", out, fork, a, b, "--json") == ok("diff", db, fork, a, b, "--json")
+    spec = "tests.test_snapshots:Chat"
+    verified = invoke("verify", out, fork, "--workflow", spec)
+    assert verified.exit_code == 0, verified.stdout + verified.stderr
+
+
+def test_a_fork_of_the_export_runs(forked: tuple[Path, str, str, str], tmp_path: Path) -> None:
+    """``fork`` works on the export: a new run from one of its checkpoints ends as it should."""
+    db, _, _, fork = forked
+    out = tmp_path / "run.db"
+    ok("export", db, fork, "-o", out)
+
+    async def go() -> None:
+        wf = Chat(store=str(out), timeout=None)
+        cps = wf.checkpoints(fork)
+        again = wf.run_from(cps[10])
+        assert await again == 400
+        await wf.store.flush()
+        assert wf.state_at(again.run_id).context["turns"] == 400
+        wf.store.close()
+
+    asyncio.run(go())
+
+
+def test_import_moves_seqs_past_the_store_and_reads_alike(
+    forked: tuple[Path, str, str, str], tmp_path: Path
+) -> None:
+    """Imported into a store whose log is past the export's seqs, every seq moves by one
+    offset (the payloads that name seqs too) and every state reads as it did."""
+    db, _, parent, fork = forked
+    out = tmp_path / "run.db"
+    ok("export", db, fork, "-o", out)
+    laptop = tmp_path / "laptop.db"
+
+    async def busy() -> None:
+        with EventStore(laptop) as store:
+            await chat(store, 500)  # a log longer than the export's
+
+    asyncio.run(busy())
+    result = invoke("import", laptop, out)
+    assert result.exit_code == 0, result.stderr
+    with EventStore(out, readonly=True) as src, EventStore(laptop, readonly=True) as dst:
+        offset = dst.run(parent).first_seq - src.run(parent).first_seq  # type: ignore[operator]
+        assert offset > 0
+        assert dst.run(fork).parent_seq == src.run(fork).parent_seq + offset  # type: ignore[operator]
+        assert check_store(dst).ok
+        assert_snapshots_are_the_fold(dst, fork)
+        for seq, text in states(out, fork).items():
+            moved = json.loads(dump_folded(fold_run(dst, fork, seq + offset)))
+            original = json.loads(text)
+            for key, (value, full, patch, at) in original["context"].items():
+                assert moved["context"][key] == [value, full, patch, at + offset]
+            assert moved["seq"] == original["seq"] + offset
+            assert moved["exec_us"] == original["exec_us"]  # times kept
+    again = invoke("import", laptop, out)
+    assert again.exit_code != 0
+    assert "already in the target store" in again.output
+
+
+def test_export_refuses_an_existing_file(forked: tuple[Path, str, str, str]) -> None:
+    """An export never overwrites: the file named by -o must not exist."""
+    db, other, _, _ = forked
+    result = invoke("export", db, other, "-o", db)
+    assert result.exit_code == 2
+    assert "exists" in result.stderr
