@@ -43,6 +43,7 @@ from ._changes import ContextChanges, KeyChange, refused
 from ._context import COLLECT_PREFIX, Attempt, Context, WaitSuspend, current_attempt
 from ._errors import (
     RunAbandonedError,
+    RunLostError,
     WorkflowCancelledError,
     WorkflowRuntimeError,
     WorkflowTimeoutError,
@@ -859,9 +860,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         while True:
             await asyncio.sleep(ttl / 3)
             if not await renew(self.run_id):
-                self._end_with(
-                    WorkflowRuntimeError(f"run {self.run_id!r}: this executor lost its lease")
-                )
+                self._end_with(RunLostError(self.run_id, "its lease lapsed before renewal"))
                 return
 
     def abandon(self) -> None:
@@ -933,9 +932,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         if isinstance(exc, _Sealed):
             return  # the run already ended; the commit that lost the race is moot
         if isinstance(exc, ConcurrencyError) and not isinstance(exc, _Conflict):
-            exc = WorkflowRuntimeError(
-                f"run {self.run_id!r}: this executor lost the run to another one ({exc})"
-            )
+            exc = RunLostError(self.run_id, str(exc))
         self.status = "failed"
         self._close(exc=exc)
 

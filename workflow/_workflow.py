@@ -42,7 +42,7 @@ from ._events import Event, StartEvent
 from ._fold import Folded, to_run_state
 from ._graph import Graph
 from ._handler import WorkflowHandler
-from ._ownership import LeaseOwners, Owners
+from ._ownership import LEASE_TTL_S, LeaseOwners, Owners
 from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
 from ._recover import Recoveries, is_run_of, over_recovery_limit, same_name
 from ._recover import recover as recover_runs
@@ -106,6 +106,11 @@ class Workflow:
         Every program that reads such a run (resume, fork, ``state_at``) must opt in too.
     :param resource_manager: where the steps' resources are built and cached (a new one
         by default: cached resources are this workflow object's).
+    :param lease_ttl: on a PostgreSQL store, the seconds a run's lease lasts unless its
+        executor renews it (every third of that): how soon another host takes over the
+        runs of a host that died or was cut off, and how long such a host's runs wait.
+        None: :data:`~workflow._ownership.LEASE_TTL_S` (10 s). Stores on one machine need
+        no lease: the kernel frees a dead process's runs at once.
     """
 
     # A test hook: called with (executor, seq) after each commit that changed state took
@@ -123,7 +128,11 @@ class Workflow:
         disable_validation: bool = False,
         allow_pickle: bool = False,
         resource_manager: ResourceManager | None = None,
+        lease_ttl: float | None = None,
     ) -> None:
+        if lease_ttl is not None and not lease_ttl > 0:
+            msg = f"lease_ttl must be a positive number of seconds, not {lease_ttl!r}"
+            raise ValueError(msg)
         self._graph = Graph(collect_steps(type(self)))
         # Which @catch_error handler takes over which step once it is out of retries.
         self._catchers = catchers(self._graph.steps, type(self).__name__)
@@ -162,7 +171,7 @@ class Workflow:
         # Kernel locks need a file (one machine); a shared PostgreSQL store needs leases.
         self._owners: Owners | LeaseOwners
         if self._store.kind == "postgres":
-            self._owners = LeaseOwners(self._store)
+            self._owners = LeaseOwners(self._store, lease_ttl or LEASE_TTL_S)
         else:
             sidecar = self._store.path if self._store.kind == "sqlite" else None
             self._owners = Owners(sidecar, memory_key=str(id(self._store)))
