@@ -292,6 +292,7 @@ def checkpoints(
     wanted = None if event is None else _event_filter(event, resolve)
     out: list[Checkpoint] = []
     dumps: dict[int, Any] = {}
+    decoded: dict[int, Any] = {}
     if load is not None and info.parent_run_id is not None and info.parent_seq is not None:
         dumps = _event_dumps(store, info.parent_run_id, info.parent_seq)
     for commit in commits(store.records(run_id)):
@@ -315,10 +316,11 @@ def checkpoints(
         if load is not None and head.kind == J.STEP_FINISHED:
             finished: J.StepFinished = payload_of(head)  # the step's own commit: read, or raise
             emitted = finished.get("emitted") or []
+            # A step's output is the next one's input: each event is decoded once.
             extra = {
                 "last_completed_step": head.step,
-                "input_event": _loaded(load, dumps.get(finished["id"])),
-                "output_event": _loaded(load, dumps.get(emitted[-1])) if emitted else None,
+                "input_event": _loaded(load, decoded, dumps, finished["id"]),
+                "output_event": _loaded(load, decoded, dumps, emitted[-1]) if emitted else None,
             }
         out.append(
             Checkpoint(
@@ -327,6 +329,7 @@ def checkpoints(
                 kind=head.kind,
                 step=head.step,
                 event_types=types,
+                id_=f"{run_id}:{commit[-1].seq}",
                 **extra,
             )
         )
@@ -366,13 +369,21 @@ def _event_dumps(store: EventStore, run_id: str, seq: int) -> dict[int, Any]:
     return dumps
 
 
-def _loaded(load: Callable[[Any], Any], dump: Any) -> Any:
+def _loaded(
+    load: Callable[[Any], Any], decoded: dict[int, Any], dumps: dict[int, Any], ev_id: int
+) -> Any:
+    """Event ``ev_id`` decoded (once: ``decoded`` keeps it), or None if the log has none."""
+    if ev_id in decoded:
+        return decoded[ev_id]
+    dump = dumps.get(ev_id)
     if dump is None:
         return None
     try:
-        return load(dump)
+        event = load(dump)
     except CodecError:  # a class this program lacks: the checkpoint shows its JSON
-        return dump
+        event = dump
+    decoded[ev_id] = event
+    return event
 
 
 def _event_filter(

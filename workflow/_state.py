@@ -57,9 +57,8 @@ class Checkpoint(BaseModel):
     last_completed_step: str | None = None
     input_event: Any = None
     output_event: Any = None
-    # The workflow that listed it (for ctx_state) and the serializer ctx_state uses.
+    # (the workflow that listed it, the serializer of ctx_state), for ctx_state.
     _source: Any = PrivateAttr(default=None)
-    _serializer: Any = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -105,7 +104,7 @@ class Checkpoint(BaseModel):
         :raises WorkflowRuntimeError: the checkpoint was not listed by a workflow here (it
             was validated from data): ``wf.state_at(cp.run_id, cp.seq)`` reads the state.
         """
-        wf = self._source
+        wf, serializer = self._source or (None, None)
         if wf is None:
             from ._errors import WorkflowRuntimeError
 
@@ -119,7 +118,7 @@ class Checkpoint(BaseModel):
         ctx: Context[Any] = Context(wf)
         ctx._run = self.run_id
         ctx._idle.seq = self.seq
-        return ctx.to_dict(self._serializer)
+        return ctx.to_dict(serializer)
 
 
 class LazyDict(MutableMapping[K, V]):

@@ -639,7 +639,7 @@ class Workflow:
             load=self._codec.load,
         )
         for cp in found:
-            cp._source = self
+            cp._source = (self, None)
         return found
 
     def runs(self) -> list[RunSummary]:

@@ -91,7 +91,7 @@ class WorkflowCheckpointer:
                 and cp.last_completed_step in self.enabled_checkpoints
             ]
             for cp in found:
-                cp._serializer = self._checkpoint_serializer
+                cp._source = (self.workflow, self._checkpoint_serializer)
             out[run_id] = found
         return out
 
