@@ -34,28 +34,33 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     for serializer in ("JsonSerializer", "PickleSerializer", "JsonPickleSerializer")
 }
 
+# verbose=True prints each step as LlamaIndex Workflows 2.26 does (the reports were written
+# with llama-index-core 0.12's "Running step start" lines): which steps run is what matters.
 CHECKPOINT_SEED_OUT = """\
 First run:
-Running step start
-Step start produced event MiddleEvent
-Running step finish
-Step finish produced event StopEvent
+[start:0] started from StartEvent
+[start:0] complete with MiddleEvent
+[finish:0] started from MiddleEvent
+[finish:0] complete with StopEvent
+[result] StopEvent(content='foo bar')
 From checkpoint:
-Running step finish
-Step finish produced event StopEvent
+[finish:0] started from MiddleEvent
+[finish:0] complete with StopEvent
+[result] StopEvent(content='foo bar')
 """
 
 FIRST_HALF_OUT = """\
-Running step start
-Step start produced event EventA
-Running step process
-Step process produced event EventB
-Running step finish
+[start:0] started from StartEvent
+[start:0] complete with EventA
+[process:0] started from EventA
+[process:0] complete with EventB
+[finish:0] started from EventB
 """
 SECOND_HALF_OUT = """\
 ----------------------------------------
-Running step finish
-Step finish produced event StopEvent
+[finish:0] started from EventB
+[finish:0] complete with StopEvent
+[result] StopEvent(result='end: second: first')
 'end: second: first'
 OK
 """

@@ -622,6 +622,7 @@ def _run_linked(
     x.next_id = 2
 
     async def begin() -> None:
+        await wf._slot(x)  # a new run: num_concurrent_runs counts it
         await x.append(records, create=wf._new_run())
         x.rid = wf._store.run(x.run_id).rid
         wf._own(x)
@@ -691,6 +692,7 @@ def _run_imported(
     x._reasks = None  # its waits' questions are asked again, as on a resume
 
     async def begin() -> None:
+        await wf._slot(x)
         await x.append(records, create=wf._new_run())
         x.rid = wf._store.run(x.run_id).rid
         wf._own(x)
