@@ -408,6 +408,9 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
             if fn is None:
                 msg = f"record seq {r.seq} of run {r.run_id!r} has an unknown kind {kind!r}"
                 raise LogCorruptedError(msg, seq=r.seq)
+            start = kind in starts
+            if start:  # a session's start may reset the clock (a timed-out run resumed)
+                state.exec_us = exec_us
             try:
                 fn(state, r, loads(r.payload))
             except orjson.JSONDecodeError as exc:
@@ -422,13 +425,15 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
                 msg = f"record seq {r.seq} ({kind}) of run {r.run_id!r} is malformed: {exc!r}"
                 raise LogCorruptedError(msg, seq=r.seq) from exc
             n += 1
+            if start:
+                exec_us = state.exec_us
             seq = r.seq
             if state.first_seq is None:
                 state.first_seq = seq
             # Execution time: from a session's first record to its last, without the time
             # the run spent with nothing to do but wait, nor the time between sessions.
             ts = r.ts
-            if kind not in starts and prev_ts is not None and not paused and ts > prev_ts:
+            if not start and prev_ts is not None and not paused and ts > prev_ts:
                 exec_us += ts - prev_ts
             prev_ts = ts
             if seq == r.commit_seq:
