@@ -10,6 +10,9 @@ as what the user knows they are.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from pydantic import BaseModel
 
 from workflow import (
@@ -17,6 +20,7 @@ from workflow import (
     Event,
     HumanResponseEvent,
     InputRequiredEvent,
+    JsonSerializer,
     StartEvent,
     StopEvent,
     Workflow,
@@ -195,3 +199,27 @@ async def answer_waiting_run() -> object:
         if isinstance(ev, InputRequiredEvent):
             handler.ctx.send_event(HumanResponseEvent(response="ada", user_id=ev.user_id))
     return await handler
+
+
+async def carry_context() -> list[object]:
+    """LlamaIndex's Context lifecycle: one context over runs, carried through a dict, and
+    the pause-and-resume pattern of its human-in-the-loop docs."""
+    wf = CounterFlow()
+    ctx = Context(wf)
+    first = await wf.run(ctx=ctx, by=2)
+    second = await wf.run(ctx=ctx, by=3)
+    ctx_dict = ctx.to_dict(serializer=JsonSerializer())
+    restored = Context.from_dict(wf, json.loads(json.dumps(ctx_dict)), serializer=JsonSerializer())
+    third = await wf.run(ctx=restored, by=1)
+
+    asking = WaitFlow(timeout=30)
+    handler = asking.run(user_id="u2")
+    saved: dict[str, Any] = {}
+    async for ev in handler.stream_events():
+        if isinstance(ev, InputRequiredEvent):
+            saved = handler.ctx.to_dict()
+            await handler.cancel_run()
+            break
+    handler = asking.run(ctx=Context.from_dict(asking, saved))
+    handler.ctx.send_event(HumanResponseEvent(response="bo", user_id="u2"))
+    return [first, second, third, await handler]

@@ -452,14 +452,6 @@ async def test_appends_cost_the_change_in_bytes(store: EventStore) -> None:
     assert wf.state_at(h.run_id).context["items"] == ["x" * 100] * 300
 
 
-async def test_context_to_dict_points_to_resume() -> None:
-    """LlamaIndex's ctx.to_dict() explains what to use instead."""
-    h = Linear().run(topic="z")
-    await h
-    with pytest.raises(WorkflowRuntimeError, match="resume"):
-        Context.from_dict(None)
-
-
 async def test_shared_event_store_object(tmp_path: Path) -> None:
     """An EventStore passed in is used as is, and shared between workflows."""
     with EventStore(tmp_path / "s.db") as es:

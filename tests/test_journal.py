@@ -48,6 +48,7 @@ Rows = dict[str, list[list[list[Any]]]]
 
 FIXTURE: Final = Path(__file__).resolve().parent / "fixtures" / "golden_run.json"
 RUN_ID: Final = "golden"
+LINKED_ID: Final = "linked"  # a run started from the golden run's context (since issue 14)
 BOUND: Final = 30.0  # seconds a session may take before the test fails instead of hanging
 # The parts of a folded state that come from the records' times.
 _CLOCK: Final = frozenset({"exec_us", "prev_ts"})
@@ -225,7 +226,8 @@ def run_golden(db: Path) -> None:
         # 5: resumed with a fresh budget; finishes.
         wf = GoldenFlow(store=db, timeout=None)
         wf.release.set()
-        assert await _bounded(wf.resume(RUN_ID)) == {"count": 11}
+        finished = wf.resume(RUN_ID)
+        assert await _bounded(finished) == {"count": 11}
         # A fork from where the run had failed, with the update that fixes it.
         failed = [c.seq for c in wf.checkpoints(RUN_ID) if c.kind == J.RUN_FAILED]
         fork = GoldenFlow(store=db, timeout=None)
@@ -233,6 +235,13 @@ def run_golden(db: Path) -> None:
         assert await _bounded(fork.run_from((RUN_ID, failed[0]), {"approved": True})) == {
             "count": 11
         }
+        # A run from the finished run's context with start fields (a chat turn): a new run
+        # linked to it, whose first commit writes its context; suspended at its wait.
+        turn = GoldenFlow(store=db, timeout=None)
+        handler = turn.run(ctx=finished.ctx, run_id=LINKED_ID, first=8)
+        await handler.wait_until_waiting(BOUND)
+        await handler.suspend()
+        await _expect_error(handler, RunSuspendedError)
         fork.store.close()
 
     asyncio.run(sessions())
@@ -256,7 +265,7 @@ def golden_rows(db: Path) -> Rows:
                 [[r.kind, r.step, normalised(r.payload)] for r in commit]
                 for commit in commits(store.records(run_id))
             ]
-            for label, run_id in ((RUN_ID, RUN_ID), ("fork", fork[0]))
+            for label, run_id in ((RUN_ID, RUN_ID), ("fork", fork[0]), (LINKED_ID, LINKED_ID))
         }
 
 

@@ -6,6 +6,8 @@ from ._catch_error import StepFailedEvent, catch_error
 from ._context import Context, ContextStore
 from ._errors import (
     CheckpointNotFoundError,
+    ContextSerdeError,
+    ContextStateError,
     RecoveryLimitError,
     RunAbandonedError,
     RunFinishedError,
@@ -30,19 +32,32 @@ from ._state import Checkpoint, InProgress, RunState, Waiter
 from ._step import step
 from ._worker import Worker
 from ._workflow import RunSummary, Workflow
+from .checkpointer import WorkflowCheckpointer
+from .context.serializers import (
+    BaseSerializer,
+    JsonPickleSerializer,
+    JsonSerializer,
+    PickleSerializer,
+)
 from .retry_policy import ConstantDelayRetryPolicy, ExponentialBackoffRetryPolicy, RetryPolicy
 
 __all__ = [
+    "BaseSerializer",
     "Checkpoint",
     "CheckpointNotFoundError",
     "ConstantDelayRetryPolicy",
     "Context",
+    "ContextSerdeError",
+    "ContextStateError",
     "ContextStore",
     "Event",
     "ExponentialBackoffRetryPolicy",
     "HumanResponseEvent",
     "InProgress",
     "InputRequiredEvent",
+    "JsonPickleSerializer",
+    "JsonSerializer",
+    "PickleSerializer",
     "PruneReport",
     "Recoveries",
     "Recovery",
@@ -67,6 +82,7 @@ __all__ = [
     "Workflow",
     "WorkflowCancelledError",
     "WorkflowChangedError",
+    "WorkflowCheckpointer",
     "WorkflowError",
     "WorkflowHandler",
     "WorkflowRuntimeError",

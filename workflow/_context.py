@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 import orjson
 from typing_extensions import TypeVar
@@ -25,7 +25,7 @@ from eventstore import EncodeError, class_name
 from ._buffers import buffer_key, default_buffer_id
 from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, value_change
 from ._diff import Tracker, is_view, materialize
-from ._errors import WorkflowRuntimeError, WorkflowTimeoutError
+from ._errors import ContextStateError, WorkflowRuntimeError, WorkflowTimeoutError
 from ._events import Event
 from .retry_policy import RetryInfo
 
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from ._changes import KeyChange
     from ._retry import RetryClock
     from ._runner import Executor
+    from ._workflow import Workflow
+    from .context.serializers import BaseSerializer
 
 __all__ = ["Attempt", "Context", "ContextStore", "WaitSuspend"]
 
@@ -379,16 +381,91 @@ class Context(Generic[S]):
     """What a step receives: context data, and the ways to send, collect, stream and wait.
 
     ``Context[MyState]`` types the state with a pydantic model.
+
+    ``Context(wf)`` (LlamaIndex's spelling) makes a context no run is bound to yet: its first
+    ``wf.run(ctx=ctx)`` binds it to the run it starts, and each later run started from it
+    rebinds it. Between runs (and before the first) it is idle: reads see its run's state,
+    and writes stay on it and become the operator update that opens its next run.
+    ``to_dict`` / ``from_dict`` carry it anywhere (see :mod:`workflow._lifecycle`).
     """
 
-    def __init__(self, executor: Executor, state_type: type[S] | None = None) -> None:
+    def __init__(
+        self,
+        workflow: Workflow,
+        previous_context: dict[str, Any] | None = None,
+        serializer: BaseSerializer | None = None,
+    ) -> None:
+        from ._lifecycle import Idle, restore_into
+        from ._workflow import Workflow
+
+        if not isinstance(workflow, Workflow):
+            msg = f"Context() takes the workflow it runs with, not {type(workflow).__name__}"
+            raise WorkflowRuntimeError(msg)
+        self._wf = workflow
+        self._x: Executor | None = None
+        self._run: str | None = None
+        self.store: ContextStore[S] = ContextStore(cast("Executor", None), workflow._state_type)
+        self._idle = Idle(self)
+        self._go_idle()
+        if previous_context is not None:
+            restore_into(self, previous_context, serializer)
+
+    @classmethod
+    def _bound(cls, executor: Executor, state_type: type[Any] | None) -> Context[Any]:
+        """The context of a run this process executes (its steps' ``ctx``)."""
+        from ._lifecycle import Idle
+
+        ctx: Context[Any] = object.__new__(cls)
+        ctx._wf = executor.wf
+        ctx._x = executor
+        ctx._run = executor.run_id
+        ctx.store = ContextStore(executor, state_type)
+        ctx._idle = Idle(ctx)
+        return ctx
+
+    def _go_idle(self) -> None:
+        self.store._x = cast("Executor", self._idle)  # reads and writes of an idle context
+
+    def _bind(self, executor: Executor) -> None:
+        """Binds this context to the run ``executor`` runs (a run started from it)."""
+        from ._lifecycle import Idle
+
+        executor.ctx = self
+        self._wf = executor.wf
         self._x = executor
-        self.store: ContextStore[S] = ContextStore(executor, state_type)
+        self._run = executor.run_id
+        self.store._x = executor
+        self._idle = Idle(self)
+
+    def _ended(self, executor: Executor) -> None:
+        """The run ``executor`` ran has ended: the context is idle, at the run's end."""
+        if self._x is executor:
+            self._go_idle()
 
     @property
     def run_id(self) -> str:
-        """The id of the run this context belongs to."""
-        return self._x.run_id
+        """The id of the run this context is bound to.
+
+        :raises ContextStateError: no run is bound to it yet (before its first run).
+        """
+        if self._run is None:
+            msg = "this context has no run yet: wf.run(ctx=ctx) binds it to the run it starts"
+            raise ContextStateError(msg)
+        return self._run
+
+    @property
+    def is_running(self) -> bool:
+        """Whether this context's run is being executed (here, or by another process)."""
+        from ._lifecycle import run_is_live
+
+        return run_is_live(self)
+
+    def _live(self) -> Executor | None:
+        """The executor running this context's run in this process, if it still runs it."""
+        x = self._x
+        if x is None or x._closing or self.store._x is not x:
+            return None
+        return x
 
     @staticmethod
     def get_step_context() -> Context[Any]:
@@ -406,7 +483,7 @@ class Context(Generic[S]):
     def _on_loop(self, fn: Callable[[], T]) -> T:
         """Runs ``fn`` on the run's event loop: at once from there, else (a synchronous
         step's worker thread) by handing it to the loop and waiting for its outcome."""
-        loop = self._x.done.get_loop()
+        loop = cast("Executor", self._x).done.get_loop()  # called for a bound context only
         try:
             here = asyncio.get_running_loop()
         except RuntimeError:
@@ -466,11 +543,19 @@ class Context(Generic[S]):
             msg = f"send_event takes an Event, not {type(event).__name__}"
             raise WorkflowRuntimeError(msg)
         att = current_attempt.get()
+        x = self._x
         if att is None:
+            if self._live() is None:
+                from ._lifecycle import send_idle
+
+                send_idle(self, event)
+                return
+            assert x is not None
             self._encode_event(event, "handler.ctx.send_event")  # refused here, not later
-            self._x.send_external_nowait(event)
+            x.send_external_nowait(event)
             return
-        if step is not None and step not in self._x.graph.steps:
+        assert x is not None
+        if step is not None and step not in x.graph.steps:
             msg = f"send_event: no step named {step!r}"
             raise WorkflowRuntimeError(msg)
         att.sent.append((event, step))
@@ -482,15 +567,19 @@ class Context(Generic[S]):
             is not streamed then).
         """
         att = current_attempt.get()
+        x = self._x if att is not None else self._live()
+        if x is None:
+            msg = "write_event_to_stream() needs a running workflow: call wf.run(ctx=ctx) first"
+            raise ContextStateError(msg)
         if att is not None:
             att.keep_json(event, self._encode_event(event, "ctx.write_event_to_stream"))
-        self._on_loop(lambda: self._x.stream_now(event, att))
+        self._on_loop(lambda: x.stream_now(event, att))
         if att is not None:
             att.streamed.append(event)
 
     def _encode_event(self, event: Event, call: str) -> orjson.Fragment:
         try:
-            return orjson.Fragment(self._x.codec.encode(event, name=type(event).__name__))
+            return orjson.Fragment(self._wf._codec.encode(event, name=type(event).__name__))
         except EncodeError as exc:
             raise refused(exc, f"refused by {call}") from None
 
@@ -521,7 +610,7 @@ class Context(Generic[S]):
         # program that imports app.
         bid = default_buffer_id(att.step, names) if buffer_id is None else buffer_id
         key = buffer_key(att.step, bid)
-        x = self._x
+        x = cast("Executor", self._x)  # inside an attempt: the executor running it
         # The live buffer changes now, atomically on the event loop (no other attempt can
         # see it half done); not an OCC key, so collectors never conflict. The change is
         # undone if this attempt does not commit.
@@ -563,10 +652,11 @@ class Context(Generic[S]):
         :raises WorkflowTimeoutError: no matching event came within ``timeout`` seconds.
         """
         att = self._attempt("wait_for_event")
+        x = cast("Executor", self._x)  # inside an attempt: the executor running it
         att.wait_calls += 1
         wid = waiter_id or f"{att.step}:{att.event_id}:{att.wait_calls}"
-        if wid in self._x.answers:
-            answer = self._x.answers[wid]
+        if wid in x.answers:
+            answer = x.answers[wid]
             att.answers_used.append(wid)
             if answer is None:
                 msg = f"wait_for_event({event_type.__name__}) timed out after {timeout} s"
@@ -574,8 +664,8 @@ class Context(Generic[S]):
             return answer[1]
         # What the waiting record will hold is checked here, where the step can be told.
         try:
-            self._x.codec.encode(wid, name="waiter_id")
-            self._x.codec.encode(dict(requirements or {}), name="requirements")
+            x.codec.encode(wid, name="waiter_id")
+            x.codec.encode(dict(requirements or {}), name="requirements")
         except EncodeError as exc:
             raise refused(exc, "refused by ctx.wait_for_event") from None
         if waiter_event is not None:
@@ -590,20 +680,36 @@ class Context(Generic[S]):
             }
         )
 
-    def to_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """Not needed here: the log already holds the run; resume or fork it instead."""
-        msg = (
-            "Context.to_dict() is not needed with durable-workflows: every run is already"
-            " in the store. Continue a run with wf.resume(run_id), or start from any point"
-            " with wf.run_from(checkpoint); list points with wf.checkpoints(run_id)."
-        )
-        raise WorkflowRuntimeError(msg)
+    def to_dict(
+        self, serializer: BaseSerializer | None = None, *, include_state: bool = True
+    ) -> dict[str, Any]:
+        """The context as a JSON-native dict: its run and seq, and the run's state there.
+
+        The state (context values, queues, in-progress events, waiters, collect buffers) is
+        in the codec's typed JSON; ``include_state=False`` leaves the context values out
+        (restoring it starts with none). ``serializer`` turns each value into its text
+        instead (:mod:`workflow.context.serializers`). Restore it with :meth:`from_dict`,
+        here or in another process.
+        """
+        from ._lifecycle import context_dict
+
+        return context_dict(self, serializer, include_state)
 
     @classmethod
-    def from_dict(cls, *args: Any, **kwargs: Any) -> Context[Any]:
-        """Not needed here: use ``wf.resume(run_id)`` or ``wf.run_from(checkpoint)``."""
-        msg = (
-            "Context.from_dict() is not needed with durable-workflows: continue a run with"
-            " wf.resume(run_id), or fork one from a checkpoint with wf.run_from(checkpoint)."
-        )
-        raise WorkflowRuntimeError(msg)
+    def from_dict(
+        cls,
+        workflow: Workflow,
+        data: dict[str, Any],
+        serializer: BaseSerializer | None = None,
+    ) -> Context[Any]:
+        """A context back from :meth:`to_dict`'s dict, for ``workflow.run(ctx=...)``.
+
+        When the workflow's store holds the dict's run, the context is bound to it at the
+        dict's seq (a later ``run`` continues it, or forks it there if the run went on);
+        otherwise the dict's state is imported as a new run when the context next runs,
+        keeping where it came from as a link.
+
+        :raises ContextSerdeError: the dict is damaged, of another format, or of another
+            workflow.
+        """
+        return cls(workflow, data, serializer)

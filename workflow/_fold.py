@@ -349,6 +349,13 @@ def _run_failed(s: Folded, r: StoredRecord, p: J.RunFailed) -> None:
     s.error = {"step": r.step, "error": p.get("error"), "message": p.get("message")}
 
 
+def _run_resumed(s: Folded, r: StoredRecord, p: J.RunResumed) -> None:
+    s.status = "running"
+    s.error = None
+    if p.get("previous") == "timed_out":
+        s.exec_us = 0  # resuming a timed-out run starts a fresh timeout budget
+
+
 def _status(status: str) -> Callable[[Folded, StoredRecord, Any], None]:
     def apply(s: Folded, r: StoredRecord, p: Any) -> None:
         s.status = status
@@ -424,6 +431,9 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
             if fn is None:
                 msg = f"record seq {r.seq} of run {r.run_id!r} has an unknown kind {kind!r}"
                 raise LogCorruptedError(msg, seq=r.seq)
+            start = kind in starts
+            if start:  # a session's start may reset the clock (a timed-out run resumed)
+                state.exec_us = exec_us
             try:
                 fn(state, r, loads(r.payload))
             except orjson.JSONDecodeError as exc:
@@ -438,13 +448,15 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
                 msg = f"record seq {r.seq} ({kind}) of run {r.run_id!r} is malformed: {exc!r}"
                 raise LogCorruptedError(msg, seq=r.seq) from exc
             n += 1
+            if start:
+                exec_us = state.exec_us
             seq = r.seq
             if state.first_seq is None:
                 state.first_seq = seq
             # Execution time: from a session's first record to its last, without the time
             # the run spent with nothing to do but wait, nor the time between sessions.
             ts = r.ts
-            if kind not in starts and prev_ts is not None and not paused and ts > prev_ts:
+            if not start and prev_ts is not None and not paused and ts > prev_ts:
                 exec_us += ts - prev_ts
             prev_ts = ts
             if seq == r.commit_seq:

@@ -184,10 +184,13 @@ class WorkflowHandler:
 
         As in LlamaIndex it raises nothing (also for a run that already ended) and returns
         once the run has ended, or after ``timeout`` seconds; awaiting the handler then
-        raises :class:`WorkflowCancelledByUser`.
+        raises :class:`WorkflowCancelledByUser`. A caller that asked for the cancellation
+        need not await it (LlamaIndex's pause-and-resume does not): asyncio does not report
+        it as never retrieved.
         """
         if self._executor is None or self._future.done():
             return
+        self._future.add_done_callback(_retrieve)
         with contextlib.suppress(Exception):
             await self._executor.cancel()
         with contextlib.suppress(Exception, asyncio.CancelledError):
@@ -209,3 +212,8 @@ class WorkflowHandler:
                 if x is None or x.only_waiters():
                     return
                 await asyncio.sleep(0.01)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # marks the error as seen; awaiting the handler still raises it

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eventstore import (
+    CodecError,
     EventStore,
     LogCorruptedError,
     RunInfo,
@@ -281,17 +282,29 @@ def checkpoints(
     step: str | None = None,
     event: type | str | None = None,
     resolve: Callable[[str], type] | None = None,
+    load: Callable[[Any], Any] | None = None,
 ) -> list[Checkpoint]:
     """One checkpoint per commit of the run, filtered by step and by event class or name.
 
     With ``resolve`` (a codec's), a class also matches the names it is recorded under in
-    another process (``__main__:X`` for ``app:X``).
+    another process (``__main__:X`` for ``app:X``). With ``load`` (a codec's), the commits
+    of steps that returned carry LlamaIndex's fields: the step, its input and output events
+    (decoded from their records; the state is never read here).
     """
-    run_info(store, run_id)
+    info = run_info(store, run_id)
     wanted = None if event is None else _event_filter(event, resolve)
     out: list[Checkpoint] = []
+    dumps: dict[int, Any] = {}
+    decoded: dict[int, Any] = {}
+    if load is not None and info.parent_run_id is not None and info.parent_seq is not None:
+        dumps = _event_dumps(store, info.parent_run_id, info.parent_seq)
     for commit in commits(store.records(run_id)):
         head = commit[0]
+        if load is not None:
+            for r in commit:
+                # A damaged record names no event; the history shows it where it belongs.
+                with contextlib.suppress(LogCorruptedError, KeyError, TypeError):
+                    _note_dump(r, dumps)
         if step is not None and head.step != step:
             continue
         types: list[str] = []
@@ -302,12 +315,78 @@ def checkpoints(
                     types.append(t)
         if wanted is not None and not any(map(wanted, types)):
             continue
+        extra: dict[str, Any] = {}
+        if load is not None and head.kind == J.STEP_FINISHED:
+            finished: J.StepFinished = payload_of(head)  # the step's own commit: read, or raise
+            emitted = finished.get("emitted") or []
+            # A step's output is the next one's input: each event is decoded once.
+            extra = {
+                "last_completed_step": head.step,
+                "input_event": _loaded(load, decoded, dumps, finished["id"]),
+                "output_event": _loaded(load, decoded, dumps, emitted[-1]) if emitted else None,
+            }
         out.append(
             Checkpoint(
-                run_id=run_id, seq=commit[-1].seq, kind=head.kind, step=head.step, event_types=types
+                run_id=run_id,
+                seq=commit[-1].seq,
+                kind=head.kind,
+                step=head.step,
+                event_types=types,
+                id_=f"{run_id}:{commit[-1].seq}",
+                **extra,
             )
         )
     return out
+
+
+def _note_dump(r: StoredRecord, dumps: dict[int, Any]) -> None:
+    """Remembers the dump of each event a record introduces, by id."""
+    if r.kind == J.ENQUEUED:
+        enqueued: J.Enqueued = payload_of(r)
+        dumps.setdefault(enqueued["id"], enqueued.get("event"))
+    elif r.kind == J.RUN_FINISHED:
+        finished: J.RunFinished = payload_of(r)
+        if "id" in finished:
+            dumps[finished["id"]] = finished.get("result")
+    elif r.kind == J.RUN_STARTED:
+        started: J.RunStarted = payload_of(r)
+        start = started.get("start")
+        if start:
+            dumps[start["id"]] = start.get("event")
+    elif r.kind == J.WAIT_RESOLVED:
+        resolved: J.WaitResolved = payload_of(r)
+        answer = resolved.get("id")
+        if answer is not None:
+            dumps[answer] = resolved.get("event")
+
+
+def _event_dumps(store: EventStore, run_id: str, seq: int) -> dict[int, Any]:
+    """Event id -> dump for the events a run (and its ancestors) had up to ``seq``."""
+    info = run_info(store, run_id)
+    dumps: dict[int, Any] = {}
+    if info.parent_run_id is not None and info.parent_seq is not None:
+        dumps = _event_dumps(store, info.parent_run_id, info.parent_seq)
+    kinds = [J.ENQUEUED, J.WAIT_RESOLVED, J.RUN_STARTED, J.RUN_FINISHED]
+    for r in store.records(run_id, upto=seq, kinds=kinds):
+        _note_dump(r, dumps)
+    return dumps
+
+
+def _loaded(
+    load: Callable[[Any], Any], decoded: dict[int, Any], dumps: dict[int, Any], ev_id: int
+) -> Any:
+    """Event ``ev_id`` decoded (once: ``decoded`` keeps it), or None if the log has none."""
+    if ev_id in decoded:
+        return decoded[ev_id]
+    dump = dumps.get(ev_id)
+    if dump is None:
+        return None
+    try:
+        event = load(dump)
+    except CodecError:  # a class this program lacks: the checkpoint shows its JSON
+        event = dump
+    decoded[ev_id] = event
+    return event
 
 
 def _event_filter(

@@ -163,7 +163,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         self.run_id = run_id
         self.rid = rid
         self.epoch = epoch
-        self.ctx: Context[Any] = Context(self, wf._state_type)
+        self.ctx: Context[Any] = Context._bound(self, wf._state_type)
         self.committed: dict[str, Any] = {}
         self.versions: dict[str, int] = {}
         self._wversions: dict[str, int] = {}
@@ -1196,6 +1196,7 @@ class Executor(ContextChanges, WaitsAndInbox):
             # The handler resolves once the last snapshot is written (or failed): a read of
             # the latest state right after ``await handler`` then folds nothing.
             await asyncio.gather(*last_snapshot, return_exceptions=True)
+            self.ctx._ended(self)  # idle from here: writes open the context's next run
             if self.done.done():
                 return
             if exc is not None:

@@ -5,9 +5,16 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Final, Generic, Literal, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PrivateAttr,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from ._events import Event
 
@@ -21,6 +28,8 @@ RunStatus = Literal[
     "running", "interrupted", "waiting", "finished", "failed", "cancelled", "timed_out"
 ]
 TERMINAL: frozenset[str] = frozenset({"finished", "failed", "cancelled", "timed_out"})
+# The fields Checkpoint has for LlamaIndex users (llama-index-core 0.12's Checkpoint).
+LLAMA_FIELDS: Final = ("id_", "last_completed_step", "input_event", "output_event")
 
 
 class Checkpoint(BaseModel):
@@ -28,6 +37,13 @@ class Checkpoint(BaseModel):
 
     Every field is JSON-native, so ``Checkpoint.model_validate(json.loads(json.dumps(
     cp.model_dump())))`` gives back an equal checkpoint that ``run_from`` accepts.
+
+    LlamaIndex's fields (``llama_index.core.workflow.Checkpoint``) are there too: ``id_``
+    (``"run_id:seq"``), and for a commit of a step that returned, ``last_completed_step``,
+    ``input_event`` (the event it took) and ``output_event`` (the last event it emitted),
+    events of their exact class that dump as the codec's typed JSON and validate back
+    from it. ``ctx_state`` (the context dict there) is computed when read, never when
+    checkpoints are listed.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -37,6 +53,72 @@ class Checkpoint(BaseModel):
     kind: str
     step: str | None = None
     event_types: list[str] = []
+    id_: str = ""
+    last_completed_step: str | None = None
+    input_event: Any = None
+    output_event: Any = None
+    # (the workflow that listed it, the serializer of ctx_state), for ctx_state.
+    _source: Any = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_id(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("id_") and "run_id" in data:
+            data = {**data, "id_": f"{data['run_id']}:{data.get('seq')}"}
+        return data
+
+    @field_validator("input_event", "output_event", mode="before")
+    @classmethod
+    def _load_event(cls, value: Any) -> Any:
+        # A dump (after a JSON round trip) is rebuilt as its exact class: the codec resolves
+        # it among the classes this program has registered or imported.
+        if isinstance(value, dict) and "$t" in value:
+            from eventstore import CodecError, default_codec
+
+            try:
+                return default_codec.load(value)
+            except CodecError:  # a class this program lacks: kept as its JSON
+                return value
+        return value
+
+    @field_serializer("input_event", "output_event")
+    def _dump_event(self, value: Any) -> Any:
+        if value is None or not isinstance(value, Event):
+            return value
+        from eventstore import default_codec
+
+        return default_codec.dump(value)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Checkpoint):
+            return NotImplemented
+        return self.model_dump() == other.model_dump()
+
+    def __hash__(self) -> int:
+        return hash((self.run_id, self.seq))
+
+    @property
+    def ctx_state(self) -> dict[str, Any]:
+        """The context dict (``Context.to_dict()``) at this checkpoint, read from the store.
+
+        :raises WorkflowRuntimeError: the checkpoint was not listed by a workflow here (it
+            was validated from data): ``wf.state_at(cp.run_id, cp.seq)`` reads the state.
+        """
+        wf, serializer = self._source or (None, None)
+        if wf is None:
+            from ._errors import WorkflowRuntimeError
+
+            msg = (
+                "this checkpoint was not listed by a workflow, so its ctx_state is unknown"
+                " here; read the state with wf.state_at(cp.run_id, cp.seq)"
+            )
+            raise WorkflowRuntimeError(msg)
+        from ._context import Context
+
+        ctx: Context[Any] = Context(wf)
+        ctx._run = self.run_id
+        ctx._idle.seq = self.seq
+        return ctx.to_dict(serializer)
 
 
 class LazyDict(MutableMapping[K, V]):

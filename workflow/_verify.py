@@ -288,8 +288,8 @@ class _Replay:
         self.buffers: dict[str, dict[str, list[tuple[int, Event]]]] = {}
         self.answers: dict[str, Any] = {}
         self.state_lock = asyncio.Lock()
-        self.ctx: Context[Any] = Context(self, wf._state_type)  # type: ignore[arg-type]
         self.run_id = "verify"
+        self.ctx: Context[Any] = Context._bound(self, wf._state_type)  # type: ignore[arg-type]
         self._next = 10**9
 
     def pin(self, key: str) -> None:

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -57,6 +57,9 @@ from ._step import GRAPH_CHECKS, STEP_ATTR, collect_steps, graph_checks, step_fu
 from ._waits import Delivery
 from .resource import ResourceManager, check_configs
 
+if TYPE_CHECKING:
+    from ._context import Context
+
 __all__ = ["RunSummary", "Workflow"]
 
 _log = logging.getLogger("workflow")
@@ -65,13 +68,23 @@ _stores: dict[str, EventStore] = {}
 _live: dict[tuple[int, str], Executor] = {}
 
 
+# Where workflows created without ``store=`` journal: a file path or a PostgreSQL URL. Unset
+# (or empty), each such workflow gets a private in-memory store.
+STORE_ENV = "WORKFLOW_STORE"
+
+
 def _open_store(store: str | os.PathLike[str] | EventStore | None) -> EventStore:
     if isinstance(store, EventStore):
         return store
+    if store is None:
+        # LlamaIndex code passes no store: the environment can make it durable unchanged.
+        store = os.environ.get(STORE_ENV) or None
     if store is None or os.fspath(store) == ":memory:":
         return EventStore()
-    # One store object per file and process: its writer batches every run's commits.
-    key = str(Path(store).resolve())
+    # One store object per file (or database) and process: its writer batches every run's
+    # commits.
+    text = os.fspath(store)
+    key = text if text.startswith(("postgresql://", "postgres://")) else str(Path(text).resolve())
     with _stores_lock:
         found = _stores.get(key)
         if found is None or found._closed or found._failed is not None:
@@ -82,8 +95,10 @@ def _open_store(store: str | os.PathLike[str] | EventStore | None) -> EventStore
 class Workflow:
     """A set of steps that pass events; every run is journaled to an event store.
 
-    :param store: a path to an SQLite file, an :class:`EventStore`, or None for a private
-        in-memory store (every run is still journaled and can be inspected).
+    :param store: a path to an SQLite file, a PostgreSQL URL, an :class:`EventStore`, or
+        None: the store named by the ``WORKFLOW_STORE`` environment variable (a path or a
+        URL) if it is set, else a private in-memory store (every run is still journaled
+        and can be inspected).
     :param timeout: seconds of execution a run may take, summed across resumes (None: no
         limit). Time with nothing to do but wait for an event does not count.
     :param verbose: print each step as it runs and what it produced.
@@ -367,8 +382,9 @@ class Workflow:
 
     def run(
         self,
-        *,
+        ctx: Context[Any] | None = None,
         start_event: StartEvent | None = None,
+        *,
         run_id: str | None = None,
         **kwargs: Any,
     ) -> WorkflowHandler:
@@ -376,8 +392,20 @@ class Workflow:
 
         The keyword arguments become the fields of the start event. A ``run_id`` that
         already exists starts nothing: it is resumed (or its stored result returned).
+
+        With ``ctx`` (LlamaIndex's ``run(ctx=ctx)``), the run goes on from that context,
+        which is then bound to it: with a start event or keyword fields, a new run starts
+        from the context's state (a chat turn); without them, the context's run continues
+        unless it finished (then a new run starts with the default start event). Writes
+        made on the context while it was idle open the run.
+
+        :raises ContextStateError: the context's run is live (here or in another process).
         """
         _require_loop("run")
+        if ctx is not None:
+            from ._lifecycle import run_with_context
+
+            return run_with_context(self, ctx, start_event, kwargs, run_id)
         start_event = self._start_event(start_event, kwargs)
         run_id = run_id or uuid.uuid4().hex
         if self._store.get_run(run_id) is not None:
@@ -407,22 +435,35 @@ class Workflow:
         )
         return run_id
 
-    def _start_records(self, start_event: StartEvent) -> list[Record]:
-        """A new run's first commit: run_started, and the start event for its steps."""
+    def _start_records(
+        self,
+        start_event: StartEvent,
+        context: Iterable[Record] = (),
+        previous: tuple[str, int] | None = None,
+    ) -> list[Record]:
+        """A new run's first commit: run_started, its ``context`` records (a run from a
+        context, linked to the ``previous`` run), and the start event for its steps."""
         dump = orjson.Fragment(self._codec.encode(start_event, name=type(start_event).__name__))
         targets = self._graph.route(type(start_event))
         return [
-            J.run_started(
-                self._name,
-                self._graph.fingerprint(),
-                1,
-                dump,
-                None,
-                self._codec,
-                self._graph.describe(),
-            ),
+            self._run_started(1, dump, previous),
+            *context,
             *(J.enqueued(t, 1, dump, J.SRC_START) for t in targets),
         ]
+
+    def _run_started(
+        self, start_id: int, start: Any, previous: tuple[str, int] | None = None
+    ) -> Record:
+        return J.run_started(
+            self._name,
+            self._graph.fingerprint(),
+            start_id,
+            start,
+            None,
+            self._codec,
+            self._graph.describe(),
+            previous,
+        )
 
     def _new_run(self) -> NewRun:
         return NewRun(meta={"workflow": self._name}, status="running")
@@ -489,6 +530,17 @@ class Workflow:
         :raises WorkflowChangedError: its queued or in-progress work fits no step now.
         :raises EncodeError: an update holds a value the log cannot hold.
         """
+        return self._resume(run_id, updates, cancelled=cancelled, allow_stranded=allow_stranded)
+
+    def _resume(
+        self,
+        run_id: str,
+        updates: dict[str, Any] | None,
+        *,
+        cancelled: bool = False,
+        allow_stranded: bool = False,
+        deletes: list[str] | None = None,
+    ) -> WorkflowHandler:
         _require_loop("resume")
         updates = encode_updates(self._codec, updates)  # refused before the run is claimed
         live = _live.get((id(self._store), run_id))
@@ -519,7 +571,11 @@ class Workflow:
             raise
         _live[(id(self._store), run_id)] = x
         handler = WorkflowHandler(self, run_id, x.done, x, self._recorded_stream(folded))
-        x._spawn(self._continue(x, copy.deepcopy(folded), updates, resumed=True, renamed=renamed))
+        x._spawn(
+            self._continue(
+                x, copy.deepcopy(folded), updates, resumed=True, renamed=renamed, deletes=deletes
+            )
+        )
         return handler
 
     def run_from(
@@ -534,6 +590,14 @@ class Workflow:
 
         :raises EncodeError: an update holds a value the log cannot hold.
         """
+        return self._run_from(checkpoint, updates)
+
+    def _run_from(
+        self,
+        checkpoint: Checkpoint | tuple[str, int] | dict[str, Any],
+        updates: dict[str, Any] | None,
+        deletes: list[str] | None = None,
+    ) -> WorkflowHandler:
         _require_loop("run_from")
         updates = encode_updates(self._codec, updates)  # refused before the fork begins
         if isinstance(checkpoint, dict):
@@ -551,11 +615,16 @@ class Workflow:
         folded.records = 0
         x = Executor(self, run_id, 0, 1, folded)
         handler = WorkflowHandler(self, run_id, x.done, x)
-        x._spawn(self._fork(x, folded, (parent_id, at), updates))
+        x._spawn(self._fork(x, folded, (parent_id, at), updates, deletes))
         return handler
 
     async def _fork(
-        self, x: Executor, folded: Folded, parent: tuple[str, int], updates: dict[str, Any] | None
+        self,
+        x: Executor,
+        folded: Folded,
+        parent: tuple[str, int],
+        updates: dict[str, Any] | None,
+        deletes: list[str] | None = None,
     ) -> None:
         # Read before the fork's first commit is folded into the same state.
         ended = folded.result if folded.status == "finished" else None
@@ -584,13 +653,13 @@ class Workflow:
         if ended is not None:
             # Forked where the parent had finished: nothing is left to run, so the fork
             # ends at once with the parent's result at that point (after any updates).
-            if updates:
-                await x.operator_update(updates)
+            if updates or deletes:
+                await x.operator_update(updates or {}, deletes)
             stop = self._codec.load(ended)
             await x.append([J.run_finished(ended, folded.next_id)], status="finished")
             x._finish(stop)
             return
-        await self._continue(x, copy.deepcopy(folded), updates, resumed=False)
+        await self._continue(x, copy.deepcopy(folded), updates, resumed=False, deletes=deletes)
 
     async def _continue(
         self,
@@ -600,6 +669,7 @@ class Workflow:
         *,
         resumed: bool,
         renamed: dict[str, str] | None = None,
+        deletes: list[str] | None = None,
     ) -> None:
         if resumed:
             x.epoch = await self._store.claim(x.run_id)
@@ -619,8 +689,10 @@ class Workflow:
                 [J.run_resumed(x.epoch, folded.status, renamed)],
                 status="running",
             )
-        if updates:
-            await x.operator_update(updates)
+            if folded.status == "timed_out":
+                x._exec_before = 0.0  # a fresh timeout budget (the fold resets it too)
+        if updates or deletes:
+            await x.operator_update(updates or {}, deletes)
         failed = folded.status == "failed"
         steps = self._graph.steps
         exc = over_recovery_limit(x.run_id, folded, steps, self._max_recovery)
@@ -725,7 +797,17 @@ class Workflow:
         :param event: only commits that enqueue (or finish with) this event class; a class
             or a name (qualified ``module:Class`` or plain ``Class``).
         """
-        return checkpoints(self._store, run_id, step=step, event=event, resolve=self._codec.resolve)
+        found = checkpoints(
+            self._store,
+            run_id,
+            step=step,
+            event=event,
+            resolve=self._codec.resolve,
+            load=self._codec.load,
+        )
+        for cp in found:
+            cp._source = (self, None)
+        return found
 
     def runs(self) -> list[RunSummary]:
         """Every run in the store with its status: ``interrupted`` when it is unfinished and

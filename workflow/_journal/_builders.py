@@ -108,11 +108,13 @@ def run_started(
     parent: tuple[str, int] | None,
     codec: Codec,
     graph: dict[str, StepShape] | None = None,
+    previous: tuple[str, int] | None = None,
 ) -> Record:
     """The first record of a run (or of a fork, which names its parent and seq).
 
     It carries the step graph, so that ``verify`` can say how today's steps differ.
-    ``start_event`` may be given already encoded (an ``orjson.Fragment``).
+    ``start_event`` may be given already encoded (an ``orjson.Fragment``). ``previous``
+    names the run and seq whose context a new run started from (written only then).
     """
     payload: RunStarted = {
         "workflow": workflow,
@@ -128,6 +130,8 @@ def run_started(
         else None,
         "parent": {"run_id": parent[0], "seq": parent[1]} if parent else None,
     }
+    if previous is not None:
+        payload["previous"] = {"run_id": previous[0], "seq": previous[1]}
     return _rec(RUN_STARTED, None, payload)
 
 

@@ -129,6 +129,9 @@ class RunStarted(TypedDict):
     graph: NotRequired[dict[str, StepShape] | None]  # since verify (1ca66be)
     start: EventRef | None
     parent: ParentRef | None
+    # The run whose context this run started from (a chat turn, an imported context dict):
+    # a link only; the fold starts this run from its own records. Since issue 14.
+    previous: NotRequired[ParentRef]
 
 
 class Enqueued(TypedDict):

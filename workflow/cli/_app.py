@@ -16,6 +16,7 @@ from .._fold import Folded, to_run_state
 from .._ownership import probe_owners
 from .._read import RunSummary, check_seq, fold_run, run_summaries, shown_status
 from .._read import checkpoints as list_checkpoints
+from .._state import LLAMA_FIELDS
 from ._common import (
     CliGroup,
     emit_json,
@@ -174,7 +175,8 @@ def checkpoints(
     else:
         found = list_checkpoints(store, run, step=step_name, event=event_name)
     if as_json:
-        emit_json([c.model_dump() for c in found])
+        # The log's own fields: LlamaIndex's (events of user classes) are for Python callers.
+        emit_json([c.model_dump(exclude=set(LLAMA_FIELDS)) for c in found])
         return
     if not found:
         click.echo("no checkpoints match", err=True)

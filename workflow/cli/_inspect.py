@@ -126,6 +126,9 @@ def _run_started(p: J.RunStarted, show: Show, limit: int) -> str:
         text += f" start #{start.get('id')} {show(start.get('event'), limit)}"
     if parent:
         text += f" fork of {parent.get('run_id')} at seq {parent.get('seq')}"
+    previous = p.get("previous")
+    if previous:  # a run from a context: a link, not a parent
+        text += f" context of {previous.get('run_id')} at seq {previous.get('seq')}"
     return text
 
 

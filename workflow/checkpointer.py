@@ -1,0 +1,129 @@
+"""``WorkflowCheckpointer``, as in llama-index-core 0.12 (``llama_index.core.workflow``).
+
+There, a checkpointer wraps a workflow and keeps, in memory, one ``Checkpoint`` per step that
+finished, each holding a serialized context. Here every run is already a log, so the
+checkpointer is a view over it: ``checkpoints`` lists, for each run it started, one
+checkpoint per finished step attempt (of the steps checkpointing is enabled for), read from
+the store whenever it is asked; ``run_from(checkpoint=cp)`` forks the run at ``cp.seq``.
+Checkpoints are JSON-native: one that went through ``model_dump`` / ``json`` /
+``model_validate`` runs from exactly where it was taken.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._errors import WorkflowValidationError
+from ._events import Event
+from ._handler import WorkflowHandler
+from ._state import Checkpoint
+from ._workflow import Workflow
+from .context.serializers import BaseSerializer, JsonSerializer
+
+__all__ = ["Checkpoint", "WorkflowCheckpointer"]
+
+
+class WorkflowCheckpointer:
+    """Runs a workflow and lists the checkpoints of the runs it started.
+
+    :param workflow: the workflow to run.
+    :param checkpoint_serializer: the serializer of each checkpoint's ``ctx_state``
+        (default :class:`~workflow.context.serializers.JsonSerializer`).
+    :param disabled_steps: steps whose finished attempts are not listed.
+    """
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        checkpoint_serializer: BaseSerializer | None = None,
+        disabled_steps: list[str] | tuple[str, ...] = (),
+    ) -> None:
+        self.workflow = workflow
+        self._checkpoint_serializer = checkpoint_serializer or JsonSerializer()
+        self.enabled_checkpoints: set[str] = set(workflow._graph.steps)
+        self._runs: list[str] = []
+        for name in disabled_steps:
+            self.disable_checkpoint(name)
+
+    def _known(self, step: str) -> None:
+        if step not in self.workflow._graph.steps:
+            names = ", ".join(sorted(self.workflow._graph.steps))
+            msg = f"this workflow has no step named {step!r} (its steps: {names})"
+            raise WorkflowValidationError(msg)
+
+    def enable_checkpoint(self, step: str) -> None:
+        """Lists the finished attempts of ``step`` again."""
+        self._known(step)
+        self.enabled_checkpoints.add(step)
+
+    def disable_checkpoint(self, step: str) -> None:
+        """Stops listing the finished attempts of ``step`` (the log keeps them all)."""
+        self._known(step)
+        self.enabled_checkpoints.discard(step)
+
+    def run(self, **kwargs: Any) -> WorkflowHandler:
+        """Starts a run of the workflow (``Workflow.run``'s arguments) and lists it."""
+        handler = self.workflow.run(**kwargs)
+        self._runs.append(handler.run_id)
+        return handler
+
+    def run_from(
+        self, checkpoint: Checkpoint, updates: dict[str, Any] | None = None
+    ) -> WorkflowHandler:
+        """Starts a new run from ``checkpoint`` (a fork at its seq) and lists it."""
+        handler = self.workflow.run_from(checkpoint, updates)
+        self._runs.append(handler.run_id)
+        return handler
+
+    @property
+    def checkpoints(self) -> dict[str, list[Checkpoint]]:
+        """Run id -> one checkpoint per finished attempt of an enabled step, oldest first.
+
+        Read from the log each time: runs of a previous process are not listed, since this
+        checkpointer did not start them (``Workflow.checkpoints(run_id)`` lists any run's).
+        """
+        out: dict[str, list[Checkpoint]] = {}
+        for run_id in self._runs:
+            found = [
+                cp
+                for cp in self.workflow.checkpoints(run_id)
+                if cp.last_completed_step is not None
+                and cp.last_completed_step in self.enabled_checkpoints
+            ]
+            for cp in found:
+                cp._source = (self.workflow, self._checkpoint_serializer)
+            out[run_id] = found
+        return out
+
+    def filter_checkpoints(
+        self,
+        run_id: str | None = None,
+        last_completed_step: str | None = None,
+        input_event_type: type[Event] | None = None,
+        output_event_type: type[Event] | None = None,
+        *,
+        output_event: type[Event] | None = None,
+        input_event: type[Event] | None = None,
+    ) -> list[Checkpoint]:
+        """The checkpoints that match every filter given (at least one).
+
+        ``output_event=`` / ``input_event=`` are the spellings of the checkpointing PR for
+        ``output_event_type=`` / ``input_event_type=``. An event type matches its exact
+        class, as in LlamaIndex.
+
+        :raises ValueError: no filter was given.
+        """
+        input_event_type = input_event_type or input_event
+        output_event_type = output_event_type or output_event
+        if not (run_id or last_completed_step or input_event_type or output_event_type):
+            msg = "filter_checkpoints needs a filter: run_id, last_completed_step or an event type"
+            raise ValueError(msg)
+        every = self.checkpoints
+        candidates = every.get(run_id, []) if run_id else [c for cs in every.values() for c in cs]
+        return [
+            cp
+            for cp in candidates
+            if (not last_completed_step or cp.last_completed_step == last_completed_step)
+            and (input_event_type is None or type(cp.input_event) is input_event_type)
+            and (output_event_type is None or type(cp.output_event) is output_event_type)
+        ]
