@@ -3,6 +3,7 @@
 from ._context import Context, ContextStore
 from ._errors import (
     CheckpointNotFoundError,
+    MemoizedError,
     RecoveryLimitError,
     RunAbandonedError,
     RunFinishedError,
@@ -20,6 +21,7 @@ from ._errors import (
 )
 from ._events import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
 from ._handler import WorkflowHandler
+from ._memo import memoized
 from ._recover import Recoveries, Recovery
 from ._state import Checkpoint, InProgress, RunState, Waiter
 from ._step import step
@@ -38,6 +40,7 @@ __all__ = [
     "HumanResponseEvent",
     "InProgress",
     "InputRequiredEvent",
+    "MemoizedError",
     "Recoveries",
     "Recovery",
     "RecoveryLimitError",
@@ -63,5 +66,6 @@ __all__ = [
     "WorkflowRuntimeError",
     "WorkflowTimeoutError",
     "WorkflowValidationError",
+    "memoized",
     "step",
 ]

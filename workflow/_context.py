@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
@@ -30,6 +30,7 @@ from ._events import Event
 if TYPE_CHECKING:
     from ._changes import KeyChange
     from ._runner import Executor
+    from .retry_policy import RetryPolicy
 
 __all__ = ["Attempt", "Context", "ContextStore", "WaitSuspend"]
 
@@ -101,6 +102,10 @@ class Attempt:
     # The JSON of events checked when they were streamed or asked, by id(event): the
     # attempt's outcome commit writes it (the events stay alive in ``streamed``).
     encoded: dict[int, orjson.Fragment] | None = None
+    # The run it belongs to, for memoized calls (``_memo.MemoHost``), and how many times
+    # each memo key was used in it (so repeated calls keep their call order).
+    host: Any = None
+    memo_keys: dict[str, int] | None = None
 
     def keep_json(self, event: Event, text: orjson.Fragment) -> None:
         """Keeps the JSON of an event the attempt streams, for its outcome commit."""
@@ -498,6 +503,44 @@ class Context(Generic[S]):
                 "timeout": timeout,
                 "waiter_event": waiter_event,
             }
+        )
+
+    async def memo(
+        self,
+        key: str | None,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        cache_errors: bool = False,
+        reuse_on_retry: bool = False,
+        retry_policy: RetryPolicy | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """``fn(*args, **kwargs)`` (awaited if it returns an awaitable), paid once per input.
+
+        The result is recorded on its own before this returns, whatever the attempt does
+        next; a later attempt at the same input whose call has the same ``key`` (None: the
+        function's name; ``#2``, ``#3`` for its later uses in one attempt) and arguments gets
+        the recorded result without calling ``fn``: after a crash, a conflict, a wait, a
+        resume of a failed run, and after a retry policy's re-run only with
+        ``reuse_on_retry=True``. ``retry_policy`` retries ``fn`` itself within the call.
+
+        :raises EncodeError: the arguments or the result cannot be stored.
+        :raises MemoizedError: ``fn`` raised, with ``cache_errors=True`` (its type's name and
+            message; without it the exception propagates and nothing is recorded).
+        """
+        from ._memo import call_memoized
+
+        att = self._attempt("memo")
+        return await call_memoized(
+            att,
+            key,
+            fn,
+            args,
+            kwargs,
+            cache_errors=cache_errors,
+            reuse_on_retry=reuse_on_retry,
+            retry_policy=retry_policy,
         )
 
     def to_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from ._errors import (
     WorkflowTimeoutError,
 )
 from ._events import Event, InputRequiredEvent, StopEvent
-from ._fold import FOLD_VERSION, Folded, fold, result_of
+from ._fold import FOLD_VERSION, Folded, MemoRec, fold, result_of
 from ._ownership import LeaseOwners
 from ._snapshot import dump_folded
 from ._waits import Delivery, WaitInfo, WaitsAndInbox
@@ -223,6 +223,12 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._exec_before = f.exec_us / 1e6
 
     # ------------------------------------------------------------------ helpers for Context
+
+    replaying: Final = False  # memoized calls are made (``_memo.MemoHost``)
+
+    def memos_of(self, step: str, event_id: int) -> dict[str, MemoRec]:
+        """The memoized calls recorded for ``step``'s input ``event_id`` (the live fold's)."""
+        return self._folded.memos.get(step, {}).get(event_id, {})
 
     def new_event_id(self) -> int:
         self.next_id += 1
@@ -509,7 +515,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                 durable_start = False
             else:
                 self._lazy(started)
-            att = Attempt(step, d.event_id, attempt, d.event)
+            att = Attempt(step, d.event_id, attempt, d.event, host=self)
             if conflicts >= CONFLICTS_BEFORE_LOCK:
                 await self.state_lock.acquire()
                 att.holds_lock = True

@@ -14,13 +14,14 @@ from typing import Any, Final, NoReturn
 import orjson
 
 from ._buffers import class_qualname, legacy_buffer_key
-from ._fold import Ev, Folded, KeyLog, Prog, WaitRec
+from ._fold import Ev, Folded, KeyLog, MemoRec, Prog, WaitRec
 
 __all__ = ["SNAPSHOT_FORMAT", "SnapshotError", "dump_folded", "load_folded"]
 
-SNAPSHOT_FORMAT: Final = 3  # the "v" of dump_folded's output; 3: buffers keyed by buffer_key
-# Older formats still read: 2 (buffers keyed by module names, converted as they load).
-_READ_FORMATS: Final = frozenset({2, SNAPSHOT_FORMAT})
+SNAPSHOT_FORMAT: Final = 4  # the "v" of dump_folded's output; 4: with memoized calls
+# Older formats still read: 2 (buffers keyed by module names, converted as they load) and
+# 3 (no memoized calls: the code that wrote them recorded none).
+_READ_FORMATS: Final = frozenset({2, 3, SNAPSHOT_FORMAT})
 
 
 def _evs(evs: Iterable[Ev]) -> list[Any]:
@@ -72,6 +73,16 @@ def dump_folded(s: Folded) -> bytes:
             },
             "unclaimed": _evs(s.unclaimed.values()),
             "stream": _evs(s.stream),
+            "memos": {
+                step: {
+                    str(i): {
+                        k: [m.digest, m.result, m.error, m.attempt, m.seq, m.retried]
+                        for k, m in by_key.items()
+                    }
+                    for i, by_key in by_event.items()
+                }
+                for step, by_event in s.memos.items()
+            },
             "next_id": s.next_id,
             "exec_us": s.exec_us,
             "prev_ts": s._prev_ts,
@@ -166,6 +177,14 @@ def _load(d: dict[str, Any]) -> Folded:
     s.answers = {k: None if a is None else _ev(a) for k, a in _typed(d, "answers", dict).items()}
     s.unclaimed = {e.id: e for e in map(_ev, _typed(d, "unclaimed", list))}
     s.stream = [_ev(e) for e in _typed(d, "stream", list)]
+    if d["v"] >= 4:
+        s.memos = {
+            step: {
+                _event_id(i): {k: _memo(m) for k, m in _typed(by_event, i, dict).items()}
+                for i in by_event
+            }
+            for step, by_event in _items(d, "memos", dict)
+        }
     s.next_id = _typed(d, "next_id", int)
     s.exec_us = _typed(d, "exec_us", int)
     s._prev_ts = _typed(d, "prev_ts", int, none=True)
@@ -250,3 +269,22 @@ def _waiter(e: Any) -> WaitRec:
         ):
             return WaitRec(wid, step, Ev(i, dump, seq), awaited, req, deadline, event)
     _bad_shape("waiter", e)
+
+
+def _event_id(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    _bad_shape("memoized call's event", text)
+
+
+def _memo(e: Any) -> MemoRec:
+    if type(e) is list and len(e) == 6:
+        digest, result, error, attempt, seq, retried = e
+        if (
+            type(digest) is str
+            and type(attempt) is type(seq) is int
+            and type(retried) is bool
+            and (error is None or type(error) is dict)
+        ):
+            return MemoRec(digest, result, error, attempt, seq, retried)
+    _bad_shape("memoized call", e)

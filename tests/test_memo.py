@@ -1,0 +1,257 @@
+"""Memoized calls: a paid call made before a re-run is not paid again.
+
+Each re-run that reuses recorded results is shown with a real process killed between two
+memoized calls (SIGKILL, so nothing of it runs after): after a crash, after a
+``wait_for_event``, after a conflict and after a retry policy's re-run. The calls are
+counted in files, across processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eventstore import EncodeError
+from tests.memo_flows import FLOWS, calls
+from workflow import (
+    Context,
+    HumanResponseEvent,
+    MemoizedError,
+    StartEvent,
+    StopEvent,
+    Workflow,
+    WorkflowRuntimeError,
+    memoized,
+    step,
+)
+from workflow import _journal as J
+from workflow.retry_policy import retry_policy, stop_after_attempt, wait_fixed
+
+ROOT = Path(__file__).resolve().parent.parent
+BOUND = 60.0
+
+
+def killed_run(tmp_path: Path, flow: str, kill: str = "between") -> tuple[Path, Path]:
+    """Runs ``flow`` in a process that kills itself at ``kill``; its store and counters."""
+    db, counters = tmp_path / "runs.db", tmp_path / "counters"
+    counters.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.memo_proc", str(db), flow, str(counters), kill],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    return db, counters
+
+
+def resumed(db: Path, flow: str, counters: Path, before: Any = None) -> Any:
+    async def go() -> Any:
+        wf = FLOWS[flow](store=db, timeout=None, counters=counters)
+        if before is not None:
+            before(wf)
+        try:
+            return await asyncio.wait_for(wf.resume("agent"), BOUND)
+        finally:
+            wf.store.close()
+
+    return asyncio.run(go())
+
+
+def kinds(db: Path, flow: str, counters: Path) -> list[str]:
+    wf = FLOWS[flow](store=db, counters=counters)
+    try:
+        return [r.kind for r in wf.store.records("agent")]
+    finally:
+        wf.store.close()
+
+
+def test_a_crash_between_two_calls_pays_only_for_the_second(tmp_path: Path) -> None:
+    db, counters = killed_run(tmp_path, "crash")
+    assert (calls(counters, "first"), calls(counters, "second")) == (1, 0)
+    assert resumed(db, "crash", counters) == ["first(llamas)", "second(first(llamas))"]
+    assert (calls(counters, "first"), calls(counters, "second")) == (1, 1)
+
+
+def test_the_rerun_after_a_wait_does_not_pay_again(tmp_path: Path) -> None:
+    db, counters = killed_run(tmp_path, "wait", kill="waiting")
+    assert calls(counters, "first") == 1
+
+    def answer(wf: Workflow) -> None:
+        wf.send("agent", HumanResponseEvent(response="yes"))
+
+    assert resumed(db, "wait", counters, answer) == ["first(llamas)", "second(yes)"]
+    assert (calls(counters, "first"), calls(counters, "second")) == (1, 1)
+
+
+def test_a_conflict_rerun_and_then_a_crash_pay_once(tmp_path: Path) -> None:
+    db, counters = killed_run(tmp_path, "conflict")
+    # The conflicted attempt paid for both calls (its conflict shows only as it commits);
+    # its re-run reused "first", and the process died before "second".
+    assert (calls(counters, "first"), calls(counters, "second")) == (1, 1)
+    assert J.STEP_CONFLICTED in kinds(db, "conflict", counters)
+    assert resumed(db, "conflict", counters) == ["first(topic)", "second(first(topic))"]
+    assert (calls(counters, "first"), calls(counters, "second")) == (1, 1)
+
+
+def test_a_retry_reuses_only_what_asks_to_be_reused(tmp_path: Path) -> None:
+    db, counters = killed_run(tmp_path, "retry")
+    # Attempt 1 failed; the retry reused "first" (reuse_on_retry) and paid "fresh" again.
+    assert (calls(counters, "first"), calls(counters, "fresh")) == (1, 2)
+    assert resumed(db, "retry", counters) == [
+        "first(llamas)",
+        "second(first(llamas)fresh(llamas))",
+    ]
+    # The crash re-run reused both, as the retry recorded them.
+    assert (calls(counters, "first"), calls(counters, "fresh"), calls(counters, "second")) == (
+        1,
+        2,
+        1,
+    )
+
+
+# ---------------------------------------------------------------------------- in process
+
+PAID: list[str] = []
+
+
+@memoized
+async def llm(prompt: str) -> str:
+    """A fake LLM: counted, then answered."""
+    PAID.append(prompt)
+    return f"<{prompt}>"
+
+
+class Agent(Workflow):
+    """Calls the fake LLM with a prompt made from context state; fails once when asked."""
+
+    fail_once = False
+
+    @step
+    async def think(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        prompt = await ctx.store.get("prompt", default="plan")
+        a = await llm(prompt)
+        b = await llm(a)
+        if self.fail_once:
+            self.fail_once = False
+            raise RuntimeError("a bug after two calls")
+        return StopEvent(result=[a, b])
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, BOUND))
+
+
+def test_a_resumed_failed_run_reuses_and_new_arguments_call_again(tmp_path: Path) -> None:
+    PAID.clear()
+    db = tmp_path / "runs.db"
+
+    async def go() -> None:
+        wf = Agent(store=db, timeout=None)
+        wf.fail_once = True
+        with pytest.raises(RuntimeError):
+            await wf.run(run_id="r")
+        assert PAID == ["plan", "<plan>"]
+        # The bug fixed, the run resumed: nothing is paid again.
+        assert await wf.resume("r") == ["<plan>", "<<plan>>"]
+        assert PAID == ["plan", "<plan>"]
+        # A fork from before the end whose prompt differs pays for what changed.
+        start = next(c.seq for c in wf.checkpoints("r") if c.kind == J.STEP_STARTED)
+        assert await wf.run_from(("r", start), {"prompt": "act"}) == ["<act>", "<<act>>"]
+        assert PAID == ["plan", "<plan>", "act", "<act>"]
+        wf.store.close()
+
+    run(go())
+
+
+class Errors(Workflow):
+    cache = True
+    tries = 0
+
+    @step
+    async def s(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        async def flaky() -> int:
+            self.tries += 1
+            raise KeyError("nope")
+
+        try:
+            await ctx.memo("flaky", flaky, cache_errors=self.cache)
+        except MemoizedError as exc:
+            return StopEvent(result=[exc.type_name, exc.message])
+        return StopEvent(result="unreachable")
+
+
+def test_errors_are_recorded_only_when_asked(tmp_path: Path) -> None:
+    async def go() -> None:
+        wf = Errors(store=tmp_path / "e.db", timeout=None)
+        assert await wf.run(run_id="e") == ["KeyError", "'nope'"]
+        rec = next(r for r in wf.store.records("e") if r.kind == J.MEMOIZED)
+        assert rec.data()["error"] == {"type": "KeyError", "message": "'nope'"}
+        nocache = Errors(store=tmp_path / "n.db", timeout=None)
+        nocache.cache = False
+        with pytest.raises(KeyError):
+            await nocache.run(run_id="n")
+        assert not [r for r in nocache.store.records("n") if r.kind == J.MEMOIZED]
+        wf.store.close()
+        nocache.store.close()
+
+    run(go())
+
+
+class Unstorable(Workflow):
+    @step
+    async def s(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        await ctx.memo("obj", object)
+        return StopEvent()
+
+
+def test_a_result_the_log_cannot_hold_is_refused_at_the_call(tmp_path: Path) -> None:
+    async def go() -> None:
+        wf = Unstorable(store=tmp_path / "u.db", timeout=None)
+        with pytest.raises(EncodeError, match="memoized call 'obj'"):
+            await wf.run(run_id="u")
+        wf.store.close()
+
+    run(go())
+
+
+def test_a_memoized_function_outside_a_step_says_so() -> None:
+    with pytest.raises(WorkflowRuntimeError, match="inside a step"):
+        run(llm("x"))
+
+
+class Retried(Workflow):
+    tries = 0
+
+    @step
+    async def s(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        async def shaky() -> str:
+            self.tries += 1
+            if self.tries < 3:
+                raise ConnectionError("again")
+            return "ok"
+
+        policy = retry_policy(wait=wait_fixed(0), stop=stop_after_attempt(5))
+        return StopEvent(result=await ctx.memo("shaky", shaky, retry_policy=policy))
+
+
+def test_the_called_function_takes_its_own_retry_policy(tmp_path: Path) -> None:
+    async def go() -> None:
+        wf = Retried(store=tmp_path / "r.db", timeout=None)
+        assert await wf.run(run_id="r") == "ok"
+        assert wf.tries == 3
+        memos = [r.data() for r in wf.store.records("r") if r.kind == J.MEMOIZED]
+        assert [(m["key"], m["name"], m["size"]) for m in memos] == [
+            ("shaky", "Retried.s.<locals>.shaky", 4)
+        ]
+        wf.store.close()
+
+    run(go())
