@@ -135,3 +135,20 @@ FLOWS: dict[str, type[Paid]] = {
     "conflict": ConflictFlow,
     "retry": RetryFlow,
 }
+
+
+class SleepFlow(Paid):
+    """A paid call, a durable sleep of ``SLEEP`` seconds, a paid call."""
+
+    sleep_threshold = 0.5
+
+    @step
+    async def agent(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        a = await ctx.memo("first", self.paid, "first", ev.topic)
+        await ctx.sleep(SLEEP)
+        b = await ctx.memo("second", self.paid, "second", a)
+        return StopEvent(result=[a, b])
+
+
+SLEEP = 1.5
+FLOWS["sleep"] = SleepFlow

@@ -12,6 +12,7 @@ import asyncio
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -255,3 +256,96 @@ def test_the_called_function_takes_its_own_retry_policy(tmp_path: Path) -> None:
         wf.store.close()
 
     run(go())
+
+
+# ---------------------------------------------------------------------------- durable sleep
+
+
+def sleep_records(db: Path) -> tuple[float, int]:
+    """The sleep's deadline (Unix time) and when its wait was resolved (µs since the epoch)."""
+    wf = FLOWS["sleep"](store=db, counters=db.parent)
+    try:
+        records = list(wf.store.records("agent"))
+    finally:
+        wf.store.close()
+    waiting: J.Waiting = next(r.data() for r in records if r.kind == J.WAITING)
+    assert waiting["awaited"] == "workflow._timers:DurableSleep"
+    assert waiting["deadline"] is not None
+    resolved = next(r for r in records if r.kind == J.WAIT_RESOLVED)
+    assert resolved.data()["id"] is None  # resolved by its deadline
+    return waiting["deadline"], resolved.ts
+
+
+def test_a_durable_sleep_survives_the_process_and_resumes_when_due(tmp_path: Path) -> None:
+    db, counters = killed_run(tmp_path, "sleep", kill="waiting")
+    assert (calls(counters, "first"), calls(counters, "second")) == (1, 0)
+
+    async def go() -> Any:
+        wf = FLOWS["sleep"](store=db, timeout=None, counters=counters)
+        try:
+            # Not due yet: recover() leaves it; a resume by its owner wakes it when due.
+            found = await wf.recover()
+            outcomes = [r.outcome for r in found]
+            result = await asyncio.wait_for(wf.resume("agent"), BOUND)
+            return outcomes, result
+        finally:
+            wf.store.close()
+
+    outcomes, result = asyncio.run(go())
+    assert result == ["first(llamas)", "second(first(llamas))"]
+    deadline, resolved_us = sleep_records(db)
+    if outcomes == ["waiting"]:  # (a slow machine may have reached the deadline first)
+        assert resolved_us >= deadline * 1e6
+    assert (calls(counters, "first"), calls(counters, "second")) == (1, 1)
+
+
+def test_a_sleep_due_while_no_process_ran_is_taken_by_recover(tmp_path: Path) -> None:
+    db, counters = killed_run(tmp_path, "sleep", kill="waiting")
+    deadline = None
+
+    async def go() -> Any:
+        nonlocal deadline
+        wf = FLOWS["sleep"](store=db, timeout=None, counters=counters)
+        try:
+            waiter = wf.state_at("agent").waiters[0]
+            deadline = waiter.deadline
+            assert deadline is not None
+            while time.time() < deadline:  # noqa: ASYNC110 - the process is gone meanwhile
+                await asyncio.sleep(0.05)
+            found = await wf.recover()
+            assert [r.outcome for r in found] == ["resumed"]
+            handler = found[0].handler
+            assert handler is not None
+            return await asyncio.wait_for(handler, BOUND)
+        finally:
+            wf.store.close()
+
+    assert asyncio.run(go()) == ["first(llamas)", "second(first(llamas))"]
+    assert (calls(counters, "first"), calls(counters, "second")) == (1, 1)
+
+
+class Naps(Workflow):
+    """Short sleeps just wait; a bad duration is refused."""
+
+    @step
+    async def s(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        await ctx.sleep(0.01)
+        try:
+            await ctx.sleep(float("nan"))
+        except WorkflowRuntimeError as exc:
+            return StopEvent(result=str(exc))
+        return StopEvent(result="slept nan")
+
+
+def test_a_short_sleep_records_nothing_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    async def go() -> Any:
+        wf = Naps(store=tmp_path / "n.db", timeout=None)
+        try:
+            result = await wf.run(run_id="n")
+            return result, [r.kind for r in wf.store.records("n")]
+        finally:
+            wf.store.close()
+
+    result, got = asyncio.run(go())
+    assert "finite, non-negative number of seconds" in result
+    assert J.WAITING not in got

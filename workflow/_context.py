@@ -106,6 +106,7 @@ class Attempt:
     # each memo key was used in it (so repeated calls keep their call order).
     host: Any = None
     memo_keys: dict[str, int] | None = None
+    sleep_calls: int = 0
 
     def keep_json(self, event: Event, text: orjson.Fragment) -> None:
         """Keeps the JSON of an event the attempt streams, for its outcome commit."""
@@ -542,6 +543,18 @@ class Context(Generic[S]):
             reuse_on_retry=reuse_on_retry,
             retry_policy=retry_policy,
         )
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleeps ``seconds``, durably when it is at least the workflow's ``sleep_threshold``.
+
+        A long sleep ends the attempt like a wait (its worker is free, the run waits) and
+        the step runs again once it is due, from the start: there this call returns at once.
+        It is due also when no process ran the run meanwhile (``recover()`` or a worker then
+        takes it). A shorter sleep is ``asyncio.sleep`` and is slept again by a re-run.
+        """
+        from ._timers import durable_sleep
+
+        await durable_sleep(self._x, self._attempt("sleep"), seconds)
 
     def to_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Not needed here: the log already holds the run; resume or fork it instead."""

@@ -48,6 +48,7 @@ from ._recover import recover as recover_runs
 from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
 from ._step import collect_steps
+from ._timers import DEFAULT_SLEEP_THRESHOLD
 from ._waits import Delivery
 
 __all__ = ["RunSummary", "Workflow"]
@@ -88,6 +89,10 @@ class Workflow:
         JSON, and reading it runs whatever code it names, so read only logs you trust.
         Every program that reads such a run (resume, fork, ``state_at``) must opt in too.
     """
+
+    # Seconds from which ctx.sleep() is durable (a wait the run is resumed from when due);
+    # shorter sleeps just wait. A class attribute: set it on a subclass or an instance.
+    sleep_threshold: float = DEFAULT_SLEEP_THRESHOLD
 
     # A test hook: called with (executor, seq) after each commit that changed state took
     # effect in memory, to compare the live state with the fold of the log.
