@@ -315,6 +315,34 @@ def test_old_script_run_resumes_with_the_cli(script: Path) -> None:
     assert json.loads(proc.stdout)["result"] == EXPECTED
 
 
+class Flow(Workflow):
+    """Another program's ``Flow``: the same class name as the script's, other steps."""
+
+    @step
+    async def elsewhere(self, ev: StartEvent) -> StopEvent:
+        return StopEvent(result=None)
+
+
+def test_old_script_runs_are_pending_for_their_importer_only(script: Path) -> None:
+    """An old ``__main__:Flow`` run (its first record lists its steps) is pending for the
+    program that imports the script, not for another module's ``Flow``; a run too old to
+    list its steps is pending for both (nothing tells them apart), and resuming says more."""
+    db = script.parent / "old.db"
+    load_old_log(db)
+    with EventStore(db) as store:
+        bare = {"workflow": "__main__:Flow", "fingerprint": "0", "start": None, "parent": None}
+        store.append_sync(
+            Commit(
+                "bare-run",
+                [Record("run_started", None, json.dumps(bare))],
+                epoch=1,
+                create=NewRun(meta={"workflow": "__main__:Flow"}, status="running"),
+            )
+        )
+    assert imported().flow(str(db)).pending_runs() == ["main-run", "bare-run"]
+    assert Flow(store=db).pending_runs() == ["bare-run"]
+
+
 def test_old_snapshot_buffers_load_under_new_ids(tmp_path: Path) -> None:
     """A cached state of the earlier shape (v2) keys its buffers as the fold keys them now.
 

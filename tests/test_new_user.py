@@ -232,3 +232,31 @@ def test_the_demo_keeps_its_store_and_its_commands_work(tmp_path: Path) -> None:
     history = subprocess.run(commands[1], capture_output=True, text=True, check=True).stdout
     assert "run_resumed" in history
     assert "run_finished" in history
+
+
+def test_a_module_that_exits_on_import_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script whose command-line code runs at import (and exits) is named with what to do,
+    instead of the command ending with the script's own usage line."""
+    (tmp_path / "exits_at_import.py").write_text(
+        "import sys\nsys.exit('usage: exits_at_import.py DB')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = CliRunner().invoke(cli, ["graph", "--workflow", "exits_at_import:Flow"])
+    assert result.exit_code == 2
+    assert (
+        "cannot import 'exits_at_import': it exits while it is imported"
+        " (sys.exit('usage: exits_at_import.py DB')); put its script code under"
+        ' `if __name__ == "__main__":`'
+    ) in result.stderr
+
+
+async def test_send_refuses_what_is_not_an_event(tmp_path: Path) -> None:
+    """`wf.send(run_id, {...})` is refused at the call, as `handler.ctx.send_event` refuses
+    it; before, the dict was recorded and parked, and the wait went on."""
+    wf = Writer(store=tmp_path / "r.db", disable_validation=True)
+    run_id = wf.submit(start_event=Topic(topic="x"))
+    with pytest.raises(WorkflowRuntimeError, match="send takes an Event, not dict"):
+        wf.send(run_id, {"response": "x"})  # type: ignore[arg-type]
+    assert wf.store.inbox(run_id) == []

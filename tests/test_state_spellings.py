@@ -602,4 +602,4 @@ def test_setting_a_path_under_missing_parents_creates_them(tmp_path: Path) -> No
     finally:
         wf.store.close()
     want = {"a": {"b": {"c": 1}, "x": {"y": [2]}}, "e": {"f": 0, "g": {"h": 3.0}}}
-    assert shape(context) == shape(want)
+    assert shape(dict(context)) == shape(want)

@@ -590,6 +590,9 @@ class Workflow:
         The run's executor takes it in promptly; a resume takes pending ones first. With
         an ``idempotency_key`` the event is recorded once however often it is sent.
         """
+        if not isinstance(event, Event):  # a dict would be parked, never meeting a wait
+            msg = f"send takes an Event, not {type(event).__qualname__}"
+            raise WorkflowRuntimeError(msg)
         info = self._run_info(run_id)
         if (info.status or "running") in TERMINAL:
             msg = f"run {run_id!r} has {info.status}; nothing would take the event in"

@@ -148,6 +148,13 @@ def import_object(spec: str, option: str) -> Any:
     except Exception as exc:  # the user's module may raise anything while it is imported
         msg = f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
         raise click.BadParameter(msg, param_hint=option) from None
+    except SystemExit as exc:  # a script's own command line, run because it was imported
+        msg = (
+            f"cannot import {module_name!r}: it exits while it is imported"
+            f" (sys.exit({exc.code!r})); put its script code under"
+            ' `if __name__ == "__main__":`'
+        )
+        raise click.BadParameter(msg, param_hint=option) from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
