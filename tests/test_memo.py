@@ -349,3 +349,58 @@ def test_a_short_sleep_records_nothing_and_a_bad_one_is_refused(tmp_path: Path) 
     result, got = asyncio.run(go())
     assert "finite, non-negative number of seconds" in result
     assert J.WAITING not in got
+
+
+# ---------------------------------------------------------------------------- determinism
+
+STAMP = [0]
+
+
+class Stamped(Workflow):
+    """Memoizes a call whose argument changes from one process (here: one call) to the next,
+    when ``drift`` is set; its result is not used, so only the memo check can see it."""
+
+    drift = False
+
+    @step
+    async def s(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        STAMP[0] += 1
+        arg = f"at {STAMP[0]}" if self.drift else "fixed"
+        await ctx.memo("ask", llm, arg)
+        return StopEvent(result="done")
+
+
+class Drifting(Stamped):
+    drift = True
+
+
+def test_replay_check_flags_memoized_calls_whose_arguments_drift() -> None:
+    from workflow.testing import assert_replay_deterministic
+
+    asyncio.run(assert_replay_deterministic(Stamped))
+    with pytest.raises(AssertionError, match=r"memo key 'ask'.*not deterministic"):
+        asyncio.run(assert_replay_deterministic(Drifting))
+
+
+def test_verify_reexecutes_memoized_calls_from_the_log(tmp_path: Path) -> None:
+    from workflow._verify import verify
+
+    db = tmp_path / "v.db"
+
+    async def record() -> None:
+        wf = Stamped(store=db, timeout=None)
+        await wf.run(run_id="v")
+        wf.store.close()
+
+    asyncio.run(record())
+    PAID.clear()
+    same = Stamped(store=db)
+    assert verify(same, reexecute=True).ok
+    assert PAID == []  # verify never pays: the result came from the log
+    same.store.close()
+    changed = Drifting(store=db)
+    report = verify(changed, ["v"], reexecute=True)
+    changed.store.close()
+    assert not report.ok
+    assert "memoized call 'ask'" in str(report.problems[0])
+    assert PAID == []
