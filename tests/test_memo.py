@@ -22,6 +22,7 @@ from eventstore import EncodeError
 from tests.memo_flows import FLOWS, calls
 from workflow import (
     Context,
+    Event,
     HumanResponseEvent,
     MemoizedError,
     StartEvent,
@@ -404,3 +405,73 @@ def test_verify_reexecutes_memoized_calls_from_the_log(tmp_path: Path) -> None:
     assert not report.ok
     assert "memoized call 'ask'" in str(report.problems[0])
     assert PAID == []
+
+
+# ---------------------------------------------------------------------------- failure grace
+
+
+class Branch(Event):
+    """One branch of a fan-out."""
+
+    name: str
+
+
+class FanOut(Workflow):
+    """Two branches: ``bad`` fails the run while ``good`` is still making its paid call."""
+
+    broken = True
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.good_started = asyncio.Event()
+        self.good_calls = 0
+
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Branch:
+        ctx.send_event(Branch(name="good"))
+        return Branch(name="bad")
+
+    @step(num_workers=2)
+    async def branch(self, ctx: Context, ev: Branch) -> StopEvent | None:
+        if ev.name == "bad":
+            if self.broken:
+                await self.good_started.wait()
+                raise RuntimeError("the bad branch broke")
+            # Resumed: the good branch's result was committed before the run failed.
+            return StopEvent(result=await ctx.store.get("good"))
+        self.good_started.set()
+        await asyncio.sleep(0.2)  # still working when the other branch fails the run
+        self.good_calls += 1
+        await ctx.store.set("good", "paid once")
+        return None
+
+
+def test_a_failure_lets_running_siblings_commit_before_the_run_fails(tmp_path: Path) -> None:
+    async def go() -> None:
+        wf = FanOut(store=tmp_path / "f.db", timeout=None)
+        with pytest.raises(RuntimeError, match="bad branch"):
+            await asyncio.wait_for(wf.run(run_id="f"), BOUND)
+        assert wf.good_calls == 1
+        got = [r.kind for r in wf.store.records("f")]
+        assert got.index(J.STEP_FINISHED, got.index(J.STEP_FAILED)) < got.index(J.RUN_FAILED)
+        wf.broken = False
+        assert await asyncio.wait_for(wf.resume("f"), BOUND) == "paid once"
+        assert wf.good_calls == 1  # the resume re-ran only the failed branch
+        wf.store.close()
+
+    asyncio.run(go())
+
+
+def test_without_a_grace_period_the_sibling_is_cancelled(tmp_path: Path) -> None:
+    async def go() -> None:
+        wf = FanOut(store=tmp_path / "g.db", timeout=None)
+        wf.failure_grace = 0
+        with pytest.raises(RuntimeError, match="bad branch"):
+            await asyncio.wait_for(wf.run(run_id="g"), BOUND)
+        assert wf.good_calls == 0
+        wf.broken = False
+        assert await asyncio.wait_for(wf.resume("g"), BOUND) == "paid once"
+        assert wf.good_calls == 1
+        wf.store.close()
+
+    asyncio.run(go())

@@ -65,6 +65,9 @@ CONFLICTS_BEFORE_LOCK: Final = 3
 # state's size of records. A run's executor also writes one as it lets go of the run.
 SNAPSHOT_FACTOR: Final = 10
 SNAPSHOT_MIN_BYTES: Final = 32 * 1024
+# Seconds that attempts still running get to commit when another step's failure fails the
+# run (``Workflow.failure_grace``).
+DEFAULT_FAILURE_GRACE: Final = 2.0
 
 
 _ENDING: Final = frozenset({"finished", "failed", "cancelled", "timed_out", "waiting"})
@@ -155,6 +158,11 @@ class Executor(ContextChanges, WaitsAndInbox):
         self.ready = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._busy = 0  # deliveries queued or running
+        # Attempts being handled; once a failure is to end the run (``_failing``), no new
+        # one starts, and ``_drained`` is set when the failing one is the last.
+        self._handling = 0
+        self._failing = False
+        self._drained = asyncio.Event()
         self._poke = asyncio.Event()
         self._taken_inbox: set[int] = set()
         self._subscribers: list[asyncio.Queue[Event | None]] = []
@@ -487,10 +495,17 @@ class Executor(ContextChanges, WaitsAndInbox):
         queue = self.queues[step]
         while True:
             d = await queue.get()
+            if self._failing:  # the run is failing: what is queued stays queued
+                self._busy -= 1
+                continue
+            self._handling += 1
             try:
                 await self._handle(step, spec, d, worker)
             finally:
                 self._busy -= 1
+                self._handling -= 1
+                if self._failing and self._handling <= 1:
+                    self._drained.set()
                 self._update_clock()
 
     async def _handle(self, step: str, spec: StepSpec, d: Delivery, worker: int) -> None:
@@ -567,6 +582,8 @@ class Executor(ContextChanges, WaitsAndInbox):
                 if self.wf._verbose:
                     print(f"Step {step} failed ({exc!r}), retrying in {delay} s")  # noqa: T201
                 await asyncio.sleep(delay)
+                if self._failing:
+                    return  # another step is failing the run: its retry waits for a resume
             finally:
                 if att.collects:  # it did not commit (or its commit raised): undone
                     self._collects_done(att, committed=False)
@@ -873,6 +890,15 @@ class Executor(ContextChanges, WaitsAndInbox):
     # ------------------------------------------------------------------ ending
 
     async def _fail_run(self, step: str, exc: BaseException) -> None:
+        if self._failing:
+            return  # another failure is ending the run: this one is recorded as a step's
+        self._failing = True
+        # Attempts of other steps still running get the grace period to commit, so that a
+        # resume does not pay for them again; past it they are cancelled with the run.
+        grace = float(getattr(self.wf, "failure_grace", DEFAULT_FAILURE_GRACE))
+        if self._handling > 1 and grace > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), grace)
         try:
             await self.append([J.run_failed(step, exc)], status="failed")
         except _Sealed:

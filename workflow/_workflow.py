@@ -93,6 +93,9 @@ class Workflow:
     # Seconds from which ctx.sleep() is durable (a wait the run is resumed from when due);
     # shorter sleeps just wait. A class attribute: set it on a subclass or an instance.
     sleep_threshold: float = DEFAULT_SLEEP_THRESHOLD
+    # Seconds that attempts of other steps still running get to commit when a step's
+    # failure fails the run, so that a resume does not pay for them again (0: none).
+    failure_grace: float = 2.0
 
     # A test hook: called with (executor, seq) after each commit that changed state took
     # effect in memory, to compare the live state with the fold of the log.
