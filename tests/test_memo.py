@@ -416,6 +416,10 @@ class Branch(Event):
     name: str
 
 
+class Joined(Event):
+    """A branch is done."""
+
+
 class FanOut(Workflow):
     """Two branches: ``bad`` fails the run while ``good`` is still making its paid call."""
 
@@ -432,18 +436,23 @@ class FanOut(Workflow):
         return Branch(name="bad")
 
     @step(num_workers=2)
-    async def branch(self, ctx: Context, ev: Branch) -> StopEvent | None:
+    async def branch(self, ctx: Context, ev: Branch) -> Joined:
         if ev.name == "bad":
             if self.broken:
                 await self.good_started.wait()
                 raise RuntimeError("the bad branch broke")
-            # Resumed: the good branch's result was committed before the run failed.
-            return StopEvent(result=await ctx.store.get("good"))
+            return Joined()
         self.good_started.set()
         await asyncio.sleep(0.2)  # still working when the other branch fails the run
         self.good_calls += 1
         await ctx.store.set("good", "paid once")
-        return None
+        return Joined()
+
+    @step
+    async def join(self, ctx: Context, ev: Joined) -> StopEvent | None:
+        if ctx.collect_events(ev, [Joined, Joined]) is None:
+            return None
+        return StopEvent(result=await ctx.store.get("good"))
 
 
 def test_a_failure_lets_running_siblings_commit_before_the_run_fails(tmp_path: Path) -> None:
