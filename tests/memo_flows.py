@@ -152,3 +152,36 @@ class SleepFlow(Paid):
 
 SLEEP = 1.5
 FLOWS["sleep"] = SleepFlow
+
+
+class ChildFlow(Paid):
+    """A child run with a paid call; its process may die after it."""
+
+    gate: asyncio.Event | None = None
+
+    @step
+    async def work(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        c = await ctx.memo("child_call", self.paid, "child_call", ev.topic)
+        self.die_at("in_child")
+        if self.gate is not None:
+            await self.gate.wait()
+        return StopEvent(result=c)
+
+
+class ParentFlow(Paid):
+    """A paid call, then a child run given the result."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.child = ChildFlow(
+            store=self.store, timeout=None, counters=self.counters, kill=self.kill
+        )
+
+    @step
+    async def agent(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        a = await ctx.memo("first", self.paid, "first", ev.topic)
+        got = await ctx.run_workflow(self.child, topic=a)
+        return StopEvent(result=[a, got])
+
+
+FLOWS["parent"] = ParentFlow

@@ -28,6 +28,7 @@ from workflow import (
     StartEvent,
     StopEvent,
     Workflow,
+    WorkflowCancelledError,
     WorkflowRuntimeError,
     memoized,
     step,
@@ -481,6 +482,52 @@ def test_without_a_grace_period_the_sibling_is_cancelled(tmp_path: Path) -> None
         wf.broken = False
         assert await asyncio.wait_for(wf.resume("g"), BOUND) == "paid once"
         assert wf.good_calls == 1
+        wf.store.close()
+
+    asyncio.run(go())
+
+
+# ---------------------------------------------------------------------------- child runs
+
+
+def test_a_child_run_survives_its_parents_crash_and_is_not_duplicated(tmp_path: Path) -> None:
+    db, counters = killed_run(tmp_path, "parent", kill="in_child")
+    assert (calls(counters, "first"), calls(counters, "child_call")) == (1, 1)
+    assert resumed(db, "parent", counters) == [
+        "first(llamas)",
+        "child_call(first(llamas))",
+    ]
+    assert (calls(counters, "first"), calls(counters, "child_call")) == (1, 1)
+    wf = FLOWS["parent"](store=db, counters=counters)
+    try:
+        runs = sorted(r.run_id for r in wf.store.runs())
+        assert runs == ["agent", "agent/agent/1/1"]
+        assert wf.state_at("agent/agent/1/1").status == "finished"
+        memo = [r.data() for r in wf.store.records("agent") if r.kind == J.MEMOIZED]
+        assert [m["key"] for m in memo] == ["first", "run_workflow:ChildFlow"]
+    finally:
+        wf.store.close()
+
+
+def test_cancelling_the_parent_cancels_the_child(tmp_path: Path) -> None:
+    from tests.memo_flows import ParentFlow
+
+    async def go() -> None:
+        counters = tmp_path / "c"
+        counters.mkdir()
+        wf = ParentFlow(store=tmp_path / "p.db", timeout=None, counters=counters)
+        wf.child.gate = asyncio.Event()  # the child never ends by itself
+        handler = wf.run(run_id="p", topic="x")
+        while calls(counters, "child_call") == 0:  # noqa: ASYNC110 - a file, not an event
+            await asyncio.sleep(0.01)
+        await handler.cancel_run()
+        with pytest.raises(WorkflowCancelledError):
+            await asyncio.wait_for(handler, BOUND)
+        for _ in range(500):
+            if wf.state_at("p/agent/1/1").status == "cancelled":
+                break
+            await asyncio.sleep(0.01)
+        assert wf.state_at("p/agent/1/1").status == "cancelled"
         wf.store.close()
 
     asyncio.run(go())

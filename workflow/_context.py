@@ -107,6 +107,7 @@ class Attempt:
     host: Any = None
     memo_keys: dict[str, int] | None = None
     sleep_calls: int = 0
+    child_calls: int = 0
 
     def keep_json(self, event: Event, text: orjson.Fragment) -> None:
         """Keeps the JSON of an event the attempt streams, for its outcome commit."""
@@ -543,6 +544,19 @@ class Context(Generic[S]):
             reuse_on_retry=reuse_on_retry,
             retry_policy=retry_policy,
         )
+
+    async def run_workflow(self, flow: Any, /, **start_kwargs: Any) -> Any:
+        """Runs ``flow`` (a Workflow class or instance) as a child run and returns its result.
+
+        The child is a run of its own in this store, with an id made from this run, the
+        step, its input and the call's order (``run_id/step/event/n``): a re-run of this
+        step re-attaches to the same child rather than starting another, and once the
+        child has finished its result comes from this run's log. Cancelling this run
+        while it awaits the child cancels the child.
+        """
+        from ._children import run_child
+
+        return await run_child(self._x, self._attempt("run_workflow"), flow, start_kwargs)
 
     async def sleep(self, seconds: float) -> None:
         """Sleeps ``seconds``, durably when it is at least the workflow's ``sleep_threshold``.
