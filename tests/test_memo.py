@@ -9,6 +9,7 @@ counted in files, across processes.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -531,3 +532,23 @@ def test_cancelling_the_parent_cancels_the_child(tmp_path: Path) -> None:
         wf.store.close()
 
     asyncio.run(go())
+
+
+def test_workflow_runs_shows_the_child_under_its_parent(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from workflow.cli import cli
+
+    db, counters = killed_run(tmp_path, "parent", kill="in_child")
+    resumed(db, "parent", counters)
+    out = CliRunner().invoke(cli, ["runs", str(db)])
+    assert out.exit_code == 0, out.output
+    lines = [line for line in out.output.splitlines() if "agent" in line]
+    assert lines[0].startswith("agent ")
+    assert lines[1].startswith("└ agent/agent/1/1")
+    got = CliRunner().invoke(cli, ["runs", str(db), "--json"])
+    rows = json.loads(got.output)
+    assert [(r["run_id"], r.get("child_of")) for r in rows] == [
+        ("agent", None),
+        ("agent/agent/1/1", "agent"),
+    ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Container, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._context import Attempt
@@ -21,7 +22,7 @@ from ._errors import WorkflowRuntimeError
 if TYPE_CHECKING:
     from ._workflow import Workflow
 
-__all__ = ["child_run_id", "run_child"]
+__all__ = ["child_run_id", "parent_of", "run_child", "tree_order"]
 
 # Each parent workflow's instances of its children's classes, made once.
 _instances: weakref.WeakKeyDictionary[Workflow, dict[type, Workflow]] = weakref.WeakKeyDictionary()
@@ -30,6 +31,34 @@ _instances: weakref.WeakKeyDictionary[Workflow, dict[type, Workflow]] = weakref.
 def child_run_id(parent_run_id: str, step: str, event_id: int, n: int) -> str:
     """The id of the ``n``-th child run started by ``step``'s input ``event_id``."""
     return f"{parent_run_id}/{step}/{event_id}/{n}"
+
+
+def parent_of(run_id: str, known: Container[str]) -> str | None:
+    """The run that started ``run_id`` as a child (its id says so), if it is ``known``."""
+    parts = run_id.rsplit("/", 3)
+    if len(parts) == 4 and parts[2].isdigit() and parts[3].isdigit() and parts[0] in known:
+        return parts[0]
+    return None
+
+
+def tree_order(run_ids: Sequence[str]) -> list[tuple[str, int]]:
+    """``run_ids`` with each child run right after its parent: (run id, depth)."""
+    known = set(run_ids)
+    children: dict[str, list[str]] = {}
+    roots = []
+    for r in run_ids:
+        parent = parent_of(r, known)
+        if parent is None:
+            roots.append(r)
+        else:
+            children.setdefault(parent, []).append(r)
+    out: list[tuple[str, int]] = []
+    stack = [(r, 0) for r in reversed(roots)]
+    while stack:
+        r, depth = stack.pop()
+        out.append((r, depth))
+        stack.extend((c, depth + 1) for c in reversed(children.get(r, ())))
+    return out
 
 
 def _child_workflow(parent: Workflow, flow: type[Workflow] | Workflow) -> Workflow:
