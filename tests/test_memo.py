@@ -552,3 +552,28 @@ def test_workflow_runs_shows_the_child_under_its_parent(tmp_path: Path) -> None:
         ("agent", None),
         ("agent/agent/1/1", "agent"),
     ]
+
+
+@pytest.mark.postgres
+def test_memoized_calls_and_child_runs_on_postgres(tmp_path: Path) -> None:
+    from tests.conftest import postgres_store
+    from tests.memo_flows import ParentFlow
+
+    PAID.clear()
+
+    async def go(pg: Any, counters: Path) -> None:
+        wf = Agent(store=pg, timeout=None)
+        wf.fail_once = True
+        with pytest.raises(RuntimeError):
+            await wf.run(run_id="r")
+        assert await wf.resume("r") == ["<plan>", "<<plan>>"]
+        assert PAID == ["plan", "<plan>"]
+        parent = ParentFlow(store=pg, timeout=None, counters=counters)
+        assert await parent.run(run_id="p", topic="pg") == ["first(pg)", "child_call(first(pg))"]
+        assert sorted(r.run_id for r in pg.runs() if r.run_id.startswith("p")) == [
+            "p",
+            "p/agent/1/1",
+        ]
+
+    with postgres_store() as pg:
+        asyncio.run(go(pg, tmp_path))
