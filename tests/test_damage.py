@@ -14,7 +14,7 @@ import json
 import shutil
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from click.testing import CliRunner, Result
@@ -29,6 +29,7 @@ from eventstore import (
     Record,
 )
 from workflow import Context, Event, SnapshotIgnoredWarning, StartEvent, StopEvent, Workflow, step
+from workflow._snapshot import SNAPSHOT_FORMAT
 from workflow.cli import cli
 
 RUN = "damaged-run-0001"
@@ -119,11 +120,15 @@ def invoke(*args: str | Path) -> Result:
 
 # ---------------------------------------------------------------- the cache is never the truth
 
+# The opening of a cached state as this version writes it, and the same made garbage.
+SNAPSHOT_HEAD: Final = b'{"v":%d' % SNAPSHOT_FORMAT
+GARBLED_HEAD: Final = b'#"v":%d' % SNAPSHOT_FORMAT
+
 
 @pytest.mark.parametrize(
     ("old", "new", "reason"),
     [
-        pytest.param(b'{"v":3', b'#"v":3', "not JSON", id="garbage"),
+        pytest.param(SNAPSHOT_HEAD, GARBLED_HEAD, "not JSON", id="garbage"),
         pytest.param(b'"queues"', b'"queuez"', "shape of a cached state", id="foreign-shape"),
         pytest.param(b'"context":{', b'"context":[', "not JSON", id="broken-json"),
         pytest.param(b'"next_id":3', b'"next_id":"', "not JSON", id="cut-value"),
@@ -325,7 +330,7 @@ def test_check_names_a_record_that_is_not_json(db: Path) -> None:
 
 def test_check_finds_a_snapshot_that_does_not_decode(db: Path) -> None:
     """check reports a cached state that is not JSON, at its seq."""
-    overwrite(db, b'{"v":3', b'#"v":3', within=snapshot_text(db))
+    overwrite(db, SNAPSHOT_HEAD, GARBLED_HEAD, within=snapshot_text(db))
     result = invoke("check", db)
     assert result.exit_code == 1
     assert result.stdout.startswith(f"run {RUN}: seq 12: snapshot: SnapshotError: it is not JSON")
