@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ._records import NewRun, Snapshot
+from ._records import Commit, NewRun, Snapshot
 
 __all__ = [
     "Backend",
@@ -25,6 +25,9 @@ __all__ = [
     "Listen",
     "LogRow",
     "PreparedCommit",
+    "Reply",
+    "Request",
+    "ServerWriteSQL",
     "WriteSQL",
     "now_us",
 ]
@@ -73,6 +76,60 @@ class PreparedCommit:
     status: str | None
     inbox_taken: Sequence[int]
     snapshot: Snapshot | None
+
+
+@dataclass(slots=True)
+class Request:
+    """One operation of a batch, for a database that applies the commit rules itself.
+
+    ``op`` is ``"append"`` (``commit``; ``at`` its timestamp), ``"claim"``, ``"lease"``
+    (``text`` the owner, ``at`` now, ``ttl_us``, ``renew``), ``"release"`` (``text`` the
+    owner) or ``"post"`` (``text`` the key, ``body`` the payload, ``at`` now).
+    """
+
+    op: str
+    run_id: str
+    commit: Commit | None = None
+    at: int = 0
+    text: str | None = None
+    body: str | None = None
+    ttl_us: int = 0
+    renew: bool = False
+
+
+# What the database answers to one request: (code, a, b), or the error that refused it
+# alone. Codes: "ok" (append: a, b = first, last seq; claim: a = the new epoch; lease:
+# a = 1 if taken; post: a = the entry, b = 1 if new), "fenced" (a = the run's epoch),
+# "exists" (a created run exists), "missing" (no such run).
+Reply = tuple[str, int | None, int | None] | BaseException
+
+
+class ServerWriteSQL(Protocol):
+    """A write connection whose database applies the commit rules itself (see
+    :mod:`._writer`), so that a whole batch is one statement: one round trip, and no
+    transaction left open on the server while the client is away.
+
+    The writer still runs each commit's ``check`` and ``on_written`` in commit order; it
+    tells the hooks the seqs it expects, and calls ``on_written`` again with the seqs the
+    database assigned when they differ (another connection wrote meanwhile).
+    """
+
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]: ...
+
+    def apply(self, requests: Sequence[Request]) -> tuple[list[Reply], int | None]:
+        """Runs the batch in one transaction: a reply per request, in order, and the last
+        seq assigned (None when the batch appended nothing).
+
+        :raises: the driver's error when the batch as a whole failed (nothing written).
+        """
+        ...
+
+    def close(self) -> None: ...
+
+    def is_fatal(self, exc: BaseException) -> bool:
+        """Whether an error is the database's fault (disk full, I/O, lost connection)."""
+        ...
 
 
 class WriteSQL(Protocol):
@@ -165,6 +222,11 @@ class Backend(Protocol):
         ...
 
     @property
+    def unavailable_errors(self) -> tuple[type[BaseException], ...]:
+        """Which of the read errors mean the server is unreachable, not a damaged store."""
+        ...
+
+    @property
     def schema_version(self) -> int:
         """The version of the tables readers find (older when opened read-only)."""
         ...
@@ -184,7 +246,7 @@ class Backend(Protocol):
         """A new read-only connection (one per thread)."""
         ...
 
-    def write_sql(self, *, busy_timeout_ms: int | None = None) -> WriteSQL:
+    def write_sql(self, *, busy_timeout_ms: int | None = None) -> WriteSQL | ServerWriteSQL:
         """A new write connection; ``busy_timeout_ms`` bounds how long a lock is waited for."""
         ...
 

@@ -20,7 +20,7 @@ from queue import Empty, SimpleQueue
 from typing import Any, Final, TypeVar
 
 from ._backend import Backend, Busy
-from ._errors import WriterFailedError
+from ._errors import StoreUnavailableError, WriterFailedError
 from ._writer import BatchWriter, Op
 
 __all__ = ["INLINE_BUSY_MS", "LAZY_FLUSH_S", "Committer"]
@@ -71,6 +71,7 @@ class Committer:
         self._queue: deque[_Item] = deque()
         self._wake: SimpleQueue[object] = SimpleQueue()
         self._thread: threading.Thread | None = None
+        self.writer: BatchWriter | None = None  # the writer thread's, while connected
         self.failed: WriterFailedError | None = None
         # With durability "normal" a commit costs tens of microseconds of CPU and no fsync,
         # less than waking a thread and being woken by it (~100 us here), so the event loop
@@ -82,6 +83,10 @@ class Committer:
         self._inline_writer: BatchWriter | None = None
         self._pending: list[_Item] = []
         self._flush_scheduled = False
+        # Items of event loops for the writer thread, handed over once per loop iteration:
+        # one wake-up of the writer for what the loop's tasks queued together, and a whole
+        # batch for it to find (rather than the first item alone).
+        self._handover: dict[asyncio.AbstractEventLoop, tuple[list[_Item], list[bool]]] = {}
         self._lazy_handle: asyncio.TimerHandle | None = None
         self.operations = 0
         self.transactions = 0
@@ -94,6 +99,9 @@ class Committer:
     # ------------------------------------------------------------------ the writer thread
 
     def _enqueue(self, item: _Item, *, lazy: bool = False) -> None:
+        self._enqueue_all([item], lazy=lazy)
+
+    def _enqueue_all(self, items: list[_Item], *, lazy: bool = False) -> None:
         self._check_writable()
         if self._thread is None:
             with self._lock:
@@ -102,11 +110,12 @@ class Committer:
                         target=self._writer_main, name="eventstore-writer", daemon=True
                     )
                     self._thread.start()
-        self._queue.append(item)
+        self._queue.extend(items)
         self._wake.put(_LAZY if lazy else None)
 
     def _writer_main(self) -> None:
-        writer = BatchWriter(self._backend.write_sql())
+        # Connected for the first batch, and again after a connection to a server was lost.
+        writer: BatchWriter | None = None
         try:
             while True:
                 token = self._wake.get()
@@ -128,16 +137,42 @@ class Committer:
                     items.append(self._queue.popleft())
                 stop = any(item is _STOP for item in items)
                 items = [item for item in items if item is not _STOP]
-                if items and not self._write(writer, items):
-                    return
+                if items:
+                    if writer is None:
+                        writer = self._connect(items)
+                    if writer is not None and not self._write(writer, items):
+                        if self.failed is not None:
+                            return
+                        writer.close()  # the connection was lost: a new one for the next
+                        writer = None
                 if stop:
                     return
         finally:
-            writer.close()
+            self.writer = None
+            if writer is not None:
+                writer.close()
+
+    def _connect(self, items: list[_Item]) -> BatchWriter | None:
+        """The writer thread's writer; None (the batch refused) when the database cannot
+        be reached now: the next batch tries again."""
+        try:
+            writer = self.writer = BatchWriter(self._backend.write_sql())
+        except Exception as exc:
+            msg = f"cannot connect to write to {self._backend.where}: {exc}"
+            err = StoreUnavailableError(msg)
+            err.__cause__ = exc
+            self._settle(items, [(False, err)] * len(items))
+            return None
+        return writer
 
     def _write(self, writer: BatchWriter, items: list[_Item]) -> bool:
         try:
             outcomes = self._run_blocking(writer, items)
+        except StoreUnavailableError as exc:
+            # The connection went away mid-batch; the database may be fine. This batch is
+            # in doubt (its callers are told), the store is not failed.
+            self._settle(items, [(False, exc)] * len(items))
+            return False
         except WriterFailedError as exc:
             self.failed = exc
             while self._queue:
@@ -187,7 +222,13 @@ class Committer:
         fut: asyncio.Future[T] = loop.create_future()
         item = _Item(op, fut, loop)
         if not self._uses_inline(loop):
-            self._enqueue(item, lazy=lazy)
+            self._check_writable()
+            queued = self._handover.get(loop)
+            if queued is None:
+                queued = self._handover[loop] = ([], [True])
+                loop.call_soon(self._hand_over, loop)
+            queued[0].append(item)
+            queued[1][0] = queued[1][0] and lazy
             return fut
         self._check_writable()
         self._pending.append(item)
@@ -199,6 +240,17 @@ class Committer:
         elif self._lazy_handle is None:
             self._lazy_handle = loop.call_later(LAZY_FLUSH_S, self.flush_inline)
         return fut
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Gives the writer thread what the loop's tasks queued in this iteration."""
+        queued = self._handover.pop(loop, None)
+        if queued is None:
+            return  # close() handed them over
+        items, (lazy,) = queued
+        try:
+            self._enqueue_all(items, lazy=lazy)
+        except Exception as exc:  # the store was closed, or its writer failed, meanwhile
+            _resolve([(i.future, False, exc) for i in items])  # type: ignore[misc]
 
     def submit_sync(self, op: Callable[[BatchWriter], T]) -> T:
         """Runs ``op`` from synchronous code on the writer thread; blocks until durable."""
@@ -257,6 +309,8 @@ class Committer:
             self.flush_inline()
         if self._inline_writer is not None:
             self._inline_writer.close()
+        for loop in list(self._handover):
+            self._hand_over(loop)
         thread = self._thread
         if thread is not None and self.failed is None:
             self._queue.append(_STOP)

@@ -71,6 +71,7 @@ class SQLiteBackend:
     the writer and every reader of the store object."""
 
     read_errors = _sqlite.READ_ERRORS
+    unavailable_errors: tuple[type[BaseException], ...] = ()  # a file is never unreachable
     writes_inline = True
     listen = None  # nothing announces posts: owners poll their inbox
 

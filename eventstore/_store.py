@@ -18,6 +18,7 @@ from ._errors import (
     ReadOnlyStoreError,
     RunNotFoundError,
     StoreClosedError,
+    StoreUnavailableError,
     WriterFailedError,
 )
 from ._postgres import PostgresBackend, is_url
@@ -280,6 +281,10 @@ class EventStore:
         try:
             yield
         except self._backend.read_errors as exc:
+            if isinstance(exc, self._backend.unavailable_errors):
+                # The next read connects again.
+                msg = f"{self._backend.where}: cannot read the store now ({exc})"
+                raise StoreUnavailableError(msg) from exc
             msg = f"{self._backend.where}: cannot read the store ({exc}); the file may be damaged"
             raise LogCorruptedError(msg) from exc
 

@@ -14,16 +14,28 @@ The rules:
   out; one that fails after (or inside the database, whose transaction may then be
   unusable) rolls the transaction back and the batch runs again without it.
 - A failure that is the database's fault (disk full, I/O) fails the whole batch.
+
+A backend either runs the rules' statements one by one for the writer (a
+:class:`~._backend.WriteSQL`: SQLite, where a statement costs microseconds), or applies
+these same rules itself, a whole batch in one statement (a
+:class:`~._backend.ServerWriteSQL`: PostgreSQL, where each statement is a round trip to
+the server and a transaction open across round trips holds every other host up). Then
+the writer runs the hooks with the seqs it expects and corrects them from the replies.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
-from ._backend import Busy, PreparedCommit, WriteSQL, now_us
-from ._errors import ConcurrencyError, RunNotFoundError, WriterFailedError
+from ._backend import Busy, PreparedCommit, Reply, Request, ServerWriteSQL, WriteSQL, now_us
+from ._errors import (
+    ConcurrencyError,
+    RunNotFoundError,
+    StoreUnavailableError,
+    WriterFailedError,
+)
 from ._records import AppendResult, Commit, Seq, Snapshot
 
 __all__ = ["BatchWriter", "Op"]
@@ -39,6 +51,15 @@ class _Redo(Exception):
         self.index = index
         self.error = error
         super().__init__(f"op {index} failed after writing: {error!r}")
+
+
+class _Pending:
+    """What an op returns on a server-rules backend until the database replies."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
 
 
 class _Run:
@@ -59,11 +80,16 @@ class BatchWriter:
     another connection may have written, and then the caches are read again.
     """
 
-    def __init__(self, sql: WriteSQL) -> None:
+    def __init__(self, sql: WriteSQL | ServerWriteSQL) -> None:
         self.sql = sql
         self.last_seq = 0
         self._runs: dict[str, _Run] = {}
         self._wrote = False  # whether the op running now has written anything
+        # On a server-rules backend, the batch's requests while its ops run; else None.
+        self._plan: list[Request] | None = None
+        server = hasattr(sql, "apply")
+        self._server = cast("ServerWriteSQL", sql) if server else None
+        self._sql = cast("WriteSQL", sql)  # used only when the backend is not a server's
 
     def close(self) -> None:
         self.sql.close()
@@ -73,7 +99,11 @@ class BatchWriter:
 
         :raises Busy: the write lock could not be taken within the busy timeout.
         :raises WriterFailedError: the database failed; nothing of the batch was written.
+        :raises StoreUnavailableError: the connection to a server was lost (a new one may
+            write); the batch may or may not have been written.
         """
+        if self._server is not None:
+            return self._run_on_server(self._server, ops)
         refused: dict[int, Exception] = {}
         while True:
             try:
@@ -81,8 +111,105 @@ class BatchWriter:
             except _Redo as redo:
                 refused[redo.index] = redo.error
 
+    def _run_on_server(self, sql: ServerWriteSQL, ops: Sequence[Op]) -> list[tuple[bool, Any]]:
+        """The batch as one statement: the ops queue requests (running the hooks with the
+        seqs expected), the database applies them, the replies settle each op."""
+        plan: list[Request] = []
+        self._plan = plan
+        expected: list[int] = []  # per request: the last seq its hooks were told
+        outcomes: list[tuple[bool, Any]] = []
+        start = self.last_seq
+        try:
+            for op in ops:
+                mark, seq = len(plan), self.last_seq
+                try:
+                    result = op(self)
+                except Exception as exc:
+                    del plan[mark:]  # refused before anything of it was sent
+                    self.last_seq = seq
+                    outcomes.append((False, exc))
+                    continue
+                expected.extend([0] * (len(plan) - len(expected)))
+                if len(plan) > mark and plan[-1].op == "append":
+                    expected[-1] = self.last_seq
+                outcomes.append((True, result))
+        finally:
+            self._plan = None
+        if not plan:
+            return outcomes
+        try:
+            replies, last = sql.apply(plan)
+        except Exception as exc:
+            self.last_seq = start
+            if getattr(sql, "broken", False):
+                msg = (
+                    f"the connection to the database was lost during a write ({exc});"
+                    " what the batch wrote, if anything, is in the log"
+                )
+                raise StoreUnavailableError(msg) from exc
+            if sql.is_fatal(exc):
+                msg = f"the write transaction failed: {exc}"
+                raise WriterFailedError(msg) from exc
+            # The batch as a whole was refused (nothing written): each op is told why.
+            return [(False, exc) if ok else (ok, value) for ok, value in outcomes]
+        if last is not None:
+            self.last_seq = last
+        settled = [
+            self._settle(req, reply, seq)
+            for req, reply, seq in zip(plan, replies, expected, strict=True)
+        ]
+        return [
+            settled[value.index] if ok and isinstance(value, _Pending) else (ok, value)
+            for ok, value in outcomes
+        ]
+
+    def _settle(self, req: Request, reply: Reply, expected: int) -> tuple[bool, Any]:
+        """The outcome of one request from the database's reply."""
+        if isinstance(reply, BaseException):
+            return False, reply
+        code, a, b = reply
+        run_id = req.run_id
+        if code == "missing":
+            where = (
+                "the store (commits to a new run need create=)"
+                if req.op == "append"
+                else "the store"
+            )
+            return False, RunNotFoundError(run_id, where)
+        if code == "exists":
+            return False, ConcurrencyError(f"run {run_id!r} already exists", run_id=run_id)
+        if code == "fenced":
+            assert req.commit is not None
+            return False, _fenced(run_id, req.commit.epoch, a)
+        if code == "lowseq":
+            assert req.commit is not None
+            assert req.commit.seq is not None
+            assert a is not None
+            return False, _low_seq(req.commit.seq, a)
+        if req.op == "append":
+            commit = req.commit
+            assert commit is not None
+            assert a is not None
+            assert b is not None
+            if b != expected and commit.on_written is not None:
+                commit.on_written(Seq(b))  # told the seq expected; now the one assigned
+            return True, AppendResult(Seq(a), Seq(b), req.at)
+        if req.op == "claim":
+            return True, a
+        if req.op == "lease":
+            return True, bool(a)
+        if req.op == "post":
+            return True, (a, bool(b))
+        return True, None
+
+    def _request(self, req: Request) -> _Pending:
+        plan = self._plan
+        assert plan is not None
+        plan.append(req)
+        return _Pending(len(plan) - 1)
+
     def _run_once(self, ops: Sequence[Op], refused: dict[int, Exception]) -> list[tuple[bool, Any]]:
-        sql = self.sql
+        sql = self._sql
         try:
             last = sql.begin()
         except Busy:
@@ -124,14 +251,14 @@ class BatchWriter:
     def _abort(self) -> None:
         self._runs.clear()
         with contextlib.suppress(Exception):  # the connection itself may be gone
-            self.sql.rollback()
+            self._sql.rollback()
 
     # ------------------------------------------------------------------ runs
 
     def _find(self, run_id: str) -> _Run | None:
         run = self._runs.get(run_id)
         if run is None:
-            found = self.sql.find_run(run_id)
+            found = self._sql.find_run(run_id)
             if found is None:
                 return None
             run = self._runs[run_id] = _Run(*found)
@@ -147,33 +274,26 @@ class BatchWriter:
 
     def append(self, commit: Commit) -> AppendResult:
         """Writes one commit: fences and checks it, assigns its seqs, writes its records."""
+        if self._plan is not None:
+            return self._append_on_server(commit)  # type: ignore[return-value]
         run_id, create = commit.run_id, commit.create
         if create is None:
             run = self._runs.get(run_id) or self._run(run_id)
             if commit.epoch is not None and commit.epoch != run.epoch:
-                msg = (
-                    f"run {run_id!r}: append under epoch {commit.epoch} refused, the run's"
-                    f" epoch is {run.epoch}; another executor took the run over"
-                )
-                raise ConcurrencyError(msg, run_id=run_id)
+                raise _fenced(run_id, commit.epoch, run.epoch)
         elif self._find(run_id) is not None:
             msg = f"run {run_id!r} already exists"
             raise ConcurrencyError(msg, run_id=run_id)
         if commit.check is not None:
             commit.check()
         records = commit.records
-        for r in records:
-            # Refused here, before anything of the commit is written.
-            if not isinstance(r.kind, str) or not isinstance(r.payload, str):
-                msg = f"a record needs a str kind and a JSON text payload, got {r!r}"
-                raise TypeError(msg)
+        _check_records(records)
         if commit.seq is not None and commit.seq <= self.last_seq:
-            msg = f"a commit cannot keep seq {commit.seq}: the log's last seq is {self.last_seq}"
-            raise ValueError(msg)
+            raise _low_seq(commit.seq, self.last_seq)
         self._wrote = True
         if create is not None:
             epoch = commit.epoch or 0
-            rid = self.sql.insert_run(run_id, epoch, create, create.created or now_us())
+            rid = self._sql.insert_run(run_id, epoch, create, create.created or now_us())
             self._runs[run_id] = _Run(rid, epoch)
         else:
             rid = run.rid
@@ -184,46 +304,97 @@ class BatchWriter:
             (first + i, rid, r.kind, r.step, r.payload, last, ts) for i, r in enumerate(records)
         ]
         status = commit.status if create is None else None  # a new run's is in its row
-        snap = commit.snapshot
-        if snap is not None and not isinstance(snap, Snapshot):
-            snap = Snapshot(*snap)
-        self.sql.write(PreparedCommit(rid, rows, last, status, commit.inbox_taken, snap))
+        self._sql.write(
+            PreparedCommit(rid, rows, last, status, commit.inbox_taken, _snapshot(commit))
+        )
         self.last_seq = last
         if commit.on_written is not None:
             commit.on_written(Seq(last))
         return AppendResult(Seq(first), Seq(last), ts)
 
+    def _append_on_server(self, commit: Commit) -> _Pending:
+        # The fence and the run's existence are the database's to check, under its locks.
+        if commit.check is not None:
+            commit.check()
+        _check_records(commit.records)
+        ts = now_us() if commit.ts is None else commit.ts
+        pending = self._request(Request("append", commit.run_id, commit, ts))
+        if commit.seq is not None:  # kept by the database unless the log is past it
+            self.last_seq = max(self.last_seq, commit.seq - 1)
+        self.last_seq += len(commit.records)
+        if commit.on_written is not None:
+            commit.on_written(Seq(self.last_seq))
+        return pending
+
     def claim(self, run_id: str) -> int:
         """Takes the run over: bumps its epoch so that appends under older epochs fail."""
+        if self._plan is not None:
+            return self._request(Request("claim", run_id))  # type: ignore[return-value]
         run = self._run(run_id)
         epoch = run.epoch + 1
         self._wrote = True
-        self.sql.set_epoch(run.rid, epoch)
+        self._sql.set_epoch(run.rid, epoch)
         run.epoch = epoch
         return epoch
 
     def lease(self, run_id: str, owner: str, ttl_us: int, *, renew: bool) -> bool:
         """Takes (or renews) the run's lease for ``owner``; False if another owner holds it."""
         now = now_us()
-        held = self.sql.lease_of(run_id)
+        if self._plan is not None:
+            req = Request("lease", run_id, at=now, text=owner, ttl_us=ttl_us, renew=renew)
+            return self._request(req)  # type: ignore[return-value]
+        held = self._sql.lease_of(run_id)
         if held is not None and held[0] != owner and held[1] > now:
             return False
         if renew and (held is None or held[0] != owner):
             return False  # it lapsed and someone else took it meanwhile, or it was released
         self._wrote = True
-        self.sql.put_lease(run_id, owner, now + ttl_us)
+        self._sql.put_lease(run_id, owner, now + ttl_us)
         return True
 
     def release(self, run_id: str, owner: str) -> None:
         """Gives the lease back (a no-op unless ``owner`` holds it)."""
+        if self._plan is not None:
+            return self._request(Request("release", run_id, text=owner))  # type: ignore[return-value]
         self._wrote = True
-        self.sql.delete_lease(run_id, owner)
+        self._sql.delete_lease(run_id, owner)
+        return None
 
     def post(self, run_id: str, payload: str, key: str | None) -> tuple[int, bool]:
         """Adds an inbox entry; with a key already posted, returns the first entry's id."""
+        if self._plan is not None:
+            req = Request("post", run_id, at=now_us(), text=key, body=payload)
+            return self._request(req)  # type: ignore[return-value]
         if key is not None:
-            found = self.sql.find_post(run_id, key)
+            found = self._sql.find_post(run_id, key)
             if found is not None:
                 return found, False
         self._wrote = True
-        return self.sql.insert_post(run_id, key, payload, now_us()), True
+        return self._sql.insert_post(run_id, key, payload, now_us()), True
+
+
+def _fenced(run_id: str, epoch: int | None, current: int | None) -> ConcurrencyError:
+    msg = (
+        f"run {run_id!r}: append under epoch {epoch} refused, the run's"
+        f" epoch is {current}; another executor took the run over"
+    )
+    return ConcurrencyError(msg, run_id=run_id)
+
+
+def _low_seq(seq: int, last: int) -> ValueError:
+    return ValueError(f"a commit cannot keep seq {seq}: the log's last seq is {last}")
+
+
+def _snapshot(commit: Commit) -> Snapshot | None:
+    snap = commit.snapshot
+    if snap is not None and not isinstance(snap, Snapshot):
+        snap = Snapshot(*snap)
+    return snap
+
+
+def _check_records(records: Sequence[Any]) -> None:
+    for r in records:
+        # Refused here, before anything of the commit is written.
+        if not isinstance(r.kind, str) or not isinstance(r.payload, str):
+            msg = f"a record needs a str kind and a JSON text payload, got {r!r}"
+            raise TypeError(msg)

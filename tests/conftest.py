@@ -7,6 +7,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -32,22 +33,53 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 POSTGRES_URL = os.environ.get("DW_TEST_POSTGRES", "postgresql://postgres@127.0.0.1/test")
 
 
+# The backends a store of a suite runs on: PostgreSQL's runs need the service (the marker).
+BACKENDS: Final = ("sqlite", pytest.param("postgres", marks=pytest.mark.postgres))
+
+
 @contextlib.contextmanager
-def postgres_store(**kwargs: object) -> Iterator[EventStore]:
-    """A store in a PostgreSQL schema of its own, dropped afterwards."""
+def postgres_location() -> Iterator[str]:
+    """The URL of a PostgreSQL schema of its own, dropped afterwards."""
     import psycopg
 
     schema = f"t_{uuid.uuid4().hex[:16]}"
-    es = EventStore(f"{POSTGRES_URL}?schema={schema}", **kwargs)  # type: ignore[arg-type]
     try:
-        yield es
+        yield f"{POSTGRES_URL}?schema={schema}"
     finally:
-        es.close()
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@contextlib.contextmanager
+def new_location(backend: str, folder: Path, name: str = "store.db") -> Iterator[str]:
+    """Where a new store of ``backend`` goes: a file in ``folder``, or a PostgreSQL schema."""
+    if backend != "postgres":
+        yield str(folder / name)
+        return
+    with postgres_location() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def postgres_store(**kwargs: object) -> Iterator[EventStore]:
+    """A store in a PostgreSQL schema of its own, dropped afterwards."""
+    with postgres_location() as url:
+        es = EventStore(url, **kwargs)  # type: ignore[arg-type]
+        try:
+            yield es
+        finally:
+            es.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Where a new store goes (a file under tmp_path, or a PostgreSQL schema): for tests
+    that open it by location, in this process or another."""
+    with new_location(request.param, tmp_path) as where:
+        yield where
+
+
+@pytest.fixture(params=["memory", *BACKENDS])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EventStore]:
     """An empty store: in memory, in a file under tmp_path, or in PostgreSQL."""
     if request.param == "postgres":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from workflow import (
@@ -31,17 +32,30 @@ class EventB(Event):
     content: str
 
 
+def beside(store: str | Path, suffix: str) -> Path:
+    """A file of the tests beside a store's file, or, for a PostgreSQL store, in the
+    temporary folder under its schema's name."""
+    where = str(store)
+    if "://" in where:
+        return Path(tempfile.gettempdir()) / f"{where.rsplit('schema=', 1)[-1]}{suffix}"
+    return Path(where + suffix)
+
+
+def trace_path(store: str | Path) -> Path:
+    """The trace file of a store."""
+    return beside(store, ".trace")
+
+
 def trace(wf: Workflow, line: str) -> None:
-    """Appends a line to the trace file beside the store (one write, so lines never tear)."""
-    if wf.store.kind != "sqlite":
-        return  # no file to leave the trace beside
-    path = Path(str(wf.store.path) + ".trace")
-    with path.open("a") as fh:
+    """Appends a line to the store's trace file (one write, so lines never tear)."""
+    if wf.store.path is None:
+        return  # an in-memory store: nowhere to leave the trace
+    with trace_path(wf.store.path).open("a") as fh:
         fh.write(f"{os.getpid()} {line}\n")
 
 
-def read_trace(db: Path) -> list[str]:
-    path = Path(str(db) + ".trace")
+def read_trace(db: str | Path) -> list[str]:
+    path = trace_path(db)
     return [ln.split(" ", 1)[1] for ln in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -87,7 +101,7 @@ class DiesOnce(Workflow):
     @step
     async def finish(self, ctx: Context, ev: EventB) -> StopEvent:
         trace(self, "finish")
-        marker = Path(str(self.store.path) + ".died")
+        marker = beside(str(self.store.path), ".died")
         if not marker.exists():
             marker.touch()
             os._exit(9)  # the process dies in the middle of the step
@@ -136,7 +150,10 @@ FLOWS: dict[str, type[Workflow]] = {
 
 async def _main(argv: list[str]) -> int:
     flow, db, mode, *rest = argv
-    wf = FLOWS[flow](store=db, timeout=None)
+    # A PostgreSQL store's runs are leased: DW_LEASE_TTL shortens how long a killed
+    # process's lease keeps its runs from the next one.
+    ttl = os.environ.get("DW_LEASE_TTL")
+    wf = FLOWS[flow](store=db, timeout=None, lease_ttl=float(ttl) if ttl else None)
     if mode == "run":
         handler = wf.run(run_id=rest[0] if rest else None, seconds=60)
     else:

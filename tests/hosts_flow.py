@@ -48,10 +48,8 @@ def read_effects(folder: Path) -> list[dict[str, Any]]:
 
 class _Leased(Workflow):
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
         ttl = os.environ.get("DW_LEASE_TTL")
-        if ttl:
-            self._owners.ttl = float(ttl)  # type: ignore[union-attr]
+        super().__init__(**kwargs, lease_ttl=float(ttl) if ttl else None)
 
 
 class Fetched(Event):

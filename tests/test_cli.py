@@ -74,14 +74,14 @@ def run_to_end(wf: Workflow, **kwargs: Any) -> str:
 
 
 @pytest.fixture
-def report(tmp_path: Path) -> Path:
-    """A store holding run 'rep' of ReportFlow, failed in its last step."""
-    db = tmp_path / "report.db"
-    run_to_end(ReportFlow(store=db, timeout=None), run_id="rep")
-    return db
+def report(location: str) -> str:
+    """A store holding run 'rep' of ReportFlow, failed in its last step (a file, or a
+    PostgreSQL schema: the commands read both alike)."""
+    run_to_end(ReportFlow(store=location, timeout=None), run_id="rep")
+    return location
 
 
-def seq_of(db: Path, run: str, kind: str, step_name: str | None = None) -> int:
+def seq_of(db: str | Path, run: str, kind: str, step_name: str | None = None) -> int:
     """The seq of a run's first record of a kind (and step)."""
     for r in json.loads(ok("history", db, run, "--json", "--kind", kind)):
         if step_name is None or r["step"] == step_name:
@@ -92,7 +92,7 @@ def seq_of(db: Path, run: str, kind: str, step_name: str | None = None) -> int:
 # ---------------------------------------------------------------------------- runs
 
 
-def test_runs_table_and_json(report: Path) -> None:
+def test_runs_table_and_json(report: str) -> None:
     """runs lists each run with its status, workflow and last seq, as a table and as JSON."""
     out = ok("runs", report)
     assert re.search(r"^rep\s+failed\s+tests\.flows:ReportFlow\s+\S+ \S+\s+14\s*$", out, re.M)
@@ -113,7 +113,7 @@ def test_runs_table_and_json(report: Path) -> None:
     ]
 
 
-def test_runs_in_a_real_subprocess(report: Path) -> None:
+def test_runs_in_a_real_subprocess(report: str) -> None:
     """`python -m workflow runs DB` works as a real process and exits 0."""
     proc = subprocess.run(
         [sys.executable, "-m", "workflow", "runs", str(report)],
@@ -131,7 +131,7 @@ def test_runs_in_a_real_subprocess(report: Path) -> None:
 # ---------------------------------------------------------------------------- history
 
 
-def test_history_table_has_a_line_a_record(report: Path) -> None:
+def test_history_table_has_a_line_a_record(report: str) -> None:
     """history prints a header and one line per record with seq, commit, kind, step and payload."""
     lines = ok("history", report, "rep").splitlines()
     assert lines[0].split() == ["seq", "commit", "time", "kind", "step", "event", "payload"]
@@ -146,7 +146,7 @@ def test_history_table_has_a_line_a_record(report: Path) -> None:
     assert " enqueued " in enq
 
 
-def test_history_filters(report: Path) -> None:
+def test_history_filters(report: str) -> None:
     """--kind, --step, --from and --to narrow the lines."""
     kinds = ok("history", report, "rep", "--kind", "step_started", "--kind", "step_failed")
     assert [ln.split()[3] for ln in kinds.splitlines()[2:]] == ["step_started"] * 3 + [
@@ -160,7 +160,7 @@ def test_history_filters(report: Path) -> None:
     assert "EventA" in window[2]
 
 
-def test_history_json(report: Path) -> None:
+def test_history_json(report: str) -> None:
     """--json gives every record with its parsed payload and event type."""
     data = json.loads(ok("history", report, "rep", "--json"))
     assert [r["seq"] for r in data] == list(range(1, 15))
@@ -174,7 +174,7 @@ def test_history_json(report: Path) -> None:
 # ---------------------------------------------------------------------------- checkpoints
 
 
-def test_checkpoints_table_and_json(report: Path) -> None:
+def test_checkpoints_table_and_json(report: str) -> None:
     """checkpoints lists one line per commit; --step and --event filter them."""
     lines = ok("checkpoints", report, "rep").splitlines()[2:]
     assert len(lines) == 11
@@ -196,7 +196,7 @@ def test_checkpoints_table_and_json(report: Path) -> None:
 # ---------------------------------------------------------------------------- state
 
 
-def test_state_table_shows_in_progress_failure(report: Path) -> None:
+def test_state_table_shows_in_progress_failure(report: str) -> None:
     """state at the end shows the failed step in progress with its failure and the error."""
     out = ok("state", report, "rep")
     assert out.splitlines()[0] == "run rep (tests.flows:ReportFlow) at seq 14: failed"
@@ -208,7 +208,7 @@ def test_state_table_shows_in_progress_failure(report: Path) -> None:
     assert "context: empty" in out
 
 
-def test_state_at_seq_shows_queue(report: Path) -> None:
+def test_state_at_seq_shows_queue(report: str) -> None:
     """state --at a middle seq shows the event queued for the next step."""
     out = ok("state", report, "rep", "--at", "6")
     assert "at seq 6: " in out
@@ -217,7 +217,7 @@ def test_state_at_seq_shows_queue(report: Path) -> None:
     assert "in progress: nothing" in out
 
 
-def test_state_json(report: Path) -> None:
+def test_state_json(report: str) -> None:
     """state --json gives queues, in-progress entries and context as codec dumps."""
     data = json.loads(ok("state", report, "rep", "--at", "12", "--json"))
     assert data["seq"] == 12
@@ -234,7 +234,7 @@ def test_state_json(report: Path) -> None:
     assert data["context"] == {}
 
 
-def test_state_typed_with_workflow(report: Path) -> None:
+def test_state_typed_with_workflow(report: str) -> None:
     """With --workflow values are decoded by the user's classes and shown by their repr."""
     out = ok("state", report, "rep", "--workflow", "tests.flows:ReportFlow")
     row = next(ln for ln in out.splitlines() if ln.strip().startswith("finish"))
@@ -263,7 +263,7 @@ def test_a_run_whose_process_died_is_interrupted(tmp_path: Path) -> None:
     assert re.search(r"^dead\s+interrupted\s", ok("runs", db), re.M)
 
 
-def test_history_typed_with_workflow(report: Path) -> None:
+def test_history_typed_with_workflow(report: str) -> None:
     """history --workflow shows payload values by their classes' repr."""
     out = ok("history", report, "rep", "--workflow", "tests.flows:ReportFlow")
     assert "#2 EventA(content='first') from #1 attempt 1" in out
@@ -499,7 +499,7 @@ BAD = [
 
 @pytest.mark.parametrize(("args", "message"), BAD)
 def test_bad_arguments_give_one_line(
-    args: list[str], message: str, report: Path, not_a_store: Path, tmp_path: Path
+    args: list[str], message: str, report: str, not_a_store: Path, tmp_path: Path
 ) -> None:
     """A bad argument gives one line on stderr, no traceback, and a non-zero exit code."""
     places = {
@@ -530,7 +530,7 @@ def test_help_and_no_command() -> None:
     assert "Commands:" in bare.stderr
 
 
-def test_unexpected_errors_are_one_line_too(report: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unexpected_errors_are_one_line_too(report: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bug of ours still shows one line (and WORKFLOW_DEBUG=1 shows the traceback)."""
 
     def boom(*args: Any, **kwargs: Any) -> None:
@@ -548,7 +548,7 @@ def test_unexpected_errors_are_one_line_too(report: Path, monkeypatch: pytest.Mo
 
 
 def test_progress_bar_on_a_terminal_for_large_logs(
-    report: Path, monkeypatch: pytest.MonkeyPatch
+    report: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Reading a large log draws a progress bar on stderr when stderr is a terminal."""
     monkeypatch.setattr(_common, "_stderr_is_tty", lambda: True)
@@ -637,7 +637,7 @@ def test_reads_while_another_process_writes(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- resume / fork / send
 
 
-def test_resume_end_to_end(report: Path) -> None:
+def test_resume_end_to_end(report: str) -> None:
     """resume --set writes the key first and re-runs only the failed step."""
     out = ok("resume", report, "rep", "--workflow", "tests.flows:ReportFlow", "--set", "var=true")
     assert out == "run rep finished: 'end: second: first'\n"
@@ -647,7 +647,7 @@ def test_resume_end_to_end(report: Path) -> None:
     assert state["context"] == {"var": True}
 
 
-def test_resume_that_fails_again_exits_1(report: Path) -> None:
+def test_resume_that_fails_again_exits_1(report: str) -> None:
     """A resumed run that fails again says so on one line and exits 1."""
     result = invoke("resume", report, "rep", "--workflow", "tests.flows:ReportFlow")
     assert result.exit_code == 1
@@ -655,7 +655,7 @@ def test_resume_that_fails_again_exits_1(report: Path) -> None:
     assert "Traceback" not in result.stdout + result.stderr
 
 
-def test_fork_end_to_end(report: Path) -> None:
+def test_fork_end_to_end(report: str) -> None:
     """fork starts a new run from a checkpoint; runs shows its parent; the parent is unchanged."""
     before = ok("history", report, "rep", "--json")
     result = json.loads(

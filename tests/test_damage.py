@@ -14,7 +14,7 @@ import json
 import shutil
 import sqlite3
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -34,6 +34,7 @@ from workflow.cli import cli
 
 RUN = "damaged-run-0001"
 MARKER = b"hello-marker"  # in exactly one record: the Line event's `enqueued`
+HEAD = b'{"v":%d' % SNAPSHOT_FORMAT  # how a cached state begins
 
 
 class Line(Event):
@@ -120,15 +121,11 @@ def invoke(*args: str | Path) -> Result:
 
 # ---------------------------------------------------------------- the cache is never the truth
 
-# The opening of a cached state as this version writes it, and the same made garbage.
-SNAPSHOT_HEAD: Final = b'{"v":%d' % SNAPSHOT_FORMAT
-GARBLED_HEAD: Final = b'#"v":%d' % SNAPSHOT_FORMAT
-
 
 @pytest.mark.parametrize(
     ("old", "new", "reason"),
     [
-        pytest.param(SNAPSHOT_HEAD, GARBLED_HEAD, "not JSON", id="garbage"),
+        pytest.param(HEAD, b"#" + HEAD[1:], "not JSON", id="garbage"),
         pytest.param(b'"queues"', b'"queuez"', "shape of a cached state", id="foreign-shape"),
         pytest.param(b'"context":{', b'"context":[', "not JSON", id="broken-json"),
         pytest.param(b'"next_id":3', b'"next_id":"', "not JSON", id="cut-value"),
@@ -330,7 +327,7 @@ def test_check_names_a_record_that_is_not_json(db: Path) -> None:
 
 def test_check_finds_a_snapshot_that_does_not_decode(db: Path) -> None:
     """check reports a cached state that is not JSON, at its seq."""
-    overwrite(db, SNAPSHOT_HEAD, GARBLED_HEAD, within=snapshot_text(db))
+    overwrite(db, HEAD, b"#" + HEAD[1:], within=snapshot_text(db))
     result = invoke("check", db)
     assert result.exit_code == 1
     assert result.stdout.startswith(f"run {RUN}: seq 12: snapshot: SnapshotError: it is not JSON")

@@ -7,8 +7,8 @@ failed run resumed with operator updates, a cancel, a timeout, a finish) and is 
 ``MemoGolden`` then records memoized calls in a run of its own. Their rows (kind, step and
 the payload text, grouped by commit) must equal ``tests/fixtures/golden_run.json``, whose
 first two runs were written by the code before payloads were typed. Only what no two runs
-share is normalised: tracebacks (paths and line numbers), wait deadlines and the elapsed
-time of a timeout or a memoized call.
+share is normalised: tracebacks (paths and line numbers), wait deadlines, the elapsed time
+of a timeout, a failed attempt or a memoized call, and when a retry is due.
 
 A change that means to change what is written (a new record kind, a new field) regenerates
 the fixture with ``python -m tests.test_journal`` and shows the difference in review: only
@@ -58,6 +58,7 @@ _VOLATILE: Final = (
     (re.compile(r'"traceback":"(?:[^"\\]|\\.)*"'), '"traceback":"<traceback>"'),
     (re.compile(r'"deadline":-?[0-9][0-9.eE+-]*'), '"deadline":0'),
     (re.compile(r'"elapsed":-?[0-9][0-9.eE+-]*'), '"elapsed":0'),
+    (re.compile(r'"retry_at":-?[0-9][0-9.eE+-]*'), '"retry_at":0'),
 )
 
 
@@ -336,8 +337,9 @@ def load_rows(db: Path, runs: Rows) -> dict[str, str]:
 
 def older_shapes(runs: Rows) -> Rows:
     """The rows as the earliest code that wrote each kind would have written them: no step
-    graph in ``run_started`` (before ``verify``), and ``collected`` buffers and classes
-    named with their modules, without ``"v"`` (before module-free buffer ids)."""
+    graph in ``run_started`` (before ``verify``), ``collected`` buffers and classes
+    named with their modules, without ``"v"`` (before module-free buffer ids), and
+    ``step_failed`` without ``retry_at`` and ``elapsed`` (before durable retries)."""
     module = GoldenFlow.__module__
     legacy_buf = {"gather": "gather:" + ",".join([f"{module}:Done"] * 3)}
     out: Rows = {}
@@ -349,6 +351,8 @@ def older_shapes(runs: Rows) -> Rows:
                 p = json.loads(text)
                 if kind == J.RUN_STARTED:
                     del p["graph"]
+                elif kind == J.STEP_FAILED:
+                    del p["retry_at"], p["elapsed"]
                 elif kind == J.COLLECTED:
                     del p["v"]
                     p["buf"] = legacy_buf[step_name]
@@ -356,6 +360,17 @@ def older_shapes(runs: Rows) -> Rows:
                         p["take"] = [f"{module}:{name}" for name in p["take"]]
                 rows.append([kind, step_name, json.dumps(p, separators=(",", ":"))])
             out[label].append(rows)
+    return out
+
+
+def without_clock(folded: dict[str, Any]) -> dict[str, Any]:
+    """A folded state without what comes from the records' times: the execution clock, and
+    the times of a step's latest failure (older records give them from the commit time)."""
+    out = {k: v for k, v in folded.items() if k not in _CLOCK}
+    out["in_progress"] = {
+        step_name: [[*e[:6], None if e[6] is None else e[6][3:]] for e in entries]
+        for step_name, entries in out["in_progress"].items()
+    }
     return out
 
 
@@ -437,7 +452,7 @@ def test_the_fold_reads_every_payload_shape(golden: Rows, tmp_path: Path) -> Non
                     fold(state, commit)
                     # All but the clock, which counts the time these stores were written at.
                     folded = json.loads(dump_folded(state))
-                    after.append({k: v for k, v in folded.items() if k not in _CLOCK})
+                    after.append(without_clock(folded))
             states.append(after)
     assert states[0] == states[1]
 

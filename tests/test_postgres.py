@@ -5,11 +5,23 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
 
 import psycopg
 import pytest
 
-from eventstore import EventStore, NotAStoreError, SchemaVersionError
+from eventstore import (
+    Commit,
+    ConcurrencyError,
+    EventStore,
+    NewRun,
+    NotAStoreError,
+    Record,
+    SchemaVersionError,
+)
+from eventstore._postgres import PostgresWriteSQL
+from eventstore._writer import BatchWriter
 from tests.conftest import POSTGRES_URL, postgres_store
 from tests.flows import Asker, ReportFlow
 from tests.test_engine import Counter, FanOut, Linear
@@ -154,3 +166,147 @@ def test_posts_are_notified_to_listeners(pg: EventStore) -> None:
         got.wait(0.2)
         assert time.monotonic() < deadline
     assert "r1" in heard
+
+
+FIXTURES = Path(__file__).with_name("fixtures")
+
+
+def load_store(version: int, schema: str) -> str:
+    """A committed store of an older schema version (tests/fixtures/postgres-vN-store.sql)
+    in ``schema``; returns its URL."""
+    text = (FIXTURES / f"postgres-v{version}-store.sql").read_text()
+    script = text.replace(f"v{version}fixture", schema)
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(script)
+    return f"{POSTGRES_URL}?schema={schema}"
+
+
+def version_of(schema: str) -> str:
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        row = conn.execute(
+            f"SELECT value FROM \"{schema}\".meta WHERE key = 'schema_version'"
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_an_older_store_is_read_as_it_is_and_migrated_when_written(
+    schema: str, version: int
+) -> None:
+    """A store written before the write function (schema version 2: one snapshot a run;
+    3: many) reads unchanged read-only; opened for writing it migrates to version 4 and
+    goes on: same records, inbox, lease and snapshot, new commits fenced and numbered after
+    the old ones, by the write function."""
+    url = load_store(version, schema)
+    before = [
+        (1, "run-1", "run_started", None, '{"n": 1}', 2),
+        (2, "run-1", "step_started", "first", "{}", 2),
+        (3, "run-1", "step_finished", "first", '{"out": "it\'s \\"quoted\\""}', 3),
+    ]
+    with EventStore(url, readonly=True) as ro:
+        assert [tuple(r)[:6] for r in ro.records()] == before
+    assert version_of(schema) == str(version)
+    with EventStore(url) as es:
+        assert version_of(schema) == "4"
+        assert [tuple(r)[:6] for r in es.records()] == before
+        assert es.run("run-1").status == "waiting"
+        assert es.run("run-1").meta == {"workflow": "Old"}
+        assert es.snapshot("run-1") == (3, '{"state": 1}')
+        [entry] = es.inbox("run-1")
+        assert es.post_sync("run-1", '{"again": 1}', key="k1") == entry.id
+        assert es.lease_of("run-1") == ("old-host", 1796122867659524)  # long lapsed
+        assert es.lease_sync("run-1", "new-host", 30.0)  # the old host's lapsed long ago
+        assert not es.lease_sync("run-1", "old-host", 30.0)
+        res = es.append_sync(
+            Commit("run-1", [Record("step_started", "second", "{}")], epoch=0, status="running")
+        )
+        assert (res.first_seq, res.last_seq) == (4, 4)
+        assert es.claim_sync("run-1") == 1
+        with pytest.raises(ConcurrencyError, match="epoch 0 refused"):
+            es.append_sync(Commit("run-1", [Record("late", None, "{}")], epoch=0))
+        es.append_sync(Commit("run-1", [Record("step_finished", "second", "{}")], epoch=1))
+        es.append_sync(Commit("run-1", [], snapshot=(5, '{"state": 2}')))
+        assert [r.seq for r in es.records("run-1")] == [1, 2, 3, 4, 5]
+        assert es.run("run-1").status == "running"
+        assert es.snapshot("run-1") == (5, '{"state": 2}')
+    with EventStore(url) as again:  # opened once more: nothing left to migrate
+        assert version_of(schema) == "4"
+        assert again.head() == 5
+
+
+def test_a_batch_is_one_statement(pg: EventStore) -> None:
+    """A batch of many commits of many runs, claims, leases and posts is one call to the
+    server (one round trip), and one failing op still leaves the others in."""
+    writer = BatchWriter(pg._backend.write_sql())
+    statements: list[str] = []
+    server = cast("PostgresWriteSQL", writer.sql)
+    raw = server.raw
+
+    class Counted:
+        def execute(self, sql: str, params: Any = ()) -> Any:
+            statements.append(sql)
+            return raw.execute(sql, params)
+
+        def close(self) -> None:
+            raw.close()
+
+    server.raw = Counted()
+    try:
+        ops: list[Any] = []
+        for i in range(10):
+            run = f"r{i}"
+            new = Commit(run, [Record("run_started", None, "{}")], epoch=0, create=NewRun())
+            ops += [
+                lambda w, c=new: w.append(c),
+                lambda w, r=run: w.lease(r, "me", 10_000_000, renew=False),
+                lambda w, r=run: w.post(r, '{"e": 1}', None),
+                lambda w, r=run: w.claim(r),
+                lambda w, r=run: w.append(Commit(r, [Record("a", "s", "{}")] * 2, epoch=1)),
+            ]
+        ops.insert(7, lambda w: w.post("r1", None, None))  # NOT NULL: refused alone
+        out = writer.run_batch(ops)
+    finally:
+        writer.close()
+    assert len(statements) == 1
+    assert [ok for ok, _ in out].count(False) == 1
+    assert isinstance(out[7][1], psycopg.errors.NotNullViolation)
+    assert pg.head() == 30
+    assert [r.seq for r in pg.records("r9")] == [28, 29, 30]
+    assert all(pg.run(f"r{i}").epoch == 1 for i in range(10))
+
+
+def test_the_writer_connects_again_after_its_connection_is_lost(pg: EventStore) -> None:
+    """A writer whose server connection went away (here: ended by the server) refuses the
+    batch it was writing, as in doubt, and writes the next one on a new connection; the
+    store is not failed."""
+    from eventstore import StoreUnavailableError
+
+    pg.append_sync(Commit("r1", [Record("a", None, "{}")], create=NewRun()))
+    writer = pg._committer.writer
+    assert writer is not None
+    session = cast("PostgresWriteSQL", writer.sql).raw.info.backend_pid
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (session,))
+    with pytest.raises(StoreUnavailableError, match="connection to the database was lost"):
+        pg.append_sync(Commit("r1", [Record("b", None, "{}")], epoch=0))
+    res = pg.append_sync(Commit("r1", [Record("c", None, "{}")], epoch=0))
+    assert pg._failed is None
+    assert [r.kind for r in pg.records("r1")] == ["a", "c"]
+    assert res.last_seq == 2
+
+
+def test_a_reader_connects_again_after_its_connection_is_lost(pg: EventStore) -> None:
+    """A read that meets a lost connection says the store cannot be read now (not that it
+    is damaged); the next read works on a new connection."""
+    from eventstore import StoreUnavailableError
+
+    pg.append_sync(Commit("r1", [Record("a", None, "{}")], create=NewRun()))
+    assert pg.head() == 1
+    session = pg._reader().raw.info.backend_pid  # type: ignore[attr-defined]
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (session,))
+    with pytest.raises(StoreUnavailableError, match="cannot read the store now"):
+        pg.head()
+    assert pg.head() == 1
+    assert [r.kind for r in pg.records("r1")] == ["a"]

@@ -2,8 +2,9 @@
 
 Workflows come from ``tests/workflow_gen.py`` as plans; :func:`~tests.workflow_gen.expected`
 says how every run of a plan ends. Each example runs in its own event loop and its own
-temporary SQLite file (``tmp_path`` is function-scoped, so Hypothesis examples use
-``tempfile``).
+temporary store (``tmp_path`` is function-scoped, so Hypothesis examples use ``tempfile``):
+an SQLite file, and for the run, fold and fork properties a PostgreSQL schema too (the
+``postgres`` marker: ``make test-postgres``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from hypothesis.stateful import (
 
 from eventstore import EventStore, StoredRecord
 from tests import workflow_gen as gen
+from tests.conftest import BACKENDS, new_location
 from tests.workflow_gen import (
     LEDGER,
     Add,
@@ -93,7 +95,7 @@ def scratch() -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def opened(path: Path, **kw: Any) -> Iterator[EventStore]:
+def opened(path: str | Path, **kw: Any) -> Iterator[EventStore]:
     """An EventStore object on ``path``, closed at the end."""
     es = EventStore(path, **kw)
     try:
@@ -191,12 +193,13 @@ def pure_state(records: list[StoredRecord], run_id: str, seq: int) -> Folded:
 # ----------------------------------------------------------------------------- the model
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @given(plan=gen.plans())
-def test_run_ends_as_the_model_says(plan: Plan) -> None:
+def test_run_ends_as_the_model_says(backend: str, plan: Plan) -> None:
     """A run ends with the sequential model's result and context, and no task outlives it."""
 
     async def body() -> None:
-        with scratch() as d, opened(d / "run.db") as es:
+        with scratch() as d, new_location(backend, d) as where, opened(where) as es:
             obs = (await run_plan(plan, es))[2]
             left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             check(obs, gen.expected(plan), "the run")
@@ -208,12 +211,13 @@ def test_run_ends_as_the_model_says(plan: Plan) -> None:
 # ----------------------------------------------------------------------------- 1. the fold
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @given(plan=gen.plans(max_stages=2))
-def test_fold_is_deterministic_and_independent_of_reading(plan: Plan) -> None:
+def test_fold_is_deterministic_and_independent_of_reading(backend: str, plan: Plan) -> None:
     """Folding a run read by any page size, from a fresh store object, at any seq, agrees."""
 
     async def body() -> None:
-        with scratch() as d, opened(d / "fold.db") as es:
+        with scratch() as d, new_location(backend, d) as where, opened(where) as es:
             # Two runs at once, so each run's seqs have gaps: the "between commits" rule.
             cls = gen.build(plan)
             wf = cls(store=es, timeout=RUN_TIMEOUT)
@@ -221,7 +225,7 @@ def test_fold_is_deterministic_and_independent_of_reading(plan: Plan) -> None:
             exp = gen.expected(plan)
             for h in handlers:
                 check(observe(wf, h.run_id, *await ending(h)), exp, "a concurrent run")
-            with opened(d / "fold.db", readonly=True) as fresh:
+            with opened(where, readonly=True) as fresh:
                 wf2 = cls(store=fresh, timeout=RUN_TIMEOUT)
                 for h in handlers:
                     check_fold(wf, wf2, es, fresh, h.run_id)
@@ -257,12 +261,13 @@ def check_fold(wf: Workflow, wf2: Workflow, es: EventStore, fresh: EventStore, r
 # ----------------------------------------------------------------------------- 2. forks
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @given(plan=gen.plans(max_stages=2))
-def test_fork_from_every_checkpoint_ends_alike(plan: Plan) -> None:
+def test_fork_from_every_checkpoint_ends_alike(backend: str, plan: Plan) -> None:
     """A fork from any checkpoint ends as the original run; the original's log is unchanged."""
 
     async def body() -> None:
-        with scratch() as d, opened(d / "fork.db") as es:
+        with scratch() as d, new_location(backend, d) as where, opened(where) as es:
             wf, run_id, obs = await run_plan(plan, es)
             exp = gen.expected(plan)
             check(obs, exp, "the original run")

@@ -43,9 +43,12 @@ from workflow import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+# On PostgreSQL a killed process's runs are free once its lease lapses (at once on SQLite,
+# where the kernel frees them): the processes here lease for this long.
+LEASE_S = 3.0
 
 
-def run_flow(flow: str, db: Path, *args: str, timeout: float = 60) -> tuple[int, str]:
+def run_flow(flow: str, db: str, *args: str, timeout: float = 60) -> tuple[int, str]:
     """Runs ``python -m tests.flows`` in a real subprocess; returns its exit code and output."""
     proc = subprocess.run(
         [sys.executable, "-m", "tests.flows", flow, str(db), *args],
@@ -53,19 +56,19 @@ def run_flow(flow: str, db: Path, *args: str, timeout: float = 60) -> tuple[int,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DW_LEASE_TTL": str(LEASE_S)},
     )
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def start_flow(flow: str, db: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
+def start_flow(flow: str, db: str, *args: str) -> tuple[subprocess.Popen[str], str]:
     """Starts ``python -m tests.flows`` and returns the process once it printed its run id."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.flows", flow, str(db), *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DW_LEASE_TTL": str(LEASE_S)},
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -81,9 +84,9 @@ def wait_for(predicate: object, timeout: float = 10.0) -> None:
         time.sleep(0.02)
 
 
-async def test_user_report_second_scenario(tmp_path: Path) -> None:
+async def test_user_report_second_scenario(location: str) -> None:
     """A failed finish is resumed with the missing value: only finish runs again."""
-    db = tmp_path / "report.db"
+    db = location
     first = ReportFlow(store=db)
     handler = first.run()
     with pytest.raises(ValueError, match="var is not set"):
@@ -98,9 +101,9 @@ async def test_user_report_second_scenario(tmp_path: Path) -> None:
     assert fresh.state_at(handler.run_id).status == "finished"
 
 
-async def test_user_report_first_scenario_checkpoint_survives_json(tmp_path: Path) -> None:
+async def test_user_report_first_scenario_checkpoint_survives_json(location: str) -> None:
     """A checkpoint through JSON shows the middle event, of its exact class, queued."""
-    wf = ReportFlow(store=tmp_path / "cp.db")
+    wf = ReportFlow(store=location)
     h = wf.run()
     with pytest.raises(ValueError, match="var"):
         await h
@@ -114,9 +117,9 @@ async def test_user_report_first_scenario_checkpoint_survives_json(tmp_path: Pat
     assert await forked == "end: second: first"
 
 
-async def test_resume_finished_run_returns_stored_result(tmp_path: Path) -> None:
+async def test_resume_finished_run_returns_stored_result(location: str) -> None:
     """Resuming a finished run runs nothing and returns its result; updates are refused."""
-    db = tmp_path / "done.db"
+    db = location
     wf = ReportFlow(store=db)
     h = wf.run()
     with pytest.raises(ValueError, match="var"):
@@ -129,15 +132,15 @@ async def test_resume_finished_run_returns_stored_result(tmp_path: Path) -> None
         ReportFlow(store=db).resume(h.run_id, updates={"var": 2})
 
 
-async def test_resume_unknown_run(tmp_path: Path) -> None:
+async def test_resume_unknown_run(location: str) -> None:
     """Resuming a run that does not exist names it."""
     with pytest.raises(RunNotFoundError, match="nope"):
-        ReportFlow(store=tmp_path / "x.db").resume("nope")
+        ReportFlow(store=location).resume("nope")
 
 
-async def test_state_at_before_first_record(tmp_path: Path) -> None:
+async def test_state_at_before_first_record(location: str) -> None:
     """A seq before the run's first record is a clear error."""
-    wf = ReportFlow(store=tmp_path / "s.db")
+    wf = ReportFlow(store=location)
     h1 = wf.run()
     with pytest.raises(ValueError, match="var"):
         await h1
@@ -175,9 +178,9 @@ class Trio(Workflow):
         return StopEvent(result=sorted(e.content for e in got))
 
 
-async def test_fork_reruns_exactly_the_attempts_in_progress(tmp_path: Path) -> None:
+async def test_fork_reruns_exactly_the_attempts_in_progress(location: str) -> None:
     """Forking where three attempts of a num_workers=3 step run re-runs exactly those."""
-    wf = Trio(store=tmp_path / "trio.db")
+    wf = Trio(store=location)
     wf.gate, wf.inside = asyncio.Event(), 0
     h = wf.run()
     async with asyncio.timeout(5):
@@ -199,9 +202,9 @@ async def test_fork_reruns_exactly_the_attempts_in_progress(tmp_path: Path) -> N
     assert wf.runs()[-1].parent_run_id == h.run_id
 
 
-async def test_fork_leaves_parent_unchanged_and_forks_of_forks(tmp_path: Path) -> None:
+async def test_fork_leaves_parent_unchanged_and_forks_of_forks(location: str) -> None:
     """A fork copies nothing and never changes its parent; a fork of a fork works."""
-    db = tmp_path / "ff.db"
+    db = location
     wf = ReportFlow(store=db)
     h = wf.run()
     with pytest.raises(ValueError, match="var"):
@@ -217,13 +220,14 @@ async def test_fork_leaves_parent_unchanged_and_forks_of_forks(tmp_path: Path) -
     assert wf.state_at(f2.run_id).parent == (f1.run_id, cp2.seq)
 
 
-def test_crash_in_third_step_resumes_in_another_process(tmp_path: Path) -> None:
+def test_crash_in_third_step_resumes_in_another_process(location: str) -> None:
     """A process that dies in step three is resumed elsewhere without re-running 1 and 2."""
-    db = tmp_path / "crash.db"
+    db = location
     code, out = run_flow("dies_once", db, "run")
     assert code == 9, out
     run_id = out.split()[1]
     assert read_trace(db) == ["start", "process", "finish"]
+    wait_for(lambda: DiesOnce(store=db).state_at(run_id).status == "interrupted", 2 * LEASE_S)
     code, out = run_flow("dies_once", db, "resume", run_id)
     assert code == 0, out
     assert "RESULT abc" in out
@@ -232,15 +236,18 @@ def test_crash_in_third_step_resumes_in_another_process(tmp_path: Path) -> None:
     assert state.context == {"heavy": ["step one's result", "step two's result"]}
 
 
-def test_input_that_always_kills_is_counted(tmp_path: Path) -> None:
+def test_input_that_always_kills_is_counted(location: str) -> None:
     """An input that kills the process each time ends the run after max_recovery_attempts."""
-    db = tmp_path / "loop.db"
+    db = location
     code, out = run_flow("always_dies", db, "run")
     assert code == 9
     run_id = out.split()[1]
-    codes = []
-    for _ in range(12):
+    codes: list[int] = []
+    while len(codes) < 12:
         code, out = run_flow("always_dies", db, "resume", run_id)
+        if "RunOwnedError" in out:  # the killed process's lease has not lapsed yet
+            time.sleep(0.2)
+            continue
         codes.append(code)
         if code != 9:
             break
@@ -255,9 +262,9 @@ def test_input_that_always_kills_is_counted(tmp_path: Path) -> None:
     assert error["error"] == RecoveryLimitError.__name__
 
 
-def test_live_owner_refuses_other_executors(tmp_path: Path) -> None:
+def test_live_owner_refuses_other_executors(location: str) -> None:
     """While a live process runs a run, resume elsewhere fails; once it is killed, it works."""
-    db = tmp_path / "own.db"
+    db = location
     proc, run_id = start_flow("sleeper", db, "run")
     try:
         wait_for(lambda: read_trace(db) == ["start"])
@@ -273,7 +280,7 @@ def test_live_owner_refuses_other_executors(tmp_path: Path) -> None:
         assert Sleeper(store=db).state_at(run_id).status == "running"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        assert Sleeper(store=db).state_at(run_id).status == "interrupted"
+        wait_for(lambda: Sleeper(store=db).state_at(run_id).status == "interrupted", 2 * LEASE_S)
         assert Sleeper(store=db).pending_runs() == [run_id]
 
         async def resume_short() -> str:
@@ -302,9 +309,9 @@ def test_live_owner_refuses_other_executors(tmp_path: Path) -> None:
         proc.stdout.close()
 
 
-def test_durable_wait_across_processes(tmp_path: Path) -> None:
+def test_durable_wait_across_processes(location: str) -> None:
     """A waiting run survives its process; send records the answer; resume finishes it."""
-    db = tmp_path / "ask.db"
+    db = location
     code, out = run_flow("asker", db, "run")
     assert code == 0, out
     assert "SUSPENDED" in out
@@ -328,9 +335,9 @@ def test_durable_wait_across_processes(tmp_path: Path) -> None:
     assert replayed[0].prefix == "name?"
 
 
-def test_resumed_consumer_is_asked_again(tmp_path: Path) -> None:
+def test_resumed_consumer_is_asked_again(location: str) -> None:
     """A consumer of a resumed waiting run sees the pending question, without replay."""
-    db = tmp_path / "again.db"
+    db = location
     code, out = run_flow("asker", db, "run")
     assert code == 0, out
     run_id = out.split()[1]
@@ -350,9 +357,9 @@ def test_resumed_consumer_is_asked_again(tmp_path: Path) -> None:
     assert read_trace(db) == ["ask", "ask"]
 
 
-def test_answer_from_another_process_wakes_the_owner(tmp_path: Path) -> None:
+def test_answer_from_another_process_wakes_the_owner(location: str) -> None:
     """An answer sent by another process reaches the live owner's waiting run promptly."""
-    db = tmp_path / "live.db"
+    db = location
     os.environ["ASKER_STAYS"] = "1"
     try:
         proc, run_id = start_flow("asker", db, "run")
@@ -390,9 +397,9 @@ async def test_wait_answered_within_one_process() -> None:
     assert questions[0].prefix == "name?"
 
 
-async def test_suspend_leaves_a_resumable_waiting_run(tmp_path: Path) -> None:
+async def test_suspend_leaves_a_resumable_waiting_run(location: str) -> None:
     """Awaiting a suspended handler says so; the run stays waiting and resumable."""
-    wf = Asker(store=tmp_path / "sus.db")
+    wf = Asker(store=location)
     h = wf.run()
     await h.wait_until_waiting(5)
     await h.suspend()
@@ -418,9 +425,9 @@ class ReportFlowV2(Workflow):
         return StopEvent(result="v2")
 
 
-async def test_changed_workflow_refuses_to_strand_work(tmp_path: Path) -> None:
+async def test_changed_workflow_refuses_to_strand_work(location: str) -> None:
     """Resuming work for a step that no longer exists lists it, unless told to proceed."""
-    db = tmp_path / "v.db"
+    db = location
     h = ReportFlow(store=db).run()
     with pytest.raises(ValueError, match="var"):
         await h
@@ -438,9 +445,9 @@ class Twice(Workflow):
         return StopEvent(result="ok")
 
 
-async def test_timeout_counts_across_resumes(tmp_path: Path) -> None:
+async def test_timeout_counts_across_resumes(location: str) -> None:
     """Execution time is summed across resumes: a resumed run keeps its spent budget."""
-    db = tmp_path / "t.db"
+    db = location
     wf = Twice(store=db, timeout=0.5)
     h = wf.run()
     await asyncio.sleep(0.2)
@@ -453,9 +460,9 @@ async def test_timeout_counts_across_resumes(tmp_path: Path) -> None:
     assert Twice(store=db).state_at(h.run_id).status == "timed_out"
 
 
-async def test_run_id_starts_a_run_once(tmp_path: Path) -> None:
+async def test_run_id_starts_a_run_once(location: str) -> None:
     """run(run_id=...) of an existing run starts nothing new."""
-    db = tmp_path / "once.db"
+    db = location
     wf = Twice(store=db)
     assert await wf.run(run_id="job-1") == "ok"
     assert await wf.run(run_id="job-1") == "ok"

@@ -166,3 +166,44 @@ def test_sigterm_abandons_cleanly(tmp_path: Path) -> None:
     finally:
         stop_all(second)
     check_exactly_once(wf, list(inputs), inputs)
+
+
+class Gated(Workflow):
+    """One step that waits for the test to open the gate."""
+
+    gate: asyncio.Event
+
+    @step
+    async def wait(self, ev: StartEvent) -> StopEvent:
+        await self.gate.wait()
+        return StopEvent(result="late")
+
+
+@pytest.mark.postgres
+async def test_a_worker_that_loses_a_run_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    """A worker whose run another executor took over (a claim moved the epoch on) stops
+    that run, logs a warning naming it, and counts it as lost, not completed."""
+    from eventstore import EventStore
+    from tests.conftest import postgres_store
+
+    with postgres_store() as es:
+        wf = Gated(store=es, timeout=None)
+        wf.gate = asyncio.Event()
+        run_id = wf.submit()
+        worker = Worker(wf, concurrency=1, poll_interval=0.02)
+        task = asyncio.create_task(worker.run())
+        async with asyncio.timeout(30):
+            while not [r for r in es.records(run_id) if r.kind == "step_started"]:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+            assert es.path is not None
+            with EventStore(es.path) as other:  # another host takes the run over
+                other.claim_sync(run_id)
+            with caplog.at_level("WARNING", logger="workflow"):
+                wf.gate.set()
+                while worker.lost == 0:  # noqa: ASYNC110 - the worker's counter
+                    await asyncio.sleep(0.02)
+                worker.stop()
+                await task
+        assert [r.kind for r in es.records(run_id) if r.kind == "run_finished"] == []
+    assert worker.lost == 1
+    assert f"run {run_id!r}: this executor lost the run to another one" in caplog.text

@@ -10,9 +10,7 @@ from workflow import Worker
 
 
 async def main(store: str, ttl: float | None) -> None:
-    wf = Doubler(store=store, timeout=None)
-    if ttl is not None:
-        wf._owners.ttl = ttl  # type: ignore[union-attr]
+    wf = Doubler(store=store, timeout=None, lease_ttl=ttl)
     worker = Worker(wf, concurrency=4, poll_interval=0.05)
     print("READY", flush=True)
     await worker.run(handle_signals=True)

@@ -1,5 +1,6 @@
 """workflow: LlamaIndex-style event-driven workflows, durable by event sourcing."""
 
+from ._catch_error import StepFailedEvent, catch_error
 from ._context import Context, ContextStore
 from ._errors import (
     CheckpointNotFoundError,
@@ -7,6 +8,7 @@ from ._errors import (
     RecoveryLimitError,
     RunAbandonedError,
     RunFinishedError,
+    RunLostError,
     RunNotFoundError,
     RunOwnedError,
     RunSuspendedError,
@@ -47,6 +49,7 @@ __all__ = [
     "RetryPolicy",
     "RunAbandonedError",
     "RunFinishedError",
+    "RunLostError",
     "RunNotFoundError",
     "RunOwnedError",
     "RunState",
@@ -55,6 +58,7 @@ __all__ = [
     "SnapshotIgnoredWarning",
     "StartEvent",
     "StateConflictError",
+    "StepFailedEvent",
     "StopEvent",
     "Waiter",
     "Worker",
@@ -66,6 +70,7 @@ __all__ = [
     "WorkflowRuntimeError",
     "WorkflowTimeoutError",
     "WorkflowValidationError",
+    "catch_error",
     "memoized",
     "step",
 ]

@@ -114,6 +114,19 @@ class RunAbandonedError(WorkflowError):
         super().__init__(f"run {run_id!r} was left unfinished for another executor to resume")
 
 
+class RunLostError(WorkflowRuntimeError):
+    """This executor lost the run to another one and stopped without writing more.
+
+    Its lease lapsed (the host was cut off, stopped or too slow to renew it) or another
+    executor claimed the run; the epoch fence refuses whatever it still tried to commit,
+    and the other executor goes on with the run.
+    """
+
+    def __init__(self, run_id: str, how: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id!r}: this executor lost the run to another one ({how})")
+
+
 class RunFinishedError(WorkflowError):
     """A finished run cannot take updates: fork it with ``run_from`` instead."""
 

@@ -28,6 +28,7 @@ __all__ = [
     "APPLY",
     "FOLD_VERSION",
     "Ev",
+    "Failure",
     "Folded",
     "KeyLog",
     "MemoRec",
@@ -44,7 +45,9 @@ __all__ = [
 # The version of what the fold makes of the log. A snapshot stores the version that folded
 # it and is trusted only by this one: raise it whenever a change here would fold some log
 # differently, so that the snapshots written before are ignored.
-FOLD_VERSION: Final = 1
+# 2: steps in progress keep their latest failure (durable retries) and events their
+# lineage's @catch_error recovery counts.
+FOLD_VERSION: Final = 2
 
 
 @dataclass(slots=True)
@@ -62,11 +65,29 @@ class Ev:
 
 
 @dataclass(slots=True)
+class Failure:
+    """The latest failure of an event in progress, as its ``step_failed`` record says.
+
+    ``retry_at`` is when the next attempt is due (None: at once, or not retried),
+    ``elapsed`` the seconds since the first attempt began (None: a record written before
+    it was recorded), ``failed_at`` when it failed (seconds since the epoch).
+    """
+
+    retry_at: float | None
+    elapsed: float | None
+    failed_at: float
+    error: str  # the exception class's qualified name
+    module: str
+    message: str
+
+
+@dataclass(slots=True)
 class Prog:
     ev: Ev
     attempt: int = 0
     failures: int = 0
     conflicts: int = 0
+    failure: Failure | None = None
 
     @property
     def crashes(self) -> int:
@@ -132,6 +153,8 @@ class Folded:
     answers: dict[str, Ev | None] = field(default_factory=dict)
     unclaimed: dict[int, Ev] = field(default_factory=dict)
     stream: list[Ev] = field(default_factory=list)
+    # Event id -> how often each @catch_error handler took over along its lineage.
+    recoveries: dict[int, dict[str, int]] = field(default_factory=dict)
     # Memoized calls of inputs not yet done: step -> event id -> key -> outcome.
     memos: dict[str, dict[int, dict[str, MemoRec]]] = field(default_factory=dict)
     next_id: int = 1
@@ -201,6 +224,15 @@ def _enqueued(s: Folded, r: StoredRecord, p: J.Enqueued) -> None:
         s.unclaimed[ev.id] = ev
     else:
         s.queues.setdefault(r.step, {})[ev.id] = ev
+    counts = p.get("recoveries")
+    if counts is not None:
+        s.recoveries[ev.id] = counts
+    elif s.recoveries:  # only runs where a handler took over pay for the lineage
+        src = p["src"]
+        if type(src) is list:
+            inherited = s.recoveries.get(src[0])
+            if inherited is not None:
+                s.recoveries[ev.id] = inherited
 
 
 def _step_of(r: StoredRecord) -> str:
@@ -233,7 +265,10 @@ def _prog(
 
 
 def _step_started(s: Folded, r: StoredRecord, p: J.StepStarted) -> None:
-    _prog(s, r, p).attempt = p["attempt"]
+    prog = _prog(s, r, p)
+    prog.attempt = p["attempt"]
+    if prog.failure is not None:
+        prog.failure.retry_at = None  # the retry began: a resume does not wait for it again
 
 
 def _step_finished(s: Folded, r: StoredRecord, p: J.StepFinished) -> None:
@@ -253,7 +288,16 @@ def _drop_memos(s: Folded, step: str, event_id: int) -> None:
 
 
 def _step_failed(s: Folded, r: StoredRecord, p: J.StepFailed) -> None:
-    _prog(s, r, p).failures += 1
+    prog = _prog(s, r, p)
+    prog.failures += 1
+    delay = p["delay"]
+    retry_at = p.get("retry_at")
+    if retry_at is None and p["retry"] and delay is not None:
+        retry_at = r.ts / 1e6 + delay  # written before retry_at: the commit's time is close
+    failed_at = retry_at - delay if retry_at is not None and delay is not None else r.ts / 1e6
+    prog.failure = Failure(
+        retry_at, p.get("elapsed"), failed_at, p["error"], p["module"], p["message"]
+    )
     if p["retry"]:
         # The retry policy re-runs it: recorded calls are reused only when asked to be.
         for m in s.memos.get(_step_of(r), {}).get(p["id"], {}).values():
@@ -478,7 +522,16 @@ def to_run_state(s: Folded, codec: Codec, status: str | None = None) -> RunState
         ),
         in_progress=LazyDict(
             {k: list(v.values()) for k, v in s.in_progress.items() if v},
-            lambda _, v: [InProgress(ev(p.ev), p.attempt, p.failures, p.ev.id) for p in v],
+            lambda _, v: [
+                InProgress(
+                    ev(p.ev),
+                    p.attempt,
+                    p.failures,
+                    p.ev.id,
+                    None if p.failure is None else p.failure.retry_at,
+                )
+                for p in v
+            ],
         ),
         context=LazyDict(s.context, lambda k, v: _value(s, codec, k, v)),
         collected=LazyDict(

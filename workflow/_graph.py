@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 
 from eventstore import class_name
 
+from ._catch_error import StepFailedEvent
 from ._errors import WorkflowValidationError
 from ._events import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
 from ._journal import StepShape
@@ -69,8 +70,12 @@ class Graph:
         produced = {b for s in self.steps.values() for t in s.returns for b in t.__mro__}
         for name, spec in self.steps.items():
             for t in spec.accepted:
-                if issubclass(StartEvent, t) or issubclass(t, HumanResponseEvent | StopEvent):
-                    continue  # StartEvent comes from run(); a human's response from send()
+                if issubclass(StartEvent, t) or issubclass(
+                    t, HumanResponseEvent | StopEvent | StepFailedEvent
+                ):
+                    # StartEvent comes from run(); a human's response from send(); a
+                    # failure from the engine, for a @catch_error handler
+                    continue
                 if t not in produced:
                     msg = f"{workflow}: step {name!r} consumes {t.__name__}, which no step produces"
                     raise WorkflowValidationError(msg)

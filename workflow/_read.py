@@ -127,9 +127,12 @@ def fold_run(
     info = run_info(store, run_id)
     if seq is not None and (info.first_seq is None or seq < info.first_seq):
         raise CheckpointNotFoundError(run_id, seq, info.first_seq)
-    if cached:
+    # The latest state is the log as the run's row was read: a snapshot another process
+    # wrote since (its records not in ``info``) is not one to check against it.
+    upto = seq if seq is not None else info.last_seq
+    if cached and upto is not None:
         below: int | None = None
-        while (snap := store.find_snapshot(run_id, seq, below=below)) is not None:
+        while (snap := store.find_snapshot(run_id, upto, below=below)) is not None:
             state = _from_snapshot(store, info, snap, seq)
             if state is not None:
                 return state
@@ -334,10 +337,11 @@ def run_summaries(
     live owner. With ``owned`` False, a run a live executor owns is only ``running`` (which
     saves folding it, for listings that skip owned runs anyway)."""
     out = []
+    is_owned = owners.owned_now() if isinstance(owners, LeaseOwners) else owners.is_owned
     for info in store.runs():
         status = info.status or "running"
         waiting_for: tuple[str, ...] = ()
-        unowned = status == "running" and not owners.is_owned(info.rid, info.run_id)
+        unowned = status == "running" and not is_owned(info.rid, info.run_id)
         # A live owner may be waiting too; asking costs a fold, once per change of its log.
         if status == "waiting" or unowned or (status == "running" and owned):
             waits = waits_of(store, info)

@@ -13,6 +13,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import orjson
@@ -37,10 +38,12 @@ from eventstore import (
 )
 
 from . import _journal as J
+from ._catch_error import StepFailedEvent
 from ._changes import ContextChanges, KeyChange, refused
 from ._context import COLLECT_PREFIX, Attempt, Context, WaitSuspend, current_attempt
 from ._errors import (
     RunAbandonedError,
+    RunLostError,
     WorkflowCancelledError,
     WorkflowRuntimeError,
     WorkflowTimeoutError,
@@ -48,6 +51,7 @@ from ._errors import (
 from ._events import Event, InputRequiredEvent, StopEvent
 from ._fold import FOLD_VERSION, Folded, MemoRec, fold, result_of
 from ._ownership import LeaseOwners
+from ._retry import RetryClock
 from ._snapshot import dump_folded
 from ._waits import Delivery, WaitInfo, WaitsAndInbox
 
@@ -139,10 +143,6 @@ class Executor(ContextChanges, WaitsAndInbox):
             name: asyncio.Queue() for name in self.graph.steps
         }
         self.buffers: dict[str, dict[str, list[tuple[int, Event]]]] = {}
-        # Puts into live buffers not committed yet, by event id, and the puts undone while
-        # another attempt held them taken (by id of the entry, which that attempt holds).
-        self._put_owner: dict[int, Attempt] = {}
-        self._dead_puts: set[int] = set()
         self.waiters: dict[str, WaitInfo] = {}
         self.answers: dict[str, tuple[int, Event] | None] = {}
         self.unclaimed: dict[int, Event] = {}
@@ -253,67 +253,15 @@ class Executor(ContextChanges, WaitsAndInbox):
             else:
                 self._pins.pop(key, None)
 
-    def live_buffer(self, buf_key: str) -> dict[str, list[tuple[int, Event]]]:
-        """The live collect buffer ``buf_key``, which collect_events changes in place."""
-        buf = self.buffers.get(buf_key)
-        if buf is None:
-            buf = self.buffers[buf_key] = {}
-        return buf
-
-    def collect_put(self, att: Attempt, buf_key: str, entry: tuple[int, Event]) -> None:
-        """An attempt put ``entry`` in a live buffer; it is pending until the attempt commits."""
-        att.collect_base = max(att.collect_base, self.versions.get(COLLECT_PREFIX + buf_key, 0))
-        if att.outcome is None:
-            att.outcome = asyncio.get_running_loop().create_future()
-        self._put_owner[entry[0]] = att
-
-    def collect_take(self, att: Attempt, buf_key: str, taken: list[tuple[int, Event]]) -> None:
-        """An attempt took ``taken`` out of a live buffer: its commit must follow the commits
-        of the attempts that put them, and it cannot commit if one of those is undone."""
-        att.taken.append((buf_key, taken))
-        for ev_id, _ in taken:
-            owner = self._put_owner.get(ev_id)
-            if owner is None or owner is att or owner.outcome is None:
-                continue
-            # Two attempts that each took what the other put (two buffers, two calls each)
-            # would wait for each other: that rare order is committed as it comes.
-            if att.outcome is not None and att.outcome in owner.deps:
-                continue
-            att.deps.append(owner.outcome)
-
-    def _collects_done(self, att: Attempt, *, committed: bool, seq: int = 0) -> None:
-        """Settles an attempt's collects: kept when it committed (at ``seq``), else undone
-        in reverse."""
-        for key, _, put, _ in att.collects:
-            if put is not None and self._put_owner.get(put[0]) is att:
-                del self._put_owner[put[0]]
-            if committed:
-                self.versions[COLLECT_PREFIX + key] = seq
-        if not committed:
-            for key, entries in reversed(att.taken):
-                buf = self.live_buffer(key)
-                for entry in reversed(entries):
-                    if id(entry) in self._dead_puts:  # its put was undone: it is gone
-                        self._dead_puts.discard(id(entry))
-                        continue
-                    buf.setdefault(type(entry[1]).__qualname__, []).insert(0, entry)
-            for key, _, put, _ in reversed(att.collects):
-                if put is None:
-                    continue
-                events = self.live_buffer(key).get(type(put[1]).__qualname__)
-                i = next((i for i, e in enumerate(events or ()) if e is put), None)
-                if events is not None and i is not None:
-                    del events[i]
-                    if not events:
-                        del self.buffers[key][type(put[1]).__qualname__]
-                else:  # taken by an attempt not yet committed, which must not commit now
-                    self._dead_puts.add(id(put))
-        att.collects.clear()
-        att.taken.clear()
-        att.deps.clear()
-        if att.outcome is not None and not att.outcome.done():
-            att.outcome.set_result(committed)
-        att.outcome = None
+    def read_buffer(self, att: Attempt, buf_key: str) -> dict[str, list[tuple[int, Event]]]:
+        local = att.buffers.get(buf_key)
+        if local is None:
+            vkey = COLLECT_PREFIX + buf_key
+            if vkey not in att.reads:
+                att.reads[vkey] = self.versions.get(vkey, 0)
+            committed = self.buffers.get(buf_key, {})
+            local = att.buffers[buf_key] = {t: list(es) for t, es in committed.items()}
+        return local
 
     def stream_now(self, event: Event, att: Attempt | None) -> None:
         if att is not None:
@@ -517,9 +465,11 @@ class Executor(ContextChanges, WaitsAndInbox):
             else:
                 self._lazy(dequeued)
         attempt = d.attempts
-        failures = d.failures
+        clock = RetryClock.resume(d.failures, d.failure)
+        if clock.retry_at is not None:
+            # Resumed mid-backoff: the retry is due when the failure's record says.
+            await clock.wait_due()
         conflicts = 0
-        first_started = time.monotonic()
         while True:
             attempt += 1
             started = [J.step_started(step, d.event_id, attempt)]
@@ -531,6 +481,7 @@ class Executor(ContextChanges, WaitsAndInbox):
             else:
                 self._lazy(started)
             att = Attempt(step, d.event_id, attempt, d.event, host=self)
+            att.retry = clock
             if conflicts >= CONFLICTS_BEFORE_LOCK:
                 await self.state_lock.acquire()
                 att.holds_lock = True
@@ -568,14 +519,22 @@ class Executor(ContextChanges, WaitsAndInbox):
                     await self._commit_conflict(att, stale)
                     conflicts += 1
                     continue
-                failures += 1
-                policy = spec.retry_policy
-                delay = (
-                    policy.next(time.monotonic() - first_started, failures, exc)
-                    if policy is not None
-                    else None
+                delay, retry_at, elapsed = clock.decide(
+                    spec.retry_policy, exc, (self.run_id, step, d.event_id, attempt)
                 )
-                await self._commit_failure(att, exc, tb, delay)
+                recovery = None if delay is not None else self._recovery(att, exc, clock, elapsed)
+                await self._commit_failure(
+                    att,
+                    exc,
+                    tb,
+                    delay,
+                    retry_at,
+                    elapsed,
+                    None if recovery is None else recovery[2],
+                )
+                if recovery is not None:
+                    self.deliver(recovery[0], recovery[1])  # its commit is durable
+                    return
                 if delay is None:
                     await self._fail_run(step, exc)
                     return
@@ -585,8 +544,6 @@ class Executor(ContextChanges, WaitsAndInbox):
                 if self._failing:
                     return  # another step is failing the run: its retry waits for a resume
             finally:
-                if att.collects:  # it did not commit (or its commit raised): undone
-                    self._collects_done(att, committed=False)
                 if att.holds_lock:
                     self.state_lock.release()
                 self._unpin(att)
@@ -599,6 +556,8 @@ class Executor(ContextChanges, WaitsAndInbox):
             print(f"Running step {spec.name}")  # noqa: T201
         token = current_attempt.set(att)
         try:
+            if spec.resources:  # built (or taken from the cache) for each attempt, never logged
+                kwargs.update(await self.wf._resource_manager.inject(spec.resources))
             result = await spec.func(self.wf, **kwargs)
         except WaitSuspend as ws:
             return ("wait", ws.waiter)
@@ -660,27 +619,91 @@ class Executor(ContextChanges, WaitsAndInbox):
             except EncodeError as exc:
                 raise refused(exc, f"step {att.step!r} {verb} it") from None
 
+    def _recovery(
+        self, att: Attempt, exc: Exception, clock: RetryClock, elapsed: float
+    ) -> tuple[str, Delivery, Record] | None:
+        """The ``@catch_error`` handler that takes over a step out of retries, if any: its
+        name, the delivery of its StepFailedEvent and that event's ``enqueued`` record.
+
+        None when no handler covers the step, or its ``max_recoveries`` along this event's
+        lineage are used up (the run fails then).
+        """
+        route = self.wf._catchers.get(att.step)
+        if route is None:
+            return None
+        handler, limit = route
+        counts = self._folded.recoveries.get(att.event_id, {})
+        n = counts.get(handler, 0) + 1
+        if n > limit:
+            return None
+        failed_at = clock.last_failed_at if clock.last_failed_at is not None else time.time()
+        ev = StepFailedEvent(
+            step_name=att.step,
+            input_event=att.event,
+            exception=exc,
+            attempts=clock.failures,
+            elapsed_seconds=elapsed,
+            failed_at=datetime.fromtimestamp(failed_at, tz=UTC),
+        )
+        ev_id = self.new_event_id()
+        record = J.enqueued_recovery(
+            handler,
+            ev_id,
+            self.codec.dump(ev),
+            [att.event_id, att.attempt],
+            {**counts, handler: n},
+        )
+        return handler, Delivery(ev_id, ev), record
+
     async def _commit_failure(
-        self, att: Attempt, exc: BaseException, tb: str, delay: float | None
+        self,
+        att: Attempt,
+        exc: BaseException,
+        tb: str,
+        delay: float | None,
+        retry_at: float | None,
+        elapsed: float,
+        recovery: Record | None = None,
     ) -> None:
-        """Records an attempt's failure; a failure is recorded whatever it carries."""
+        """Records an attempt's failure; a failure is recorded whatever it carries.
+
+        ``recovery`` (the StepFailedEvent a ``@catch_error`` handler is given) is in the
+        same commit, so the handler's input and the recovery count are durable together.
+        """
+        extra = [] if recovery is None else [recovery]
         failed = J.step_failed(
-            att.step, att.event_id, att.attempt, exc, tb, delay is not None, delay
+            att.step,
+            att.event_id,
+            att.attempt,
+            exc,
+            tb,
+            delay is not None,
+            delay,
+            retry_at,
+            elapsed,
         )
         try:
             streamed = self._streamed(att)
         except CodecError:
             streamed = []  # what it streamed cannot be stored, unlike its failure
         try:
-            await self.append([failed, *streamed])
+            await self.append([failed, *extra, *streamed])
         except _STORE_FAILURES:
             raise
         except Exception:
             # Refused for its size or content: the failure alone, without its traceback.
             bare = J.step_failed(
-                att.step, att.event_id, att.attempt, exc, "", delay is not None, delay
+                att.step,
+                att.event_id,
+                att.attempt,
+                exc,
+                "",
+                delay is not None,
+                delay,
+                retry_at,
+                elapsed,
             )
-            await self.append([bare])
+            await self.append([bare, *extra])
 
     async def _commit_conflict(self, att: Attempt, keys: list[str]) -> None:
         shown = [k.replace(COLLECT_PREFIX, "collect:") for k in keys]
@@ -745,7 +768,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                     att.event_id,
                     att.attempt,
                     ids,
-                    max(max(att.reads.values(), default=0), att.collect_base),
+                    max(att.reads.values(), default=0),
                     att.answers_used,
                 )
             )
@@ -762,10 +785,8 @@ class Executor(ContextChanges, WaitsAndInbox):
             self._refuse_text(att, emitted, result)
             raise
         written = [c.key for c in changes]
-        if att.deps and not all(await asyncio.gather(*att.deps)):
-            # An event it took from a buffer was put by an attempt that did not commit.
-            await self._commit_conflict(att, sorted({COLLECT_PREFIX + k for k, _ in att.taken}))
-            return None
+        if att.collects:
+            written.extend(COLLECT_PREFIX + b for b in {c[0] for c in att.collects})
 
         def check() -> None:
             stale = self._stale(att)
@@ -814,8 +835,9 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._unpin(att)
         att.reads.clear()
         self._apply_changes(changes, seq)
-        if att.collects:
-            self._collects_done(att, committed=True, seq=seq)
+        for buf_key, local in att.buffers.items():
+            self.buffers[buf_key] = {t: es for t, es in local.items() if es}
+            self.versions[COLLECT_PREFIX + buf_key] = seq
         for wid in att.answers_used:
             self.answers.pop(wid, None)
         for ev_id, (ev, target) in zip(ids, emitted, strict=True):
@@ -861,9 +883,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         while True:
             await asyncio.sleep(ttl / 3)
             if not await renew(self.run_id):
-                self._end_with(
-                    WorkflowRuntimeError(f"run {self.run_id!r}: this executor lost its lease")
-                )
+                self._end_with(RunLostError(self.run_id, "its lease lapsed before renewal"))
                 return
 
     def abandon(self) -> None:
@@ -944,9 +964,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         if isinstance(exc, _Sealed):
             return  # the run already ended; the commit that lost the race is moot
         if isinstance(exc, ConcurrencyError) and not isinstance(exc, _Conflict):
-            exc = WorkflowRuntimeError(
-                f"run {self.run_id!r}: this executor lost the run to another one ({exc})"
-            )
+            exc = RunLostError(self.run_id, str(exc))
         self.status = "failed"
         self._close(exc=exc)
 

@@ -14,14 +14,17 @@ from typing import Any, Final, NoReturn
 import orjson
 
 from ._buffers import class_qualname, legacy_buffer_key
-from ._fold import Ev, Folded, KeyLog, MemoRec, Prog, WaitRec
+from ._fold import Ev, Failure, Folded, KeyLog, MemoRec, Prog, WaitRec
 
 __all__ = ["SNAPSHOT_FORMAT", "SnapshotError", "dump_folded", "load_folded"]
 
-SNAPSHOT_FORMAT: Final = 4  # the "v" of dump_folded's output; 4: with memoized calls
-# Older formats still read: 2 (buffers keyed by module names, converted as they load) and
-# 3 (no memoized calls: the code that wrote them recorded none).
-_READ_FORMATS: Final = frozenset({2, 3, SNAPSHOT_FORMAT})
+# The "v" of dump_folded's output; 3: buffers keyed by buffer_key; 4: steps in progress
+# carry their latest failure (durable retries), and the lineages' recovery counts; 5: the
+# memoized calls of inputs not yet done.
+SNAPSHOT_FORMAT: Final = 5
+# Older formats still read: 2 (buffers keyed by module names, converted as they load), 3,
+# 4 (no memoized calls: the code that wrote them recorded none).
+_READ_FORMATS: Final = frozenset({2, 3, 4, SNAPSHOT_FORMAT})
 
 
 def _evs(evs: Iterable[Ev]) -> list[Any]:
@@ -45,7 +48,15 @@ def dump_folded(s: Folded) -> bytes:
             "queues": {k: _evs(q.values()) for k, q in s.queues.items()},
             "in_progress": {
                 k: [
-                    [p.ev.id, p.ev.dump, p.attempt, p.failures, p.conflicts, p.ev.seq]
+                    [
+                        p.ev.id,
+                        p.ev.dump,
+                        p.attempt,
+                        p.failures,
+                        p.conflicts,
+                        p.ev.seq,
+                        _failure_dump(p.failure),
+                    ]
                     for p in v.values()
                 ]
                 for k, v in s.in_progress.items()
@@ -73,6 +84,7 @@ def dump_folded(s: Folded) -> bytes:
             },
             "unclaimed": _evs(s.unclaimed.values()),
             "stream": _evs(s.stream),
+            "recoveries": {str(i): c for i, c in s.recoveries.items()},
             "memos": {
                 step: {
                     str(i): {
@@ -177,7 +189,9 @@ def _load(d: dict[str, Any]) -> Folded:
     s.answers = {k: None if a is None else _ev(a) for k, a in _typed(d, "answers", dict).items()}
     s.unclaimed = {e.id: e for e in map(_ev, _typed(d, "unclaimed", list))}
     s.stream = [_ev(e) for e in _typed(d, "stream", list)]
-    if d["v"] >= 4:
+    if "recoveries" in d or d["v"] >= 4:
+        s.recoveries = {_id(k): _counts(c) for k, c in _typed(d, "recoveries", dict).items()}
+    if d["v"] >= 5:
         s.memos = {
             step: {
                 _event_id(i): {k: _memo(m) for k, m in _typed(by_event, i, dict).items()}
@@ -190,6 +204,18 @@ def _load(d: dict[str, Any]) -> Folded:
     s._prev_ts = _typed(d, "prev_ts", int, none=True)
     s._paused = _typed(d, "paused", bool)
     return s
+
+
+def _id(key: str) -> int:
+    if not key.isdigit():
+        _bad_shape("recoveries", key)
+    return int(key)
+
+
+def _counts(c: Any) -> dict[str, int]:
+    if type(c) is not dict or not all(_is_int(n) for n in c.values()):
+        _bad_shape("recoveries", c)
+    return c
 
 
 def _is_int(x: Any) -> bool:
@@ -243,11 +269,38 @@ def _ev(e: Any) -> Ev:
     _bad_shape("event", e)
 
 
-def _progress(e: Any) -> Prog:
+def _failure_dump(f: Failure | None) -> list[Any] | None:
+    if f is None:
+        return None
+    return [f.retry_at, f.elapsed, f.failed_at, f.error, f.module, f.message]
+
+
+def _number_or_none(x: Any) -> bool:
+    return x is None or type(x) in (int, float)
+
+
+def _failure(e: Any) -> Failure | None:
+    if e is None:
+        return None
     if type(e) is list and len(e) == 6:
-        i, dump, attempt, failures, conflicts, seq = e
+        retry_at, elapsed, failed_at, error, module, message = e
+        if (
+            _number_or_none(retry_at)
+            and _number_or_none(elapsed)
+            and type(failed_at) in (int, float)
+            and type(error) is type(module) is type(message) is str
+        ):
+            return Failure(retry_at, elapsed, failed_at, error, module, message)
+    _bad_shape("failure", e)
+
+
+def _progress(e: Any) -> Prog:
+    # Six fields up to format 3; format 4 adds the latest failure.
+    if type(e) is list and len(e) in (6, 7):
+        i, dump, attempt, failures, conflicts, seq = e[:6]
         if type(i) is type(attempt) is type(failures) is type(conflicts) is type(seq) is int:
-            return Prog(Ev(i, dump, seq), attempt, failures, conflicts)
+            failure = _failure(e[6]) if len(e) == 7 else None
+            return Prog(Ev(i, dump, seq), attempt, failures, conflicts, failure)
     _bad_shape("step", e)
 
 

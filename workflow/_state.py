@@ -168,6 +168,7 @@ class InProgress:
     attempt: int  # attempts started so far
     failures: int = 0
     event_id: int = 0
+    retry_at: float | None = None  # a recorded retry not yet begun is due then (Unix time)
 
 
 @dataclass(frozen=True, slots=True)

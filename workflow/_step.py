@@ -11,6 +11,7 @@ from typing import Any, TypeVar, overload
 
 from ._errors import WorkflowValidationError
 from ._events import Event
+from .resource import ResourceDefinition, resource_of
 from .retry_policy import RetryPolicy, _SeedlessRetryPolicy
 
 __all__ = [
@@ -34,6 +35,8 @@ class StepSpec:
     ctx_param: str | None
     num_workers: int
     retry_policy: RetryPolicy | _SeedlessRetryPolicy | None
+    # Parameters annotated Annotated[T, Resource(...)]: given to it, never events.
+    resources: tuple[ResourceDefinition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +130,7 @@ def inspect_step(name: str, func: Callable[..., Awaitable[Any]]) -> StepSpec:
     event_param: str | None = None
     ctx_param: str | None = None
     accepted: tuple[type[Event], ...] = ()
+    resources: list[ResourceDefinition] = []
     for p in params:
         ann = hints.get(p.name)
         if ann is None:
@@ -134,6 +138,12 @@ def inspect_step(name: str, func: Callable[..., Awaitable[Any]]) -> StepSpec:
             raise WorkflowValidationError(msg)
         if _is_context(ann):
             ctx_param = p.name
+            continue
+        found = resource_of(ann)
+        if found is not None:
+            resources.append(
+                ResourceDefinition(name=p.name, resource=found[0], type_annotation=found[1])
+            )
             continue
         if event_param is not None:
             msg = f"{where}: takes more than one event parameter ({event_param!r}, {p.name!r})"
@@ -156,6 +166,7 @@ def inspect_step(name: str, func: Callable[..., Awaitable[Any]]) -> StepSpec:
         ctx_param=ctx_param,
         num_workers=options.num_workers,
         retry_policy=options.retry_policy,
+        resources=tuple(resources),
     )
 
 

@@ -27,6 +27,7 @@ from ._errors import WorkflowRuntimeError
 from ._events import Event
 from ._fold import Folded, MemoRec, fold
 from ._read import commits, fold_run, run_info, start_state
+from ._retry import RetryClock
 
 if TYPE_CHECKING:
     from ._workflow import Workflow
@@ -246,8 +247,7 @@ class _Replay:
         self.graph = wf._graph
         self.committed = context
         self.versions: dict[str, int] = {}
-        self._keylog: dict[str, list[int]] = {}  # sizes of values: none known here
-        self.buffers: dict[str, dict[str, list[tuple[int, Event]]]] = {}
+        self.buffers: dict[str, Any] = {}
         self.answers: dict[str, Any] = {}
         self.state_lock = asyncio.Lock()
         self.ctx: Context[Any] = Context(self, wf._state_type)  # type: ignore[arg-type]
@@ -261,14 +261,8 @@ class _Replay:
         self._next += 1
         return self._next
 
-    def live_buffer(self, buf_key: str) -> dict[str, list[tuple[int, Event]]]:
-        return self.buffers.setdefault(buf_key, {})
-
-    def collect_put(self, att: Attempt, buf_key: str, entry: tuple[int, Event]) -> None:
-        return
-
-    def collect_take(self, att: Attempt, buf_key: str, taken: list[tuple[int, Event]]) -> None:
-        return
+    def read_buffer(self, att: Attempt, buf_key: str) -> dict[str, list[tuple[int, Event]]]:
+        return att.buffers.setdefault(buf_key, {})
 
     def stream_now(self, event: Event, att: Attempt | None) -> None:
         return
@@ -299,9 +293,13 @@ def _reexecute(wf: Workflow, run_id: str, report: VerifyReport) -> None:
             prog = state.in_progress.get(head.step, {}).get(finished["id"])
             if prog is not None:
                 context = {k: load(copy.deepcopy(v.dump)) for k, v in state.context.items()}
+                # The attempt sees the retries the log recorded before it (ctx.retry_info()).
+                clock = RetryClock.resume(prog.failures, prog.failure)
+                clock.retry_at = None
+                event = load(prog.ev.dump)
                 memos = state.memos.get(head.step, {})
                 problem = _replay_one(
-                    wf, run_id, head, commit, load(prog.ev.dump), context, dump, memos
+                    wf, run_id, head, commit, event, context, dump, clock, memos
                 )
                 report.attempts_reexecuted += 1
                 if problem is not None:
@@ -318,6 +316,7 @@ def _replay_one(
     event: Event,
     context: dict[str, Any],
     dump: Callable[[Any], Any],
+    clock: RetryClock,
     memos: dict[int, dict[str, MemoRec]],
 ) -> Problem | None:
     step = head.step or ""
@@ -325,6 +324,7 @@ def _replay_one(
     replay = _Replay(wf, context, memos)
     finished: J.StepFinished = head.data()
     att = Attempt(step, finished["id"], finished["attempt"], event, host=replay)
+    att.retry = clock
     kwargs: dict[str, Any] = {spec.event_param: event}
     if spec.ctx_param is not None:
         kwargs[spec.ctx_param] = replay.ctx
@@ -332,6 +332,8 @@ def _replay_one(
     async def call() -> Any:
         token = current_attempt.set(att)
         try:
+            if spec.resources:  # built by this workflow object, as a resume would
+                kwargs.update(await wf._resource_manager.inject(spec.resources))
             return await spec.func(wf, **kwargs)
         finally:
             current_attempt.reset(token)

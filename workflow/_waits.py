@@ -24,6 +24,7 @@ from eventstore import ConcurrencyError, EventStore, Record, class_name
 
 from . import _journal as J
 from ._events import Event
+from ._fold import Failure
 
 if TYPE_CHECKING:
     from eventstore import Codec
@@ -47,6 +48,7 @@ class Delivery:
     failures: int = 0
     redelivered: bool = False  # taken before (in progress): no new dequeue record
     durable: bool = False  # its start is committed before it runs (delivered by a resume)
+    failure: Failure | None = None  # its latest recorded failure (delivered by a resume)
 
 
 @dataclass(slots=True)

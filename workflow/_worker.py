@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from typing import TYPE_CHECKING, Final
 
-from ._errors import RunAbandonedError, WorkflowError
+from ._errors import RunAbandonedError, RunLostError, WorkflowError
 from ._recover import has_work, is_run_of
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["Worker"]
 
 POLL_S: Final = 0.2
+_log: Final = logging.getLogger("workflow")
 
 
 class Worker:
@@ -30,6 +32,10 @@ class Worker:
 
     :param concurrency: how many runs it executes at once.
     :param poll_interval: seconds between looks for work.
+
+    A run this worker loses to another executor (its lease lapsed while the host was cut
+    off or stalled; the epoch fence refuses what it still commits) is logged as a warning
+    on the ``workflow`` logger, counted in :attr:`lost`, and not in :attr:`completed`.
     """
 
     def __init__(self, workflow: Workflow, *, concurrency: int = 4, poll_interval: float = POLL_S):
@@ -37,6 +43,7 @@ class Worker:
         self.concurrency = concurrency
         self.poll_interval = poll_interval
         self.completed = 0
+        self.lost = 0
         self._active: dict[str, WorkflowHandler] = {}
         self._stopping = False
         self._nudge: asyncio.Event | None = None
@@ -48,6 +55,8 @@ class Worker:
             self._nudge.set()
 
     def _candidates(self) -> list[str]:
+        """Runs to take: read in a thread, so the event loop goes on meanwhile (each read is
+        a round trip to a PostgreSQL server)."""
         wf = self.workflow
         out = []
         for r in wf.runs():
@@ -67,6 +76,10 @@ class Worker:
         try:
             await handler
         except RunAbandonedError:
+            return
+        except RunLostError as exc:
+            self.lost += 1
+            _log.warning("worker: %s; the other executor goes on with it", exc)
             return
         except Exception:  # the run failed: recorded in its log, nothing for the worker to do
             pass
@@ -97,7 +110,10 @@ class Worker:
         try:
             while not self._stopping:
                 free = self.concurrency - len(self._active)
-                for run_id in self._candidates()[: max(free, 0)]:
+                found = await asyncio.to_thread(self._candidates) if free > 0 else []
+                for run_id in found[:free]:
+                    if self._stopping:
+                        break
                     try:
                         handler = self.workflow.resume(run_id)
                     except WorkflowError:

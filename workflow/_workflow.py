@@ -30,8 +30,9 @@ from eventstore import (
 )
 
 from . import _journal as J
+from ._catch_error import catchers
 from ._changes import encode_updates
-from ._diff import register_views
+from ._diff import TrackedDict, TrackedList
 from ._errors import (
     RunFinishedError,
     WorkflowChangedError,
@@ -41,7 +42,7 @@ from ._events import Event, StartEvent
 from ._fold import Folded, to_run_state
 from ._graph import Graph
 from ._handler import WorkflowHandler
-from ._ownership import LeaseOwners, Owners
+from ._ownership import LEASE_TTL_S, LeaseOwners, Owners
 from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
 from ._recover import Recoveries, is_run_of, over_recovery_limit, same_name
 from ._recover import recover as recover_runs
@@ -50,6 +51,7 @@ from ._state import TERMINAL, Checkpoint, RunState
 from ._step import collect_steps
 from ._timers import DEFAULT_SLEEP_THRESHOLD
 from ._waits import Delivery
+from .resource import ResourceManager, check_configs
 
 __all__ = ["RunSummary", "Workflow"]
 
@@ -88,6 +90,13 @@ class Workflow:
         pickles, and read pickles back. Off by default: the log is then no longer plain
         JSON, and reading it runs whatever code it names, so read only logs you trust.
         Every program that reads such a run (resume, fork, ``state_at``) must opt in too.
+    :param resource_manager: where the steps' resources are built and cached (a new one
+        by default: cached resources are this workflow object's).
+    :param lease_ttl: on a PostgreSQL store, the seconds a run's lease lasts unless its
+        executor renews it (every third of that): how soon another host takes over the
+        runs of a host that died or was cut off, and how long such a host's runs wait.
+        None: :data:`~workflow._ownership.LEASE_TTL_S` (10 s). Stores on one machine need
+        no lease: the kernel frees a dead process's runs at once.
     """
 
     # Seconds from which ctx.sleep() is durable (a wait the run is resumed from when due);
@@ -111,10 +120,23 @@ class Workflow:
         max_recovery_attempts: int = 10,
         disable_validation: bool = False,
         allow_pickle: bool = False,
+        resource_manager: ResourceManager | None = None,
+        lease_ttl: float | None = None,
     ) -> None:
+        if lease_ttl is not None and not lease_ttl > 0:
+            msg = f"lease_ttl must be a positive number of seconds, not {lease_ttl!r}"
+            raise ValueError(msg)
         self._graph = Graph(collect_steps(type(self)))
+        # Which @catch_error handler takes over which step once it is out of retries.
+        self._catchers = catchers(self._graph.steps, type(self).__name__)
         if not disable_validation:
             self._graph.validate(type(self).__name__)
+            check_configs(
+                {n: s.resources for n, s in self._graph.steps.items() if s.resources},
+                type(self).__name__,
+            )
+        # Resources are this object's, never the log's: a resume elsewhere builds its own.
+        self._resource_manager = resource_manager or ResourceManager()
         self._store = _open_store(store)
         self._timeout = timeout
         self._verbose = verbose
@@ -126,7 +148,8 @@ class Workflow:
         )
         self._codec.register(*self._graph.event_types(), *types)
         # Views handed out by ctx.store.get are written as the value they show.
-        register_views(self._codec)
+        self._codec.register_proxy(TrackedList, list)
+        self._codec.register_proxy(TrackedDict, lambda view: dict(view.items()))
         self._state_type: type | None = self._find_state_type()
         if self._state_type is not None:
             self._codec.register(self._state_type)
@@ -141,7 +164,7 @@ class Workflow:
         # Kernel locks need a file (one machine); a shared PostgreSQL store needs leases.
         self._owners: Owners | LeaseOwners
         if self._store.kind == "postgres":
-            self._owners = LeaseOwners(self._store)
+            self._owners = LeaseOwners(self._store, lease_ttl or LEASE_TTL_S)
         else:
             sidecar = self._store.path if self._store.kind == "sqlite" else None
             self._owners = Owners(sidecar, memory_key=str(id(self._store)))
@@ -457,6 +480,7 @@ class Workflow:
                         attempts=p.attempt,
                         failures=0 if failed else p.failures,
                         redelivered=True,
+                        failure=None if failed else p.failure,
                     ),
                 )
         for step, queue in folded.queues.items():

@@ -65,6 +65,7 @@ __all__ = [
     "collected",
     "dequeued",
     "enqueued",
+    "enqueued_recovery",
     "memoized",
     "run_cancelled",
     "run_failed",
@@ -140,6 +141,15 @@ def enqueued(step: str | None, event_id: int, event_dump: Dump, src: Source) -> 
     return _rec(ENQUEUED, step, payload)
 
 
+def enqueued_recovery(
+    step: str, event_id: int, event_dump: Dump, src: Source, recoveries: dict[str, int]
+) -> Record:
+    """A ``StepFailedEvent`` put on a ``@catch_error`` handler's queue, with the lineage's
+    recovery counts (this recovery included)."""
+    payload: Enqueued = {"id": event_id, "event": event_dump, "src": src, "recoveries": recoveries}
+    return _rec(ENQUEUED, step, payload)
+
+
 def dequeued(step: str, event_id: int, worker: int) -> Record:
     payload: Dequeued = {"id": event_id, "worker": worker}
     return _rec(DEQUEUED, step, payload)
@@ -177,6 +187,8 @@ def step_failed(
     traceback: str,
     retry: bool,
     delay: float | None,
+    retry_at: float | None,
+    elapsed: float,
 ) -> Record:
     payload: StepFailed = {
         "id": event_id,
@@ -187,6 +199,8 @@ def step_failed(
         "traceback": _text(traceback),
         "retry": retry,
         "delay": delay,
+        "retry_at": retry_at,
+        "elapsed": elapsed,
     }
     return _rec(STEP_FAILED, step, payload)
 

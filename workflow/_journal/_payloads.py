@@ -136,11 +136,17 @@ class RunStarted(TypedDict):
 
 
 class Enqueued(TypedDict):
-    """An event put on the record's step's queue (no step: taken in, parked as unclaimed)."""
+    """An event put on the record's step's queue (no step: taken in, parked as unclaimed).
+
+    ``recoveries`` (only on the ``StepFailedEvent`` a ``@catch_error`` handler is given)
+    counts, by handler, how often handlers took over along the event's lineage; events
+    made from it inherit the counts through ``src``.
+    """
 
     id: int
     event: Dump
     src: Source
+    recoveries: NotRequired[dict[str, int]]  # since @catch_error (issue 16)
 
 
 class Dequeued(TypedDict):
@@ -168,7 +174,12 @@ class StepFinished(TypedDict):
 
 
 class StepFailed(TypedDict):
-    """An attempt raised; ``retry`` with the ``delay`` before the next, else the run fails."""
+    """An attempt raised; ``retry`` with the ``delay`` before the next, else the run fails.
+
+    ``retry_at`` (when the next attempt is due, seconds since the epoch; None without a
+    retry) and ``elapsed`` (seconds since the first attempt at this event began, counted
+    across processes) make the backoff durable: a resumed run waits until ``retry_at``.
+    """
 
     id: int
     attempt: int
@@ -178,6 +189,8 @@ class StepFailed(TypedDict):
     traceback: str
     retry: bool
     delay: float | None
+    retry_at: NotRequired[float | None]  # since durable retries (issue 16)
+    elapsed: NotRequired[float]  # since durable retries (issue 16)
 
 
 class StepConflicted(TypedDict):

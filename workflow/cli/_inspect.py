@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+import click
+
 from eventstore import Codec, EventStore, NotAStoreError, StoredRecord
 
 from .. import _journal as J
@@ -74,7 +76,13 @@ def open_store(db: str) -> EventStore:
             raise FileNotFoundError(msg)
         if p.is_dir():
             raise NotAStoreError(db, "it is a directory")
-    return EventStore(db, readonly=True)
+    store = EventStore(db, readonly=True)
+    # Closed when the command ends, also when it runs in-process (tests, a shell):
+    # a PostgreSQL store holds server connections.
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(store.close)
+    return store
 
 
 # ---------------------------------------------------------------------------- one record

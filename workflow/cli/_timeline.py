@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 from bisect import bisect_right
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -55,12 +56,29 @@ _ENDS_RUN: Final = frozenset({J.RUN_FINISHED, J.RUN_FAILED, J.RUN_CANCELLED, J.R
 # added to one or the other (tests/test_page.py holds both to the payload types).
 UNSHOWN: Final[Mapping[str, frozenset[str]]] = {
     J.RUN_STARTED: frozenset({"fingerprint", "graph"}),  # `workflow graph` draws the steps
+    J.ENQUEUED: frozenset({"recoveries"}),  # the StepFailedEvent it carries says what failed
     J.STEP_FINISHED: frozenset({"base", "answers"}),  # what its reads and answers were
     J.STEP_FAILED: frozenset({"module"}),  # the error's class name says enough
     J.WAITING: frozenset({"requirements", "deadline", "event"}),  # `workflow state` has them
     J.RUN_FINISHED: frozenset({"id"}),
     J.MEMOIZED: frozenset({"digest"}),  # only a re-run compares it
 }
+
+
+def _retry_text(p: J.StepFailed) -> str:
+    """A retried attempt's note: when its retry was due and how long after the first attempt
+    it failed (records written before durable retries say only that it was retried)."""
+    if not p.get("retry"):
+        return ""
+    due, elapsed = p.get("retry_at"), p.get("elapsed")
+    parts = ["retried"]
+    if isinstance(due, int | float):
+        parts[0] += (
+            " at " + datetime.fromtimestamp(due, tz=UTC).strftime("%H:%M:%S.%f")[:-3] + " UTC"
+        )
+    if isinstance(elapsed, int | float):
+        parts.append(f"{elapsed:.3f} s after the first attempt")
+    return f" ({', '.join(parts)})"
 
 
 class _Builder:
@@ -183,7 +201,7 @@ class _Builder:
             retry = failed.get("retry")
             args = [failed["id"], error, 1 if retry else 0, self.traceback(failed)]
             key = (step or "", failed["id"])
-            self._close(key, ci, FAILED, error + (" (retried)" if retry else ""))
+            self._close(key, ci, FAILED, error + _retry_text(failed))
         elif k == J.WAITING:
             waiting: J.Waiting = p
             awaited = short_class(str(waiting.get("awaited")))
