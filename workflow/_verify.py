@@ -298,9 +298,7 @@ def _reexecute(wf: Workflow, run_id: str, report: VerifyReport) -> None:
                 clock.retry_at = None
                 event = load(prog.ev.dump)
                 memos = state.memos.get(head.step, {})
-                problem = _replay_one(
-                    wf, run_id, head, commit, event, context, dump, clock, memos
-                )
+                problem = _replay_one(wf, run_id, head, commit, event, context, dump, clock, memos)
                 report.attempts_reexecuted += 1
                 if problem is not None:
                     report.problems.append(problem)
