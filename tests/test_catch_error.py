@@ -141,7 +141,7 @@ def test_step_failed_event_keeps_its_exception_in_the_log_as_class_and_message()
     assert ev.error_message == "gone"
     assert isinstance(ev.exception, Down)
     # What the log holds is rebuilt from the name, only from classes already imported.
-    copy = StepFailedEvent.model_construct(**dict(ev))
+    copy = StepFailedEvent.model_construct(**vars(ev))  # dict(ev): its extra fields only
     assert type(copy.exception) is Down
     assert str(copy.exception) == "gone"
     unknown = copy.model_copy(update={"error_type": "not_imported_anywhere:Gone"})
