@@ -383,7 +383,7 @@ async def test_max_recoveries_counts_along_the_lineage() -> None:
     assert calls == ["a", "handle", "retry_a", "handle", "retry_a"]
 
 
-async def test_the_failed_attempts_commit_holds_the_handlers_input() -> None:
+async def test_the_failed_attempts_commit_holds_the_handlers_input(store: EventStore) -> None:
     class Flow(Workflow):
         @step
         async def a(self, ev: StartEvent) -> StopEvent:
@@ -393,7 +393,7 @@ async def test_the_failed_attempts_commit_holds_the_handlers_input() -> None:
         async def handle(self, ev: StepFailedEvent) -> StopEvent:
             return StopEvent(result="ok")
 
-    wf = Flow()
+    wf = Flow(store=store)
     assert await wf.run(run_id="c") == "ok"
     records = list(wf.store.records("c"))
     [failed] = [r for r in records if r.kind == J.STEP_FAILED]
