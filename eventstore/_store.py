@@ -154,6 +154,18 @@ class EventStore:
         """
         return self._committer.submit_async(lambda w: w.append(commit), lazy=lazy)
 
+    def submit_many(
+        self, commits: Sequence[Commit], *, lazy: bool = False
+    ) -> asyncio.Future[list[AppendResult]]:
+        """Queues several commits, in order, as one operation: all are written or none.
+
+        Each stays a commit of its own (its own seqs and commit boundary); the future
+        resolves with their results once they are durable. One submission instead of one
+        per commit, for an executor that records a dequeue and an attempt's start at once.
+        """
+        batch = list(commits)
+        return self._committer.submit_async(lambda w: [w.append(c) for c in batch], lazy=lazy)
+
     async def append(self, commit: Commit) -> AppendResult:
         """Appends a commit atomically; returns its seqs once it is durable.
 

@@ -306,8 +306,6 @@ _index = st.integers(0, 7)
 _str_keys = st.sampled_from(["a", "b", "k", "$t", "v", "c"]) | st.text(max_size=4)
 _LIST_ACTIONS = ("setitem", "insert", "pop", "extend", "del_slice", "sort", "reverse", "clear")
 _COPIES = ("inplace", "list_copy", "deepcopy")
-# "d_or" (`d = d | {k: v}`) joins the spellings in _arguments() once it works on a view:
-# today it raises TypeError (test_dict_union_spelling_updates_state, xfail).
 
 
 @functools.cache
@@ -321,7 +319,18 @@ def _arguments(typed: bool) -> dict[str, st.SearchStrategy[tuple[Any, ...]]]:
     keyed = st.tuples(_str_keys, x)
     args: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
         **dict.fromkeys(
-            ("append", "plus", "star", "slice_plus", "list_copy_append", "deepcopy_append"), one
+            (
+                "append",
+                "plus",
+                "star",
+                "slice_plus",
+                "list_copy_append",
+                "deepcopy_append",
+                "list_radd",
+                "list_mul",
+                "list_comp",
+            ),
+            one,
         ),
         "list_action": st.tuples(
             st.sampled_from(_COPIES),
@@ -330,12 +339,22 @@ def _arguments(typed: bool) -> dict[str, st.SearchStrategy[tuple[Any, ...]]]:
             st.lists(x, max_size=2),
         ),
         "set_index": st.tuples(_index, x),
-        **dict.fromkeys(("d_setitem", "d_unpack", "d_call", "d_update"), keyed),
+        **dict.fromkeys(
+            ("d_setitem", "d_unpack", "d_call", "d_update", "d_or", "d_copy_set"), keyed
+        ),
         **dict.fromkeys(("d_del", "d_drop_copy"), st.tuples(_index)),
     }
     if typed:
         args |= dict.fromkeys(
-            ("t_edit_append", "t_getset_append", "t_edit_n", "t_getset_n", "t_copy_update"), one
+            (
+                "t_edit_append",
+                "t_getset_append",
+                "t_edit_n",
+                "t_getset_n",
+                "t_copy_update",
+                "t_copy_items",
+            ),
+            one,
         )
         args["t_edit_d"] = keyed
         args["t_inner_count"] = st.tuples(confusables)
@@ -343,7 +362,10 @@ def _arguments(typed: bool) -> dict[str, st.SearchStrategy[tuple[Any, ...]]]:
     else:
         args |= dict.fromkeys(("m_setitem", "m_unpack"), st.tuples(hashables, x))
         args["m_del"] = st.tuples(_index)
-        args |= dict.fromkeys(("nest_append", "nest_set", "v_set", "state_append"), one)
+        args |= dict.fromkeys(
+            ("nest_append", "nest_plus", "nest_set", "v_set", "state_append"), one
+        )
+        args["new_path"] = st.tuples(st.sampled_from("xy"), x)
         args["edit_state_d"] = one
         args["nest_new"] = st.tuples(st.sampled_from("xyz"), x)
         args["v_get_set"] = st.just(())

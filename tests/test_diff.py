@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import operator
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -30,6 +31,7 @@ from workflow._diff import (
     ops_to_json,
     patch_size,
 )
+from workflow._patch import apply_copied
 
 
 @dataclasses.dataclass
@@ -76,6 +78,7 @@ def check(base: Any, tracker: Tracker, expected: Any, codec: Codec) -> list[Op]:
     want = codec.encode(expected)
     assert codec.encode(materialize(tracker.view)) == want
     assert codec.encode(apply(copy.deepcopy(base), ops)) == want
+    assert codec.encode(apply_copied(base, ops)) == want  # base stays as it was (below)
     assert codec.encode(_replay_json(base, ops, codec)) == want
     loaded = ops_from_json(orjson.loads(orjson.dumps(ops_to_json(ops, codec))), codec)
     assert codec.encode(apply(copy.deepcopy(base), loaded)) == want
@@ -194,7 +197,9 @@ def test_list_view_reads_like_a_list() -> None:
     v.append("t")
     want = [*base, "t"]
     assert isinstance(v, TrackedList)
-    assert not isinstance(v, list)
+    assert isinstance(v, list)
+    assert json.dumps(v) == json.dumps(want)
+    assert orjson.dumps(v) == orjson.dumps(want)
     assert len(v) == 7
     assert v[-1] == "t"
     assert v[1:3] == [[2, 3], {"a": 4}]
@@ -208,14 +213,21 @@ def test_list_view_reads_like_a_list() -> None:
     assert v == want
     assert want == v
     assert v != [*want, 1]
-    assert v != (1,)
+    assert v != (1,)  # type: ignore[comparison-overlap]
     assert repr(v) == repr(want)
     assert operator.add(v, [0]) == [*want, 0]
     assert operator.add([0], v) == [0, *want]
     assert v.copy() == want
     assert copy.deepcopy(v) == want
     deep: Any = copy.deepcopy(v)
-    assert type(deep) is list
+    assert isinstance(deep, list)
+    deep[1].append("only in the copy")
+    assert v[1] == [2, 3]
+    assert v * 2 == want * 2
+    assert 2 * v == want * 2
+    assert [*v, 0] == [*want, 0]
+    assert v[:] + [0] == [*want, 0]  # noqa: RUF005 - the view's __add__
+    assert sorted(v[3:4] + v[6:]) == ["s", "t"]
     assert Tracker([1, 2]).view < [1, 3]
     assert Tracker([[1], [0]]).view[1] < Tracker([[1], [0]]).view[0]
     with pytest.raises(IndexError, match="out of range"):
@@ -291,7 +303,11 @@ def test_dict_view_reads_like_a_dict() -> None:
     del v["a"]
     want = {"b": [2], 3: "c", "z": 0}
     assert isinstance(v, TrackedDict)
-    assert not isinstance(v, dict)
+    assert isinstance(v, dict)
+    assert json.dumps({str(k): x for k, x in v.items()}) == json.dumps({"b": [2], "3": "c", "z": 0})
+    assert v | {"q": 1} == {**want, "q": 1}
+    assert {"q": 1} | v == {"q": 1, **want}
+    assert dict(v, q=1) == {**want, "q": 1}
     assert len(v) == 3
     assert list(v) == list(want)
     assert list(v.keys()) == list(want.keys())
@@ -737,4 +753,88 @@ def test_diff_replays_to_the_new_value(old: Any, new: Any) -> None:
     assert (ops == []) == (codec.encode(new) == before)
     assert codec.encode(_replay_json(old, ops, codec)) == codec.encode(new)
     assert codec.encode(apply(copy.deepcopy(old), ops)) == codec.encode(new)
+    assert codec.encode(apply_copied(old, ops)) == codec.encode(new)
     assert codec.encode(old) == before
+
+
+# -- views are real lists and dicts, and values derived from them cost the change ----------
+
+
+def test_copies_made_by_c_code_never_reach_the_committed_value(codec: Codec) -> None:
+    """``{**d}``, ``dict(d)``, ``[*v]``, ``list(v)`` and ``f(**d)`` copy views, not base."""
+    base: dict[str, Any] = {"a": {"x": [1]}, "b": [{"y": 2}], "n": 1}
+    before = codec.encode(base)
+    v = Tracker(base, codec=codec).view
+    for copied in ({**v}, dict(v), (lambda **kw: kw)(**v)):
+        copied["a"]["x"].append(0)
+    for items in ([*v["b"]], list(v["b"]), v["b"][:], v["b"] * 1, v["b"] + []):
+        items[0]["y"] = 0
+    assert codec.encode(base) == before
+
+
+def test_json_dumps_and_isinstance_see_what_the_view_shows() -> None:
+    """C code reading a list's or dict's storage sees the view's items."""
+    base = {"l": [1, {"a": [2]}], "s": "t"}
+    v = Tracker(base).view
+    v["l"][1]["a"].append(3)
+    v["l"].append(4)
+    v["new"] = (5,)
+    assert isinstance(v, dict)
+    assert isinstance(v["l"], list)
+    assert isinstance(v["l"][1], dict)
+    assert json.dumps(v) == json.dumps({"l": [1, {"a": [2, 3]}, 4], "s": "t", "new": [5]})
+    assert orjson.loads(orjson.dumps(v)) == {"l": [1, {"a": [2, 3]}, 4], "s": "t", "new": [5]}
+
+
+@pytest.mark.parametrize(
+    ("derive", "expected"),
+    [
+        pytest.param(lambda v: v + ["x"], [("append", (), "x")], id="plus"),  # noqa: RUF005
+        pytest.param(lambda v: [*v, "x"], [("append", (), "x")], id="star"),
+        pytest.param(lambda v: v[:] + ["x"], [("append", (), "x")], id="slice-plus"),  # noqa: RUF005
+        pytest.param(lambda v: [*list(v), "x"], [("append", (), "x")], id="list-copy"),
+        pytest.param(lambda v: [*copy.deepcopy(v), "x"], [("append", (), "x")], id="deepcopy"),
+        pytest.param(lambda v: [*v.copy(), "x"], [("append", (), "x")], id="copy"),
+        pytest.param(lambda v: [y for y in v], [], id="rebuilt"),  # noqa: C416
+        pytest.param(lambda v: v[:-1], [("trunc", (), 9_999)], id="shorter"),
+    ],
+)
+def test_a_list_derived_from_the_view_costs_the_change(
+    derive: Callable[[Any], Any], expected: list[Op], codec: Codec
+) -> None:
+    """A new list made from the view of 10,000 items is diffed by identity: its patch is the
+    change, whatever the spelling."""
+    base = [f"{i:0100d}" for i in range(10_000)]
+    tracker = Tracker(base, codec=codec)
+    new = derive(tracker.view)
+    assert diff(base, new, codec, hint=tracker, whole_size=1_000_000) == expected
+
+
+def test_values_derived_from_nested_views_cost_the_change(codec: Codec) -> None:
+    """Derived dicts, nested lists and model copies are patched at the size of the change."""
+    base = {
+        "d": {f"k{i}": {"v": i} for i in range(100)},
+        "doc": Doc(title="t", tags=[f"{i}" for i in range(100)]),
+    }
+    tracker = Tracker(base, codec=codec)
+    v = tracker.view
+    v["d"]["k0"]["v"] = -1
+    d = {**v["d"], "new": 1}
+    doc = v["doc"].model_copy(update={"tags": [*v["doc"].tags, "x"]})
+    new = {"d": d | {"or": 2}, "doc": doc}
+    ops = diff(base, new, codec, hint=tracker, whole_size=1_000_000)
+    assert ops == [
+        ("set", ("d", "k0", "v"), -1),
+        ("set", ("d", "new"), 1),
+        ("set", ("d", "or"), 2),
+        ("append", ("doc", "tags"), "x"),
+    ]
+    assert codec.encode(apply(copy.deepcopy(base), ops)) == codec.encode(materialize(new))
+
+
+def test_an_unrelated_list_that_grew_is_patched_from_its_encoding(codec: Codec) -> None:
+    """A list rebuilt from scratch (no shared items) that only grew is patched as an extend."""
+    base = [{"i": i} for i in range(100)]
+    new = [*orjson.loads(orjson.dumps(base)), {"i": 100}]
+    assert diff(base, new, codec) == [("append", (), {"i": 100})]
+    assert diff(base, orjson.loads(orjson.dumps(base)), codec) == []

@@ -106,6 +106,26 @@ async def test_refused_commit_leaves_the_rest_of_its_batch(store: EventStore) ->
     assert [r.seq for r in store.records("r1")] == [1, 2, 3, 4]
 
 
+async def test_commits_submitted_together_stay_commits_of_their_own(store: EventStore) -> None:
+    """submit_many writes its commits in order, each with its own commit seq, or none of
+    them when one is refused."""
+    await store.append(Commit("r1", [rec("run_started", None)], create=NewRun()))
+    first, second = await store.submit_many(
+        [Commit("r1", [rec("dequeued")]), Commit("r1", [rec("started"), rec("more")])]
+    )
+    assert (first.first_seq, first.last_seq, second.first_seq, second.last_seq) == (2, 2, 3, 4)
+    assert [r.commit_seq for r in store.records("r1")] == [1, 2, 4, 4]
+
+    def refuse() -> None:
+        raise ConcurrencyError("refused by check", run_id="r1")
+
+    with pytest.raises(ConcurrencyError):
+        await store.submit_many([Commit("r1", [rec("x")]), Commit("r1", [rec("y")], check=refuse)])
+    after = await store.append(Commit("r1", [rec("z")]))
+    assert [r.kind for r in store.records("r1")][-2:] == ["more", "z"]
+    assert after.first_seq == 5
+
+
 async def test_group_commit_shares_transactions(store: EventStore) -> None:
     """Many concurrent appenders share transactions: at most one per ten commits."""
     await store.append(Commit("r1", [rec("run_started", None)], create=NewRun()))

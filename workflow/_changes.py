@@ -25,8 +25,9 @@ import orjson
 from eventstore import EncodeError, Record
 
 from . import _journal as J
-from ._diff import KeyRef, Op, Tracker, apply, diff, materialize
+from ._diff import KeyRef, Op, Tracker, apply, diff
 from ._errors import WorkflowRuntimeError
+from ._patch import apply_copied
 
 if TYPE_CHECKING:
     from eventstore import Codec
@@ -67,7 +68,7 @@ class KeyChange:
 
     key: str
     deleted: bool = False
-    full: Any = None  # the new Python value, when written whole
+    full: Any = None  # the new Python value, when written whole: plain, holding no view
     text: str | None = None  # its JSON text
     ops: list[Any] | None = None  # Python-form ops, when patched
     ops_json: bytes | None = None  # their JSON text
@@ -178,26 +179,51 @@ def value_change(
     versions: Mapping[str, int],
     key: str,
     value: Any,
-    text: str,
+    text: str | None,
+    *,
+    hint: Tracker | None = None,
+    size: int | None = None,
+    how: str = "",
 ) -> tuple[KeyChange | None, int]:
-    """The change a new value of ``key`` (encoded as ``text``) makes to its committed value,
-    made now (at ``set()``), and the key's version it was made against.
+    """The change a new value of ``key`` makes to its committed value, made now (at
+    ``set()``), and the key's version it was made against.
 
-    The patch's values are fresh copies, so what is written is the value as it is now.
-    Parts the value shares with the committed one (``items + [x]``) are known by their
-    identity, so the diff costs the change.
+    ``text`` is the value encoded whole, or None when the value may derive from ``hint``
+    (the attempt's view of the key): what it shares with the committed value, by identity
+    (``items + [x]``, ``{**d, k: v}``), is not encoded again, so the change costs its size;
+    only the parts that changed are encoded (and so checked). ``size`` is about the bytes
+    of the committed value, to choose between a patch and the whole value. The patch's
+    values are fresh copies, so what is written is the value as it is now.
+
+    :raises EncodeError: what changed cannot be stored; the path starts with ``key``.
     """
     version = versions.get(key, 0)
     old = committed.get(key, ABSENT)
     if old is ABSENT:
+        if text is None:
+            text = encode_value(codec, key, value, "{}", how)
         return KeyChange(key, full=codec.decode(text), text=text), version
-    ops = diff(old, value, codec, whole_size=len(text))
+    if hint is not None and hint.base is not old:
+        hint = None  # the view is of a value since replaced: identity says nothing
+    try:
+        ops = diff(old, value, codec, whole_size=len(text) if text is not None else size, hint=hint)
+        if ops and ops[0][:2] != ("replace", ()):
+            ops_json = encode_ops(codec, ops, key)[0]
+    except (EncodeError, orjson.JSONEncodeError, RecursionError) as exc:
+        if text is not None:
+            raise
+        encode_value(codec, key, value, "{}", how)  # says where, from the root of the value
+        if isinstance(exc, EncodeError):
+            raise refused(exc, how) from None
+        raise
     if not ops:
         return None, version
     if ops[0][:2] == ("replace", ()):
+        if text is None:
+            text = encode_value(codec, key, value, "{}", how)
+            return KeyChange(key, full=codec.decode(text), text=text), version
         return KeyChange(key, full=ops[0][2], text=text), version
-    # Parts of a value encoded whole already: the patch's text cannot be refused.
-    return KeyChange(key, ops=ops, ops_json=encode_ops(codec, ops, key)[0]), version
+    return KeyChange(key, ops=ops, ops_json=ops_json), version
 
 
 def encode_updates(codec: Codec, updates: Mapping[str, Any] | None) -> dict[str, Encoded]:
@@ -258,8 +284,10 @@ class ContextChanges:
             else:
                 # A new value set without reading the key, which a commit changed since:
                 # the change made at set() may not fit what is there now; written whole.
-                assert w.text is not None
-                out.append(KeyChange(key, full=self.codec.decode(w.text), text=w.text))
+                # (A value derived from a view of the key has no text: its attempt read
+                # the key, so it conflicts and this commit is not written.)
+                text = w.text if w.text is not None else self.codec.encode(w.value, name=key)
+                out.append(KeyChange(key, full=self.codec.decode(text), text=text))
         return out
 
     def _update_change(self, key: str, new: Encoded) -> KeyChange | None:
@@ -289,9 +317,9 @@ class ContextChanges:
                     ch.size = len(rec.payload)
                     records.append(rec)
                     continue
-                # Time to write the value whole again: the new value, fully materialized.
-                base = copy.deepcopy(self.committed[ch.key])
-                ch.full, ch.ops = materialize(apply(base, ch.ops)), None
+                # Time to write the value whole again: the new value, sharing what the
+                # patch does not touch with the committed value (no deep copy of it).
+                ch.full, ch.ops = apply_copied(self.committed[ch.key], ch.ops), None
                 ch.text = self.codec.encode(ch.full, name=ch.key)
             assert ch.text is not None
             rec = J.state_set_value(step, ch.key, orjson.Fragment(ch.text))
@@ -317,7 +345,7 @@ class ContextChanges:
                 log = self._keylog.setdefault(key, [size, 0])
                 log[1] += size
             else:
-                self.committed[key] = materialize(ch.full)
+                self.committed[key] = ch.full  # plain: no view is ever written whole
                 self._keylog[key] = [size, 0]
 
     async def operator_update(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from eventstore import EncodeError, class_name
 
 from ._buffers import buffer_key, default_buffer_id
 from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, value_change
-from ._diff import TrackedList, Tracker, materialize
+from ._diff import Tracker, is_view, materialize
 from ._errors import WorkflowRuntimeError, WorkflowTimeoutError
 from ._events import Event
 from .retry_policy import RetryInfo
@@ -122,6 +123,14 @@ class Attempt:
         default_factory=list
     )
     buffers: dict[str, dict[str, list[tuple[int, Event]]]] = field(default_factory=dict)
+    # What its collect_events calls took out of live buffers (buffer key, entries), the
+    # outcomes of the attempts whose puts it took, and its own outcome (True: committed;
+    # False: its collects were undone), for those who took what it put.
+    taken: list[tuple[str, list[tuple[int, Event]]]] = field(default_factory=list)
+    deps: list[Attempt] = field(default_factory=list)
+    outcome: asyncio.Future[bool] | None = None
+    put_written: bool = False  # its commit, with its puts, is written (set in the writer)
+    collect_base: int = 0  # the latest commit of the buffers it collected in (for "base")
     wait_calls: int = 0
     answers_used: list[str] = field(default_factory=list)
     holds_lock: bool = False
@@ -154,9 +163,19 @@ def _step_into(obj: Any, part: str) -> Any:
             return obj[part]
         except (KeyError, TypeError, IndexError):
             pass
-    if isinstance(obj, list | tuple | TrackedList):
+    if isinstance(obj, list | tuple):
         return obj[int(part)]
     return getattr(obj, part)
+
+
+def _assign(parent: Any, part: str, value: Any) -> None:
+    """``parent[part] = value`` for a dict or list, else ``setattr`` (an event, a model)."""
+    if isinstance(parent, Event) or not hasattr(parent, "__setitem__"):
+        setattr(parent, part, value)
+    elif isinstance(parent, list):
+        parent[int(part)] = value
+    else:
+        parent[part] = value
 
 
 class ContextStore(Generic[S]):
@@ -239,35 +258,48 @@ class ContextStore(Generic[S]):
         codec = self._x.codec
         if not root_key.isascii():
             check_key(codec, root_key, BY_SET, path)
+        x = self._x
         if rest:
+            # Checked where it will sit before anything changes, so a refusal leaves no trace
+            # (a view's change is checked as the root's patch is encoded).
+            if not is_view(value):
+                try:
+                    codec.encode(value, depth=len(rest) + 1, name=path)
+                except EncodeError as exc:
+                    raise refused(exc, BY_SET.format(path)) from None
             root = self._root(att, root_key)
-            if root is _MISSING:
-                msg = f"cannot set {path!r}: context has no value at {root_key!r}"
-                raise KeyError(msg)
+            if root is _MISSING:  # missing parents are created as dicts, as in LlamaIndex
+                root = {}
             parent = root
             for part in rest[:-1]:
-                parent = _step_into(parent, part)
-            last = rest[-1]
-            # Checked where it will sit before anything changes, so a refusal leaves no trace.
-            try:
-                codec.encode(value, depth=len(rest) + 1, name=path)
-            except EncodeError as exc:
-                raise refused(exc, BY_SET.format(path)) from None
-            if isinstance(parent, Event) or not hasattr(parent, "__setitem__"):
-                setattr(parent, last, value)
-            elif isinstance(parent, list | TrackedList):
-                parent[int(last)] = value
-            else:
-                parent[last] = value
+                try:
+                    parent = _step_into(parent, part)
+                except (KeyError, AttributeError, IndexError, TypeError, ValueError):
+                    child: dict[str, Any] = {}
+                    _assign(parent, part, child)
+                    parent = child
+            _assign(parent, rest[-1], value)
             value = root
         tracker = att.trackers.get(root_key)
         if tracker is not None and tracker.is_view(value):
             change = encode_tracked(codec, root_key, tracker, BY_SET, path)
             att.writes[root_key] = Write(tracker=tracker, change=change)
             return
-        text = encode_value(codec, root_key, value, BY_SET, path)
-        x = self._x
-        change, version = value_change(codec, x.committed, x.versions, root_key, value, text)
+        # A value derived from the view (items + [x], {**d, k: v}) is diffed against it by
+        # identity and costs the change; any other value is encoded whole once.
+        text = None if tracker is not None else encode_value(codec, root_key, value, BY_SET, path)
+        log = x._keylog.get(root_key)
+        change, version = value_change(
+            codec,
+            x.committed,
+            x.versions,
+            root_key,
+            value,
+            text,
+            hint=tracker,
+            size=None if log is None else log[0] + log[1],
+            how=BY_SET.format(path),
+        )
         att.writes[root_key] = Write(value=value, change=change, text=text, version=version)
 
     async def delete(self, path: str) -> None:
@@ -496,15 +528,28 @@ class Context(Generic[S]):
         # program that imports app.
         bid = default_buffer_id(att.step, names) if buffer_id is None else buffer_id
         key = buffer_key(att.step, bid)
-        buf = self._x.read_buffer(att, key)
-        ev_id = att.event_id if event is att.event else self._x.new_event_id()
-        buf.setdefault(type(event).__qualname__, []).append((ev_id, event))
-        att.collects.append((key, bid, (ev_id, event), None))
-        if any(len(buf.get(n, ())) < names.count(n) for n in set(names)):
+        x = self._x
+        # The live buffer changes now, atomically on the event loop (no other attempt can
+        # see it half done); not an OCC key, so collectors never conflict. The change is
+        # undone if this attempt does not commit.
+        buf = x.live_buffer(key)
+        ev_id = att.event_id if event is att.event else x.new_event_id()
+        entry = (ev_id, event)
+        buf.setdefault(type(event).__qualname__, []).append(entry)
+        att.collects.append((key, bid, entry, None))
+        x.collect_put(att, key, entry)
+        need = Counter(names)
+        if any(len(buf.get(n, ())) < k for n, k in need.items()):
             return None
-        taken = [buf[n].pop(0)[1] for n in names]
+        taken = []
+        for n in names:
+            events = buf[n]
+            taken.append(events.pop(0))
+            if not events:
+                del buf[n]
         att.collects.append((key, bid, None, names))
-        return taken
+        x.collect_take(att, key, taken)
+        return [ev for _, ev in taken]
 
     async def wait_for_event(
         self,

@@ -26,14 +26,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as dt
-import functools
+import itertools
 import operator
 import weakref
-from collections.abc import Callable, Iterable, Iterator, MutableMapping, MutableSequence
+from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from enum import Enum
 from pathlib import PurePath
-from typing import Any, Final, TypeAlias, overload
+from typing import Any, Final, SupportsIndex, TypeAlias, overload
 from uuid import UUID
 
 import attrs
@@ -65,10 +65,12 @@ __all__ = [
     "apply",
     "apply_json",
     "diff",
+    "is_view",
     "materialize",
     "ops_from_json",
     "ops_to_json",
     "patch_size",
+    "register_views",
 ]
 
 _ATOMS: Final = frozenset({str, int, float, bool, type(None), bytes})
@@ -143,7 +145,7 @@ def _fresh(x: Any) -> Any:
         return [_fresh(v) for v in x]
     if t is dict:
         return {k: _fresh(v) for k, v in x.items()}
-    if t is TrackedList or t is TrackedDict:
+    if t is TrackedList or t is TrackedDict or t is _NestedDict:
         return x._materialize()
     if t is tuple:
         return tuple(map(_fresh, x))
@@ -164,7 +166,7 @@ def materialize(obj: Any) -> Any:
     t = type(obj)
     if t in _ATOMS:
         return obj
-    if t is TrackedList or t is TrackedDict:
+    if t is TrackedList or t is TrackedDict or t is _NestedDict:
         return obj._materialize()
     if t is list or t is tuple:
         items = [materialize(v) for v in obj]
@@ -207,33 +209,28 @@ def _tail_ops(path: Path, tail: list[Any], out: list[Op]) -> None:
         out.append(("extend", path, [_fresh(v) for v in tail]))
 
 
-def _node(x: Any, path: Path, codec: Codec) -> _Node | None:
-    """The node that tracks x at path, or None when x is immutable and handed out as it is."""
+def _node(x: Any, codec: Codec) -> _Node | None:
+    """The node that tracks x, or None when x is immutable and handed out as it is."""
     t = type(x)
     if t is list:
-        return TrackedList(x, path, codec)
+        return TrackedList(x, codec)
     if t is dict:
-        return TrackedDict(x, path, codec)
-    return None if _immutable(x) else _Copy(x, path, codec)
+        return TrackedDict.of(x, codec)
+    return None if _immutable(x) else _Copy(x, codec)
 
 
 def _view_of(node: _Node) -> Any:
-    return node.obj if isinstance(node, _Copy) else node
+    return node.obj if type(node) is _Copy else node
 
 
-def _child(
-    kids: dict[Any, _Node], key: Any, x: Any, path: Path, elem: PathElem, codec: Codec
-) -> Any:
-    """What reading committed item x returns: x if immutable, else its view, cached by key."""
-    if type(x) in _ATOMS:
-        return x
-    node = kids.get(key)
-    if node is None:
-        node = _node(x, (*path, elem), codec)
-        if node is None:
-            return x
-        kids[key] = node
-    return _view_of(node)
+def _tracked(x: Any) -> bool:
+    t = type(x)
+    return t is TrackedList or t is TrackedDict or t is _NestedDict
+
+
+def is_view(x: Any) -> bool:
+    """Whether x is a list or dict view made by a :class:`Tracker` (or a copy of one)."""
+    return _tracked(x)
 
 
 class _Copy:
@@ -245,10 +242,10 @@ class _Copy:
     compared whole by encoded value when the patch is taken.
     """
 
-    __slots__ = ("base", "codec", "kids", "names", "obj", "path")
+    __slots__ = ("base", "codec", "kids", "names", "obj")
 
-    def __init__(self, base: Any, path: Path, codec: Codec) -> None:
-        self.base, self.path, self.codec = base, path, codec
+    def __init__(self, base: Any, codec: Codec) -> None:
+        self.base, self.codec = base, codec
         self.names = _fields(base)
         self.kids: dict[str, _Node] = {}
         if self.names is None:
@@ -260,362 +257,558 @@ class _Copy:
                 object.__setattr__(self.obj, attr, copy.deepcopy(getattr(base, attr)))
         for name in self.names:
             value = getattr(base, name)
-            node = None if type(value) in _ATOMS else _node(value, (*path, name), codec)
+            node = None if type(value) in _ATOMS else _node(value, codec)
             if node is not None:
                 self.kids[name] = node
                 object.__setattr__(self.obj, name, _view_of(node))
 
-    def _collect(self, out: list[Op]) -> None:
-        obj, base, codec = self.obj, self.base, self.codec
-        if self.names is None or not _same_extras(obj, base, codec):
-            if not _same(obj, base, codec):
-                out.append(_put(self.path, _fresh(obj)))
-            return
-        for name in self.names:
-            value, kid = getattr(obj, name), self.kids.get(name)
-            if kid is not None and value is _view_of(kid):
-                kid._collect(out)
-            elif not _same(value, getattr(base, name), codec):
-                out.append(("set", (*self.path, name), _fresh(value)))
+    def _collect(self, out: list[Op], path: Path) -> None:
+        _diff_obj(self.base, self.obj, path, self.codec, out, self)
 
 
-@functools.total_ordering  # <= and >= from < and ==, like a list
-class TrackedList(MutableSequence[Any]):
-    """A copy-on-write view of a committed list: mutations are recorded, never applied to it.
+def _register(shared: dict[Any, _Node], key: Any, x: Any, codec: Codec) -> _Node | None:
+    """The wrapper of committed item x at key, shared by a view and the copies made of it."""
+    node = shared.get(key)
+    if node is None:
+        node = _node(x, codec)
+        if node is not None:
+            shared[key] = node
+    return node
 
-    It shows the first ``len`` items of the committed list as they were at creation (items the
-    executor appends later stay invisible), overlaid with items assigned by index and an
-    appended tail. Reads, assignments, appends and removals at the end are O(1). An insert or
-    removal among the committed items, ``sort`` and ``reverse`` copy the list once (O(n),
-    nested views kept) and the patch then replaces it whole. Not a ``list`` subclass: C code
-    reading a list's storage directly would see an empty list.
+
+class TrackedList(list):  # type: ignore[type-arg]
+    """A copy-on-write view of a committed list: a real ``list`` whose mutations are recorded.
+
+    Its items are a shallow copy of the committed list's (one C-speed copy), so C code that
+    reads a list's storage (``json.dumps``, ``==``, ``in``, ``sorted``) sees the right items;
+    the committed list is never changed. A mutable committed item is wrapped in a view of its
+    own when first read (by index, iteration, slicing), so mutating it changes nothing
+    committed either. Assignments, appends and removals at the end are recorded as such and
+    cost O(1); an insert or removal among the committed items, ``sort`` and ``reverse`` turn
+    the patch into a rewrite of the whole list.
+
+    ``items + [x]``, ``items[:]``, ``items.copy()`` and ``copy.deepcopy(items)`` are views
+    too (of the same committed list), so ``set()`` of them costs the change.
     """
 
-    __slots__ = ("_base", "_codec", "_kids", "_n", "_n0", "_own", "_path", "_set", "_tail")
+    __slots__ = ("_base", "_codec", "_kids", "_n", "_n0", "_own", "_set", "_shared", "_wrapped")
 
-    def __init__(self, base: list[Any], path: Path = (), codec: Codec = default_codec) -> None:
-        self._base, self._path, self._codec = base, path, codec
-        self._n = self._n0 = len(base)  # committed items shown, and at creation
-        self._set: dict[int, Any] = {}  # index < _n -> assigned value
-        self._kids: dict[int, _Node] = {}  # index < _n, not in _set -> nested view
-        self._tail: list[Any] = []
-        self._own: list[Any] | None = None  # the private copy, once the list is rewritten
+    _base: list[Any]
+    _codec: Codec
+    _kids: dict[int, _Node]  # index < _n, not in _set -> the wrapper stored there
+    _n: int  # leading items still at their committed index
+    _n0: int  # committed items shown at creation
+    _own: bool  # rewritten: the patch replaces the whole list
+    _set: dict[int, None]  # index < _n -> assigned, in order (an ordered set)
+    _shared: dict[int, _Node]  # committed index -> its wrapper, shared with copies
+    _wrapped: bool  # no committed mutable item is left unwrapped
 
-    def _index(self, i: int) -> int:
-        n = len(self)
-        j = operator.index(i)
-        j = j + n if j < 0 else j
-        if not 0 <= j < n:
-            msg = f"list index {i} out of range for length {n}"
-            raise IndexError(msg)
-        return j
+    def __init__(self, base: list[Any], codec: Codec = default_codec) -> None:
+        list.__init__(self, base)
+        self._base, self._codec = base, codec
+        self._n = self._n0 = len(base)
+        self._set, self._kids, self._shared = {}, {}, {}
+        self._own = self._wrapped = False
 
-    def _get(self, i: int) -> Any:
-        if i in self._set:
-            return self._set[i]
-        return _child(self._kids, i, self._base[i], self._path, i, self._codec)
+    def _derive(self, *, deep: bool = False, memo: dict[int, Any] | None = None) -> TrackedList:
+        """A view of the same committed list showing what this one shows now.
 
-    def _owned(self) -> list[Any]:
-        if self._own is None:
-            self._own = list(self)  # every mutable item becomes a view, so none is lost
-            self._set, self._kids, self._tail = {}, {}, []
-        return self._own
+        Shallow: committed items share their wrappers with this view (one object, as in a
+        plain copy). Deep: every item this view holds is copied, committed ones lazily.
+        """
+        new = TrackedList.__new__(TrackedList)
+        list.extend(new, list.__iter__(self))
+        new._base, new._codec, new._n, new._n0 = self._base, self._codec, self._n, self._n0
+        new._own, new._set = self._own, dict(self._set)
+        if not deep:
+            new._kids, new._shared, new._wrapped = dict(self._kids), self._shared, self._wrapped
+            return new
+        new._kids, new._shared, new._wrapped = {}, {}, False
+        memo = {} if memo is None else memo
+        for i, x in enumerate(list.__iter__(self)):
+            if type(x) in _ATOMS:
+                continue
+            if self._own or i >= self._n or i in self._set:
+                list.__setitem__(new, i, copy.deepcopy(x, memo))
+            elif i in self._kids:  # a wrapper: its copy is a view of the same committed item
+                y = copy.deepcopy(x, memo)
+                list.__setitem__(new, i, y)
+                node = y if _tracked(y) else None
+                if node is not None:
+                    new._kids[i] = node
+                else:
+                    new._set[i] = None
+        if self._own:
+            new._wrapped = True
+        return new
+
+    def _wrap(self, i: int) -> Any:
+        """The item at index i (0 <= i < len), its committed value wrapped if mutable."""
+        x = list.__getitem__(self, i)
+        if type(x) in _ATOMS or self._own or i >= self._n or i in self._set or i in self._kids:
+            return x
+        node = _register(self._shared, i, x, self._codec)
+        if node is None:
+            return x
+        self._kids[i] = node
+        view = _view_of(node)
+        list.__setitem__(self, i, view)
+        return view
+
+    def _wrap_all(self) -> None:
+        """Wraps every committed mutable item (one C-speed look when there is none)."""
+        if self._wrapped:
+            return
+        if not set(map(type, list.__iter__(self))) <= _ATOMS:
+            for i in range(min(self._n, list.__len__(self))):
+                self._wrap(i)
+        self._wrapped = True
+
+    def _make_own(self) -> None:
+        if not self._own:
+            self._wrap_all()
+            self._own = True
+            self._set, self._kids = {}, {}
 
     def _truncate(self, n: int) -> None:
-        for i in range(n, self._n):
-            self._set.pop(i, None)
-            self._kids.pop(i, None)
-        self._n = n
+        if n < self._n:
+            self._set = {i: None for i in self._set if i < n}
+            self._kids = {i: k for i, k in self._kids.items() if i < n}
+            self._n = n
 
-    def __len__(self) -> int:
-        return len(self._own) if self._own is not None else self._n + len(self._tail)
+    # -- reading: items come out wrapped ------------------------------------------------
 
     @overload
-    def __getitem__(self, i: int) -> Any: ...
+    def __getitem__(self, i: SupportsIndex) -> Any: ...
     @overload
     def __getitem__(self, i: slice) -> list[Any]: ...
-    def __getitem__(self, i: int | slice) -> Any:
+    def __getitem__(self, i: SupportsIndex | slice) -> Any:
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        i = self._index(i)
-        if self._own is not None:
-            return self._own[i]
-        return self._get(i) if i < self._n else self._tail[i - self._n]
+            if i == slice(None):
+                return self._derive()
+            self._wrap_all()
+            return list.__getitem__(self, i)
+        x = list.__getitem__(self, i)  # IndexError as a list raises it
+        if type(x) in _ATOMS:
+            return x
+        j = operator.index(i)
+        return self._wrap(j + list.__len__(self) if j < 0 else j)
 
-    @overload
-    def __setitem__(self, i: int, value: Any) -> None: ...
-    @overload
-    def __setitem__(self, i: slice, value: Iterable[Any]) -> None: ...
-    def __setitem__(self, i: int | slice, value: Any) -> None:
+    def __iter__(self) -> Iterator[Any]:
+        self._wrap_all()
+        return list.__iter__(self)
+
+    def __reversed__(self) -> Iterator[Any]:
+        self._wrap_all()
+        return list.__reversed__(self)
+
+    def copy(self) -> TrackedList:
+        """A shallow copy, as ``list.copy``: a view too, so setting it costs the change."""
+        return self._derive()
+
+    __copy__ = copy
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TrackedList:
+        return self._derive(deep=True, memo=memo)
+
+    def __add__(self, other: Any) -> Any:
+        if not isinstance(other, list):
+            return NotImplemented
+        new = self._derive()
+        new.extend(other)
+        return new
+
+    def __radd__(self, other: Any) -> Any:
+        if not isinstance(other, list):
+            return NotImplemented
+        self._wrap_all()
+        return list.__add__(other, self)
+
+    def __iadd__(self, other: Iterable[Any]) -> TrackedList:  # type: ignore[misc]
+        self.extend(other)
+        return self
+
+    def __mul__(self, n: SupportsIndex) -> list[Any]:
+        self._wrap_all()
+        return list.__mul__(self, n)
+
+    __rmul__ = __mul__
+
+    def __imul__(self, n: SupportsIndex) -> TrackedList:
+        k = operator.index(n)
+        if k <= 0:
+            self.clear()
+        elif k > 1:
+            self._wrap_all()
+            list.extend(self, list.__mul__(self, k - 1))
+        return self
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        return (list, (list(self),))
+
+    # -- writing: recorded ----------------------------------------------------------------
+
+    def __setitem__(self, i: Any, value: Any) -> None:
         if isinstance(i, slice):
             self._set_slice(i, list(value))
             return
-        i = self._index(i)
-        if self._own is not None:
-            self._own[i] = value
-        elif i >= self._n:
-            self._tail[i - self._n] = value
-        else:
-            node = self._kids.get(i)
-            if node is None or value is not _view_of(node):  # a child put back changes nothing
-                self._kids.pop(i, None)
-                self._set[i] = value
+        n = list.__len__(self)
+        j = operator.index(i)
+        j = j + n if j < 0 else j
+        if not 0 <= j < n:
+            msg = "list assignment index out of range"
+            raise IndexError(msg)
+        if not self._own and j < self._n:
+            node = self._kids.get(j)
+            if node is not None and value is _view_of(node):
+                return  # a child put back changes nothing
+            self._kids.pop(j, None)
+            self._set[j] = None
+        list.__setitem__(self, j, value)
 
     def _set_slice(self, s: slice, values: list[Any]) -> None:
-        start, stop, step = s.indices(len(self))
+        n = list.__len__(self)
+        start, stop, step = s.indices(n)
         idx = range(start, stop, step)
-        if self._own is None and step == 1 and start >= self._n:
-            self._tail[start - self._n : max(start, stop) - self._n] = values
-        elif self._own is None and len(idx) == len(values):
+        if self._own:
+            pass
+        elif step == 1 and start >= self._n:
+            pass  # within the tail
+        elif len(idx) == len(values):
             for j, v in zip(idx, values, strict=True):
                 self[j] = v
-        else:
-            self._owned()[s] = values
-
-    def __delitem__(self, i: int | slice) -> None:
-        if self._own is not None:
-            del self._own[i]
             return
-        if isinstance(i, slice):
-            idx = range(*i.indices(len(self)))
-            if not idx:
-                return
-            if abs(idx.step) != 1 and len(idx) > 1:
-                del self._owned()[i]
-                return
-            lo, hi = min(idx), max(idx) + 1
-        else:
-            lo = self._index(i)
-            hi = lo + 1
-        n = self._n
-        if lo >= n:
-            del self._tail[lo - n : hi - n]
-        elif hi >= n:  # the end of the committed items, and maybe the start of the tail
-            del self._tail[: hi - n]
-            self._truncate(lo)
-        else:
-            del self._owned()[lo:hi]
+        elif step == 1 and stop >= n:  # a new end from start on
+            self._truncate(start)
+        elif step == 1:
+            self._make_own()
+        list.__setitem__(self, s, values)  # an extended slice of another length raises here
 
-    def insert(self, index: int, value: Any) -> None:
-        """Insert value before index; O(1) at or after the committed items, else O(n) once."""
-        n = len(self)
+    def __delitem__(self, i: Any) -> None:
+        n = list.__len__(self)
+        if not self._own:
+            if isinstance(i, slice):
+                idx = range(*i.indices(n))
+                if not idx:
+                    return
+                if abs(idx.step) != 1 and len(idx) > 1:
+                    self._make_own()
+                    list.__delitem__(self, i)
+                    return
+                lo, hi = min(idx), max(idx) + 1
+            else:
+                lo = operator.index(i)
+                lo = lo + n if lo < 0 else lo
+                if not 0 <= lo < n:
+                    msg = "list assignment index out of range"
+                    raise IndexError(msg)
+                hi = lo + 1
+            if lo >= self._n:
+                pass
+            elif hi >= self._n:  # the end of the committed items, maybe some of the tail
+                self._truncate(lo)
+            else:
+                self._make_own()
+        list.__delitem__(self, i)
+
+    def insert(self, index: SupportsIndex, value: Any) -> None:
+        """Insert value before index; O(1) at or after the committed items, else a rewrite."""
+        n = list.__len__(self)
         i = operator.index(index)
         i = min(max(i + n, 0) if i < 0 else i, n)
-        if self._own is not None:
-            self._own.insert(i, value)
-        elif i >= self._n:
-            self._tail.insert(i - self._n, value)
-        else:
-            self._owned().insert(i, value)
+        if not self._own and i < self._n:
+            self._make_own()
+        list.insert(self, i, value)
 
     def append(self, value: Any) -> None:
         """Append value; the patch carries only the appended items."""
-        (self._own if self._own is not None else self._tail).append(value)
+        list.append(self, value)
 
     def extend(self, values: Iterable[Any]) -> None:
-        """Append each of values (taken first, so that ``v.extend(v)`` works)."""
-        (self._own if self._own is not None else self._tail).extend(list(values))
+        """Append each of values (``v.extend(v)`` works)."""
+        if isinstance(values, TrackedList):
+            values._wrap_all()
+            list.extend(self, list(list.__iter__(values)))
+        else:
+            list.extend(self, values)
+
+    def pop(self, index: SupportsIndex = -1) -> Any:
+        """Remove and return the item at index (the last by default), as ``list.pop``."""
+        if not list.__len__(self):
+            msg = "pop from empty list"
+            raise IndexError(msg)
+        x = self[index]
+        del self[index]
+        return x
+
+    def remove(self, value: Any) -> None:
+        """Remove the first item equal to value, as ``list.remove``."""
+        del self[list.index(self, value)]
 
     def clear(self) -> None:
         """Remove all items; the patch replaces the list by an empty one."""
-        self._own, self._set, self._kids, self._tail = [], {}, {}, []
+        self._own, self._wrapped = True, True
+        self._set, self._kids = {}, {}
+        list.clear(self)
 
     def reverse(self) -> None:
         """Reverse in place; the patch replaces the whole list."""
-        self._owned().reverse()
+        self._make_own()
+        list.reverse(self)
 
     def sort(self, *, key: Callable[[Any], Any] | None = None, reverse: bool = False) -> None:
         """Sort in place like ``list.sort``; the patch replaces the whole list."""
-        self._owned().sort(key=key, reverse=reverse)
+        self._make_own()
+        list.sort(self, key=key, reverse=reverse)
 
-    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
-        """The first index of value in ``[start:stop]``, as ``list.index``."""
-        try:
-            return super().index(value, start, len(self) if stop is None else stop)
-        except ValueError:
-            msg = f"{value!r} is not in list"
-            raise ValueError(msg) from None
-
-    def copy(self) -> list[Any]:
-        """A shallow copy, as ``list.copy``: a plain list whose mutable items are still views."""
-        return list(self)
-
-    __copy__ = copy
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
-        return self._materialize()
-
-    def __iter__(self) -> Iterator[Any]:
-        if self._own is not None:
-            yield from self._own
-            return
-        for i in range(self._n):
-            yield self._get(i)
-        yield from self._tail
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, list | TrackedList):
-            return NotImplemented
-        if len(self) != len(other):
-            return False
-        return all(a is b or a == b for a, b in zip(self, other, strict=True))
-
-    def __lt__(self, other: Any) -> bool:
-        return bool(list(self) < (list(other) if isinstance(other, TrackedList) else other))
-
-    def __gt__(self, other: Any) -> bool:
-        return bool(list(self) > (list(other) if isinstance(other, TrackedList) else other))
-
-    def __add__(self, other: Iterable[Any]) -> list[Any]:
-        return [*self, *other]
-
-    def __radd__(self, other: Iterable[Any]) -> list[Any]:
-        return [*other, *self]
-
-    def __repr__(self) -> str:
-        return repr(list(self))
+    # -- the patch ------------------------------------------------------------------------
 
     def _materialize(self) -> list[Any]:
-        if self._own is not None:
-            items = self._own
-        else:
-            items = self._base[: self._n]
-            for i, node in self._kids.items():
-                items[i] = _view_of(node)
-            for i, v in self._set.items():
-                items[i] = v
-            items += self._tail
-        return [_fresh(v) for v in items]
+        return [_fresh(v) for v in list.__iter__(self)]
 
-    def _collect(self, out: list[Op]) -> None:
-        path = self._path
-        if self._own is not None:
-            out.append(("replace", path, [_fresh(v) for v in self._own]))
+    def _collect(self, out: list[Op], path: Path) -> None:
+        if self._own:
+            out.append(("replace", path, self._materialize()))
             return
-        out.extend(("set", (*path, i), _fresh(v)) for i, v in self._set.items())
-        for node in self._kids.values():
-            node._collect(out)
+        base, codec, shared = self._base, self._codec, self._shared
+        for i in self._set:  # diffed against the committed item: items + [x] costs x
+            _diff(base[i], list.__getitem__(self, i), (*path, i), codec, out, shared.get(i))
+        for i, node in self._kids.items():
+            node._collect(out, (*path, i))
         if self._n < self._n0:
             out.append(("trunc", path, self._n))
-        _tail_ops(path, self._tail, out)
+        if list.__len__(self) > self._n:
+            _tail_ops(path, list.__getitem__(self, slice(self._n, None)), out)
 
 
-class TrackedDict(MutableMapping[Any, Any]):
-    """A copy-on-write view of a committed dict: mutations are recorded, never applied to it.
+class TrackedDict(dict):  # type: ignore[type-arg]
+    """A copy-on-write view of a committed dict: a real ``dict`` whose mutations are recorded.
 
-    An overlay of assigned keys and deleted keys over the committed dict; every operation is
-    O(1) but ``len``, which is O(keys added). Key order follows ``dict``: a deleted key that is
-    set again moves to the end.
+    Its entries are a shallow copy of the committed dict's (one C-speed copy); a mutable
+    committed value is wrapped in a view of its own when first read. Assignments and
+    deletions are recorded per key; key order follows ``dict`` (a deleted key that is set
+    again moves to the end). A dict holding mutable values is a :class:`_NestedDict`, whose
+    values C code (``{**d}``, ``dict(d)``) reads through ``__getitem__``, so they come out
+    wrapped too. ``d | {k: v}`` and ``d.copy()`` are views of the same committed dict.
     """
 
-    __slots__ = ("_base", "_cleared", "_codec", "_del", "_kids", "_path", "_set")
+    __slots__ = ("_base", "_cleared", "_codec", "_del", "_kids", "_set", "_shared")
 
-    def __init__(self, base: dict[Any, Any], path: Path = (), codec: Codec = default_codec) -> None:
-        self._base, self._path, self._codec = base, path, codec
-        self._set: dict[Any, Any] = {}  # in place if a shown committed key, else at the end
-        self._del: dict[Any, None] = {}  # committed keys deleted, in order (an ordered set)
-        self._kids: dict[Any, _Node] = {}  # committed keys neither set nor deleted -> view
+    _base: dict[Any, Any]
+    _codec: Codec
+    _set: dict[Any, None]  # keys assigned: in place if committed and shown, else at the end
+    _del: dict[Any, None]  # committed keys deleted, in order
+    _kids: dict[Any, _Node]  # committed keys neither set nor deleted -> the wrapper there
+    _shared: dict[Any, _Node]
+    _cleared: bool
+
+    def __init__(self, base: dict[Any, Any], codec: Codec = default_codec) -> None:
+        dict.__init__(self, base)
+        self._base, self._codec = base, codec
+        self._set, self._del, self._kids, self._shared = {}, {}, {}, {}
         self._cleared = False
 
+    @staticmethod
+    def of(base: dict[Any, Any], codec: Codec = default_codec) -> TrackedDict:
+        """A view of base: a :class:`_NestedDict` if a value of base is not an atom."""
+        flat = set(map(type, base.values())) <= _ATOMS
+        return (TrackedDict if flat else _NestedDict)(base, codec)
+
+    def _derive(self, *, deep: bool = False, memo: dict[int, Any] | None = None) -> TrackedDict:
+        new = type(self).__new__(type(self))
+        dict.update(new, dict.copy(self))
+        new._base, new._codec, new._cleared = self._base, self._codec, self._cleared
+        new._set, new._del = dict(self._set), dict(self._del)
+        if not deep:
+            new._kids, new._shared = dict(self._kids), self._shared
+            return new
+        new._kids, new._shared = {}, {}
+        memo = {} if memo is None else memo
+        for k, x in dict.items(self):
+            if type(x) in _ATOMS or (
+                k not in self._kids and not self._added(k) and k not in self._set
+            ):
+                continue  # a committed value not read yet: copied when read
+            y = copy.deepcopy(x, memo)
+            dict.__setitem__(new, k, y)
+            if k in self._kids and _tracked(y):
+                new._kids[k] = y
+            elif k in self._kids:
+                new._set[k] = None
+        return new
+
     def _added(self, key: Any) -> bool:
-        return key not in self._base or key in self._del
+        return self._cleared or key not in self._base or key in self._del
 
     def __getitem__(self, key: Any) -> Any:
-        if key in self._set:
-            return self._set[key]
-        if key in self._del or key not in self._base:
-            raise KeyError(key)
-        return _child(self._kids, key, self._base[key], self._path, _elem(key), self._codec)
+        x = dict.__getitem__(self, key)
+        if type(x) in _ATOMS or key in self._kids or key in self._set or self._added(key):
+            return x
+        node = _register(self._shared, key, x, self._codec)
+        if node is None:
+            return x
+        self._kids[key] = node
+        view = _view_of(node)
+        dict.__setitem__(self, key, view)
+        return view
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The value of key, or default, as ``dict.get``."""
+        return self[key] if dict.__contains__(self, key) else default
+
+    def _wrap_all(self) -> None:
+        if type(self) is TrackedDict:
+            return  # its committed values are atoms: nothing to wrap
+        for k in list(dict.keys(self)):
+            self[k]
+
+    def values(self) -> Any:
+        """The values, as ``dict.values``."""
+        self._wrap_all()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        """The (key, value) pairs, as ``dict.items``."""
+        self._wrap_all()
+        return dict.items(self)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        node = self._kids.pop(key, None)
-        if node is not None and value is _view_of(node):  # a child put back changes nothing
-            self._kids[key] = node
-        else:
-            self._set[key] = value
+        node = self._kids.get(key)
+        if node is not None and value is _view_of(node):
+            return  # a child put back changes nothing
+        self._kids.pop(key, None)
+        self._set[key] = None
+        dict.__setitem__(self, key, value)
 
     def __delitem__(self, key: Any) -> None:
-        if key in self._set:
-            del self._set[key]
-        elif key in self._del or key not in self._base:
-            raise KeyError(key)
-        if key in self._base:
-            self._del[key] = None
+        dict.__delitem__(self, key)  # KeyError as a dict raises it
+        self._set.pop(key, None)
         self._kids.pop(key, None)
+        if not self._cleared and key in self._base and key not in self._del:
+            self._del[key] = None
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._set or (key in self._base and key not in self._del)
-
-    def __iter__(self) -> Iterator[Any]:
-        for key in self._base:
-            if key not in self._del:
-                yield key
-        for key in self._set:
-            if self._added(key):
-                yield key
-
-    def __len__(self) -> int:
-        added = sum(map(self._added, self._set))
-        return len(self._base) - len(self._del) + added
+    def pop(self, key: Any, *default: Any) -> Any:
+        """Remove key and return its value, else default, as ``dict.pop``."""
+        if dict.__contains__(self, key):
+            x = self[key]
+            del self[key]
+            return x
+        if default:
+            return default[0]
+        raise KeyError(key)
 
     def popitem(self) -> tuple[Any, Any]:
         """Remove and return the last (key, value) pair, as ``dict.popitem`` does (LIFO)."""
-        last = next((k for k in reversed(self._set) if self._added(k)), _MISSING)
-        if last is _MISSING:
-            last = next((k for k in reversed(self._base) if k not in self._del), _MISSING)
-            if last is _MISSING:
-                msg = "popitem(): dictionary is empty"
-                raise KeyError(msg)
-        return last, self.pop(last)
+        if not dict.__len__(self):
+            msg = "popitem(): dictionary is empty"
+            raise KeyError(msg)
+        key = next(dict.__reversed__(self))
+        return key, self.pop(key)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        """The value of key; set to default first if missing, as ``dict.setdefault``."""
+        if dict.__contains__(self, key):
+            return self[key]
+        self[key] = default
+        return default
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        """Set each key of the arguments, as ``dict.update``."""
+        for k, v in dict(*args, **kwargs).items():
+            self[k] = v
 
     def clear(self) -> None:
         """Remove all keys; the patch replaces the dict by an empty one."""
-        self._base, self._cleared = {}, True
+        self._cleared = True
         self._set, self._del, self._kids = {}, {}, {}
+        dict.clear(self)
 
-    def copy(self) -> dict[Any, Any]:
-        """A shallow copy, as ``dict.copy``: a plain dict whose mutable values are still views."""
-        return dict(self.items())
+    def copy(self) -> TrackedDict:
+        """A shallow copy, as ``dict.copy``: a view too, so setting it costs the change."""
+        return self._derive()
 
     __copy__ = copy
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> dict[Any, Any]:
-        return self._materialize()
+    def __deepcopy__(self, memo: dict[int, Any]) -> TrackedDict:
+        return self._derive(deep=True, memo=memo)
 
     def __ior__(self, other: Any) -> TrackedDict:
         self.update(other)
         return self
 
-    def __repr__(self) -> str:
-        return repr(dict(self.items()))
+    def __or__(self, other: Any) -> Any:
+        if not isinstance(other, dict):
+            return NotImplemented
+        new = self._derive()
+        new.update(other)
+        return new
+
+    def __ror__(self, other: Any) -> Any:
+        if not isinstance(other, dict):
+            return NotImplemented
+        new = dict(other)
+        new.update(self.items())
+        return new
+
+    @classmethod
+    def fromkeys(cls, keys: Iterable[Any], value: Any = None) -> dict[Any, Any]:
+        """A plain dict, as ``dict.fromkeys``."""
+        return dict.fromkeys(keys, value)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        return (dict, (dict(self.items()),))
 
     def _materialize(self) -> dict[Any, Any]:
-        sets, kids, dels = self._set, self._kids, self._del
-        out = {
-            k: _fresh(sets[k] if k in sets else _view_of(kids[k]) if k in kids else v)
-            for k, v in self._base.items()
-            if k not in dels
-        }
-        out.update((k, _fresh(v)) for k, v in sets.items() if self._added(k))
-        return out
+        return {k: _fresh(v) for k, v in dict.items(self)}
 
-    def _collect(self, out: list[Op]) -> None:
-        path = self._path
+    def _collect(self, out: list[Op], path: Path) -> None:
         if self._cleared:  # one op: later ops must never write into an earlier op's value
             out.append(("replace", path, self._materialize()))
             return
+        base, codec, shared = self._base, self._codec, self._shared
         out.extend(("del", (*path, _elem(k))) for k in self._del)
-        out.extend(("set", (*path, _elem(k)), _fresh(v)) for k, v in self._set.items())
-        for node in self._kids.values():
-            node._collect(out)
+        for k in self._set:
+            v = dict.__getitem__(self, k)
+            if k in self._del or k not in base:
+                out.append(("set", (*path, _elem(k)), _fresh(v)))
+            else:  # diffed against the committed value: {**d, k: v} costs the change
+                _diff(base[k], v, (*path, _elem(k)), codec, out, shared.get(k))
+        for k, node in self._kids.items():
+            node._collect(out, (*path, _elem(k)))
+
+
+class _NestedDict(TrackedDict):
+    """A :class:`TrackedDict` holding mutable values: C code reads them through ``__getitem__``.
+
+    (A dict subclass that defines ``__iter__`` is copied by ``{**d}``, ``dict(d)`` and
+    ``f(**d)`` key by key through ``keys()`` and ``__getitem__``, not from its storage.)
+    """
+
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[Any]:
+        return dict.__iter__(self)
+
+
+_VIEWS_KNOWN: weakref.WeakSet[Codec] = weakref.WeakSet()
+
+
+def register_views(codec: Codec) -> None:
+    """Teaches codec to encode views as the plain lists and dicts they show (once per codec)."""
+    if codec in _VIEWS_KNOWN:
+        return
+    codec.register_proxy(TrackedList, list.copy)
+    codec.register_proxy(TrackedDict, dict.copy)
+    codec.register_proxy(_NestedDict, dict.copy)
+    _VIEWS_KNOWN.add(codec)
 
 
 class Tracker:
     """Tracks one attempt's mutations of one committed root value.
 
-    The patch is relative to base as it was when the tracker was made: only appends to a
-    committed list stay invisible to the view; any other change of base in place shows through
-    (such an attempt read a key that changed, so it conflicts and runs again anyway).
+    The patch is relative to base as it was when the tracker was made. The view shows base
+    as it was then: the executor's later changes of base (other attempts' commits) stay
+    invisible to it (such an attempt read a key that changed, so it conflicts anyway).
 
     :param base: the committed value; never mutated by the tracker or its view.
     :param codec: compares values that are copied rather than viewed (sets, scalars put in
@@ -624,8 +817,10 @@ class Tracker:
 
     def __init__(self, base: Any, *, codec: Codec | None = None) -> None:
         self._codec = codec or default_codec
-        self._node = None if type(base) in _ATOMS else _node(base, (), self._codec)
-        self._view = base if self._node is None else _view_of(self._node)
+        register_views(self._codec)
+        self.base = base
+        self.node = None if type(base) in _ATOMS else _node(base, self._codec)
+        self._view = base if self.node is None else _view_of(self.node)
 
     @property
     def view(self) -> Any:
@@ -635,8 +830,8 @@ class Tracker:
     def ops(self) -> list[Op]:
         """The patch from base to the view's current value, values fresh; [] when unchanged."""
         out: list[Op] = []
-        if self._node is not None:
-            self._node._collect(out)
+        if self.node is not None:
+            self.node._collect(out, ())
         return out
 
     def is_view(self, obj: Any) -> bool:
@@ -644,24 +839,42 @@ class Tracker:
         return obj is self._view
 
 
-def diff(old: Any, new: Any, codec: Codec, *, whole_size: int | None = None) -> list[Op]:
+# -- diff -----------------------------------------------------------------------------------
+
+# Below this many items a list or dict that shares nothing known is diffed item by item.
+_SMALL: Final = 32
+
+
+def diff(
+    old: Any,
+    new: Any,
+    codec: Codec,
+    *,
+    whole_size: int | None = None,
+    hint: Tracker | None = None,
+) -> list[Op]:
     """The patch from old to new, comparing encodings, so ``1``, ``1.0`` and ``True`` differ.
 
-    Lists and dicts (and mutable objects of one class) are compared item by item, so the patch
-    is as large as the change, though the CPU cost is that of the values. Views in new are
-    materialized. Returns [] when nothing changed, and ``[("replace", (), new)]`` when the patch
-    would not be smaller than new.
+    What new shares with old is found by identity first, so a value derived from a view of
+    old (``items + [x]``, ``[*items, x]``, ``{**d, k: v}``, ``model_copy(update=...)``)
+    costs the change: ``hint``, the tracker that made that view, says what its items are.
+    Large values that share nothing known are compared by their encodings (C speed) and
+    written from their common prefix when a list grew, else whole. Views in new are
+    materialized. Returns [] when nothing changed, and ``[("replace", (), new)]`` when the
+    patch would not be smaller than new.
 
     :param whole_size: the length of new's JSON text, when the caller has encoded it already
         (so new is not encoded again only to be measured).
     """
-    new = materialize(new)
+    register_views(codec)
     out: list[Op] = []
-    _diff(old, new, (), codec, out)
+    _diff(old, new, (), codec, out, None if hint is None else hint.node)
     if not out or out[0][:2] == ("replace", ()):
         return out
+    if whole_size is None and len(out) == 1 and out[0][0] in ("append", "extend", "trunc"):
+        return out  # a list grew or shrank by its end: smaller than the list whole
     if whole_size is None:
-        whole = patch_size(ops_to_json([("replace", (), new)], codec))
+        whole = patch_size(ops_to_json([("replace", (), materialize(new))], codec))
     else:
         whole = whole_size + _REPLACE_OVERHEAD
     if patch_size(ops_to_json(out, codec)) >= whole:
@@ -669,57 +882,143 @@ def diff(old: Any, new: Any, codec: Codec, *, whole_size: int | None = None) -> 
     return out
 
 
-def _diff(old: Any, new: Any, path: Path, codec: Codec, out: list[Op]) -> None:
-    t = type(old)
+def _hint_child(hint: _Node | None, elem: Any) -> _Node | None:
+    if hint is None:
+        return None
+    if type(hint) is _Copy:
+        return hint.kids.get(elem)
+    kids: dict[Any, _Node] = hint._kids  # type: ignore[union-attr]
+    return kids.get(elem.key if type(elem) is KeyRef else elem)
+
+
+def _diff(old: Any, new: Any, path: Path, codec: Codec, out: list[Op], hint: _Node | None) -> None:
     if old is new:
         return
-    if t is type(new) is list:
-        _diff_list(old, new, path, codec, out)
-    elif t is type(new) is dict:
-        _diff_dict(old, new, path, codec, out)
+    if hint is not None and new is _view_of(hint):
+        hint._collect(out, path)
+        return
+    t = type(new)
+    if (t is TrackedList or t is TrackedDict or t is _NestedDict) and new._base is old:
+        new._collect(out, path)
+        return
+    to = type(old)
+    if to is list and isinstance(new, list):
+        _diff_list(old, new, path, codec, out, hint)
+    elif to is dict and isinstance(new, dict):
+        _diff_dict(old, new, path, codec, out, hint)
     elif (
-        t is type(new)
+        to is t
         and (names := _fields(old)) is not None
         and names == _fields(new)
         and not _frozen(t)  # a frozen object may be shared: never patched in place
-        and _same_extras(old, new, codec)
     ):
-        for name in names:
-            _diff(getattr(old, name), getattr(new, name), (*path, name), codec, out)
+        _diff_obj(old, new, path, codec, out, hint if type(hint) is _Copy else None)
     elif not _same(old, new, codec):
         out.append(_put(path, _fresh(new)))
 
 
-def _diff_list(old: list[Any], new: list[Any], path: Path, codec: Codec, out: list[Op]) -> None:
-    n = min(len(old), len(new))
+def _diff_obj(
+    old: Any, new: Any, path: Path, codec: Codec, out: list[Op], hint: _Copy | None
+) -> None:
+    names = _fields(old) if hint is None else hint.names
+    if names is None or not _same_extras(new, old, codec):
+        if not _same(new, old, codec):
+            out.append(_put(path, _fresh(new)))
+        return
+    for name in names:
+        kid = None if hint is None else hint.kids.get(name)
+        _diff(getattr(old, name), getattr(new, name), (*path, name), codec, out, kid)
+
+
+def _shares(src: list[Any], new: list[Any]) -> bool:
+    """Whether new starts with src's items, the same objects (C speed, no item is read)."""
+    return list.__len__(new) >= list.__len__(src) and all(
+        map(operator.is_, list.__iter__(src), list.__iter__(new))
+    )
+
+
+def _diff_list(
+    old: list[Any], new: list[Any], path: Path, codec: Codec, out: list[Op], hint: _Node | None
+) -> None:
+    if type(hint) is TrackedList and _shares(hint, new):  # derived from the view
+        hint._collect(out, path)
+        _tail_ops(path, list.__getitem__(new, slice(list.__len__(hint), None)), out)
+        return
+    if _shares(old, new):  # old's items, then more
+        _tail_ops(path, list.__getitem__(new, slice(len(old), None)), out)
+        return
+    n = len(new)
+    if n < len(old) and _shares(new, old):
+        out.append(("trunc", path, n))
+        return
+    if len(old) > _SMALL or n > _SMALL:
+        _diff_encoded(old, new, path, codec, out)
+        return
     sub: list[Op] = []
     replaced = 0  # items rewritten whole, not merely changed inside
-    for i in range(n):
+    m = min(len(old), n)
+    for i in range(m):
         before = len(sub)
-        _diff(old[i], new[i], (*path, i), codec, sub)
+        _diff(old[i], list.__getitem__(new, i), (*path, i), codec, sub, _hint_child(hint, i))
         replaced += len(sub) == before + 1 and sub[-1][:2] == ("set", (*path, i))
-    if replaced * 2 > n:  # most items moved (an insert or removal near the front): rewrite
+    if replaced * 2 > m:  # most items moved (an insert or removal near the front): rewrite
         out.append(_put(path, _fresh(new)))
         return
     out += sub
-    if len(new) < len(old):
-        out.append(("trunc", path, len(new)))
-    _tail_ops(path, new[n:], out)
+    if n < len(old):
+        out.append(("trunc", path, n))
+    _tail_ops(path, list.__getitem__(new, slice(m, None)), out)
+
+
+def _diff_encoded(old: list[Any], new: list[Any], path: Path, codec: Codec, out: list[Op]) -> None:
+    """Two large lists that share nothing known, compared by their encodings."""
+    a, b = codec.encode(old), codec.encode(new)
+    if a == b:
+        return
+    if len(b) > len(a) and (len(a) == 2 or b[len(a) - 1] == ",") and b.startswith(a[:-1]):
+        # JSON values are self-delimiting: new's first items encode as old's, exactly.
+        _tail_ops(path, list.__getitem__(new, slice(len(old), None)), out)
+        return
+    out.append(_put(path, _fresh(new)))
 
 
 def _diff_dict(
-    old: dict[Any, Any], new: dict[Any, Any], path: Path, codec: Codec, out: list[Op]
+    old: dict[Any, Any],
+    new: dict[Any, Any],
+    path: Path,
+    codec: Codec,
+    out: list[Op],
+    hint: _Node | None,
 ) -> None:
-    kept = [k for k in old if k in new]
-    if list(new)[: len(kept)] != kept:  # keys reordered: a patch adds keys only at the end
+    src: Any = hint if isinstance(hint, TrackedDict) else None
+    if src is not None and _dict_extends(src, new):  # derived from the view: {**d, k: v}
+        src._collect(out, path)
+        n = dict.__len__(src)
+        for k, v in itertools.islice(dict.items(new), n, None):
+            out.append(("set", (*path, _elem(k)), _fresh(v)))
+        return
+    if _dict_extends(old, new):
+        for k, v in itertools.islice(dict.items(new), len(old), None):
+            out.append(("set", (*path, _elem(k)), _fresh(v)))
+        return
+    kept = [k for k in old if dict.__contains__(new, k)]
+    if list(dict.keys(new))[: len(kept)] != kept:  # reordered: a patch adds keys at the end
         out.append(_put(path, _fresh(new)))
         return
-    out.extend(("del", (*path, _elem(k))) for k in old if k not in new)
-    for k, v in new.items():
+    if len(old) > _SMALL and codec.encode(old) == codec.encode(new):
+        return
+    out.extend(("del", (*path, _elem(k))) for k in old if not dict.__contains__(new, k))
+    for k, v in dict.items(new):
         if k in old:
-            _diff(old[k], v, (*path, _elem(k)), codec, out)
+            _diff(old[k], v, (*path, _elem(k)), codec, out, _hint_child(hint, k))
         else:
             out.append(("set", (*path, _elem(k)), _fresh(v)))
 
 
-# -- applying -----------------------------------------------------------------------------
+def _dict_extends(src: dict[Any, Any], new: dict[Any, Any]) -> bool:
+    """Whether new starts with src's entries, the same key and value objects (C speed)."""
+    if dict.__len__(new) < dict.__len__(src):
+        return False
+    keys = map(operator.is_, dict.keys(src), dict.keys(new))
+    values = map(operator.is_, dict.values(src), dict.values(new))
+    return all(keys) and all(values)

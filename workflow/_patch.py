@@ -7,6 +7,7 @@ codec dump that the fold keeps, both in place and at the cost of the change.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable
 from typing import Any, Final, TypeAlias
@@ -21,6 +22,7 @@ __all__ = [
     "Path",
     "PathElem",
     "apply",
+    "apply_copied",
     "apply_json",
     "ops_from_json",
     "ops_to_json",
@@ -102,6 +104,49 @@ def apply(value: Any, ops: list[Op]) -> Any:
     give fresh values).
     """
     return _apply(value, ops, _py_get, _py_put, _py_del)
+
+
+def _shallow(node: Any) -> Any:
+    t = type(node)
+    if t is list or t is dict:
+        return node.copy()
+    return copy.copy(node)  # a dataclass, attrs or pydantic object: its fields, shallowly
+
+
+def apply_copied(value: Any, ops: list[Op]) -> Any:
+    """What :func:`apply` gives, without changing value: the containers on the ops' paths
+    are copied (shallowly, once each), everything else is shared with value.
+
+    So the new value of a long list that grew costs one C-speed copy of the list, not a
+    deep copy. The result shares untouched parts with value: never apply ops in place to
+    one while the other is in use.
+    """
+    copied: set[int] = set()
+
+    def own(node: Any) -> Any:
+        new = _shallow(node)
+        copied.add(id(new))
+        return new
+
+    root = value
+    for op in ops:
+        kind, path = op[0], op[1]
+        if kind in ("set", "replace") and not path:
+            root = op[2]
+            copied.add(id(root))  # the patch's own value: fresh, changed in place
+            continue
+        if id(root) not in copied:
+            root = own(root)
+        node = root
+        for elem in path[:-1] if kind in ("set", "replace", "del") else path:
+            child = _py_get(node, elem)
+            if id(child) not in copied:
+                child = own(child)
+                _py_put(node, elem, child)
+            node = child
+        last = (path[-1],) if kind in ("set", "replace", "del") else ()
+        _apply(node, [(kind, last, *op[2:])], _py_get, _py_put, _py_del)
+    return root
 
 
 def _j_fields(node: Any) -> Any:

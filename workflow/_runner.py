@@ -177,6 +177,10 @@ class Executor(ContextChanges, WaitsAndInbox):
             name: asyncio.Queue() for name in self.graph.steps
         }
         self.buffers: dict[str, dict[str, list[tuple[int, Event]]]] = {}
+        # Puts into live buffers not committed yet, by event id, and the puts undone while
+        # another attempt held them taken (by id of the entry, which that attempt holds).
+        self._put_owner: dict[int, Attempt] = {}
+        self._dead_puts: set[int] = set()
         self.waiters: dict[str, WaitInfo] = {}
         self.answers: dict[str, tuple[int, Event] | None] = {}
         self.unclaimed: dict[int, Event] = {}
@@ -215,7 +219,8 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._exec_before = 0.0
         self._clock_start: float | None = None
         self._stream_from = stream_from
-        self._folded = folded if folded is not None else Folded(run_id)
+        self._unfolded: list[tuple[list[Record], Any]] = []  # durable, not folded yet
+        self._fold_state = folded if folded is not None else Folded(run_id)
         self._since_snapshot = 0
         self._snapshot_bytes = 0
         if folded is not None:
@@ -293,15 +298,67 @@ class Executor(ContextChanges, WaitsAndInbox):
             else:
                 self._pins.pop(key, None)
 
-    def read_buffer(self, att: Attempt, buf_key: str) -> dict[str, list[tuple[int, Event]]]:
-        local = att.buffers.get(buf_key)
-        if local is None:
-            vkey = COLLECT_PREFIX + buf_key
-            if vkey not in att.reads:
-                att.reads[vkey] = self.versions.get(vkey, 0)
-            committed = self.buffers.get(buf_key, {})
-            local = att.buffers[buf_key] = {t: list(es) for t, es in committed.items()}
-        return local
+    def live_buffer(self, buf_key: str) -> dict[str, list[tuple[int, Event]]]:
+        """The live collect buffer ``buf_key``, which collect_events changes in place."""
+        buf = self.buffers.get(buf_key)
+        if buf is None:
+            buf = self.buffers[buf_key] = {}
+        return buf
+
+    def collect_put(self, att: Attempt, buf_key: str, entry: tuple[int, Event]) -> None:
+        """An attempt put ``entry`` in a live buffer; it is pending until the attempt commits."""
+        att.collect_base = max(att.collect_base, self.versions.get(COLLECT_PREFIX + buf_key, 0))
+        if att.outcome is None:
+            att.outcome = asyncio.get_running_loop().create_future()
+        self._put_owner[entry[0]] = att
+
+    def collect_take(self, att: Attempt, buf_key: str, taken: list[tuple[int, Event]]) -> None:
+        """An attempt took ``taken`` out of a live buffer: its commit must follow the commits
+        of the attempts that put them, and it cannot commit if one of those is undone."""
+        att.taken.append((buf_key, taken))
+        for ev_id, _ in taken:
+            owner = self._put_owner.get(ev_id)
+            if owner is None or owner is att or owner.outcome is None:
+                continue
+            # Two attempts that each took what the other put (two buffers, two calls each)
+            # would wait for each other: that rare order is committed as it comes.
+            if att in owner.deps:
+                continue
+            att.deps.append(owner)
+
+    def _collects_done(self, att: Attempt, *, committed: bool, seq: int = 0) -> None:
+        """Settles an attempt's collects: kept when it committed (at ``seq``), else undone
+        in reverse."""
+        for key, _, put, _ in att.collects:
+            if put is not None and self._put_owner.get(put[0]) is att:
+                del self._put_owner[put[0]]
+            if committed:
+                self.versions[COLLECT_PREFIX + key] = seq
+        if not committed:
+            for key, entries in reversed(att.taken):
+                buf = self.live_buffer(key)
+                for entry in reversed(entries):
+                    if id(entry) in self._dead_puts:  # its put was undone: it is gone
+                        self._dead_puts.discard(id(entry))
+                        continue
+                    buf.setdefault(type(entry[1]).__qualname__, []).insert(0, entry)
+            for key, _, put, _ in reversed(att.collects):
+                if put is None:
+                    continue
+                events = self.live_buffer(key).get(type(put[1]).__qualname__)
+                i = next((i for i, e in enumerate(events or ()) if e is put), None)
+                if events is not None and i is not None:
+                    del events[i]
+                    if not events:
+                        del self.buffers[key][type(put[1]).__qualname__]
+                else:  # taken by an attempt not yet committed, which must not commit now
+                    self._dead_puts.add(id(put))
+        att.collects.clear()
+        att.taken.clear()
+        att.deps.clear()
+        if att.outcome is not None and not att.outcome.done():
+            att.outcome.set_result(committed)
+        att.outcome = None
 
     def stream_now(self, event: Event, att: Attempt | None) -> None:
         if att is not None:
@@ -431,46 +488,93 @@ class Executor(ContextChanges, WaitsAndInbox):
         return fut
 
     def _absorb(self, records: list[Record], fut: asyncio.Future[Any]) -> None:
-        """Folds a durable commit into the executor's own copy of the folded state."""
+        """Keeps a durable commit to fold into the executor's copy of the folded state.
+
+        Folded lazily (:attr:`_folded`): only a snapshot and recovery read that copy, so a
+        commit costs its fold once per snapshot's worth of records, not a fold call each.
+        """
         if fut.cancelled() or fut.exception() is not None:
             return
-        res = fut.result()
-        first, last, ts = int(res.first_seq), int(res.last_seq), res.ts
-        stored = [
-            StoredRecord(Seq(first + i), self.run_id, r.kind, r.step, r.payload, Seq(last), ts)
-            for i, r in enumerate(records)
-        ]
-        fold(self._folded, stored)
+        self._keep(records, fut.result())
+
+    def _keep(self, records: list[Record], res: Any) -> None:
+        self._unfolded.append((records, res))
         self._since_snapshot += sum(len(r.payload) for r in records)
         if self._since_snapshot >= max(SNAPSHOT_MIN_BYTES, SNAPSHOT_FACTOR * self._snapshot_bytes):
             self.write_snapshot()
 
-    def write_snapshot(self, *, lazy: bool = True, last: bool = False) -> None:
+    @property
+    def _folded(self) -> Folded:
+        """The folded state of every durable commit of this executor's run."""
+        pending = self._unfolded
+        if pending:
+            self._unfolded = []
+            run_id, stored = self.run_id, list[StoredRecord]()
+            for records, res in pending:
+                first, last, ts = int(res.first_seq), Seq(int(res.last_seq)), res.ts
+                stored.extend(
+                    StoredRecord(Seq(first + i), run_id, r.kind, r.step, r.payload, last, ts)
+                    for i, r in enumerate(records)
+                )
+            fold(self._fold_state, stored)
+        return self._fold_state
+
+    @_folded.setter
+    def _folded(self, folded: Folded) -> None:
+        self._unfolded = []
+        self._fold_state = folded
+
+    def write_snapshot(
+        self, *, lazy: bool = True, last: bool = False
+    ) -> asyncio.Future[Any] | None:
         """Writes a snapshot of the folded state (lazily: it rides with the next commit).
 
         One is written only once the log since the last weighs ``SNAPSHOT_FACTOR`` times
         its size, unless it is the ``last`` of this executor's (the next reader of the
         latest state then folds nothing).
         """
-        data = dump_folded(self._folded).decode()
+        s = self._folded
+        data = dump_folded(s).decode()
         self._snapshot_bytes = len(data)
         if not last and self._since_snapshot < SNAPSHOT_FACTOR * len(data):
-            return  # the state grew faster than its log: the next one waits for more log
+            return None  # the state grew faster than its log: the next one waits for more log
         self._since_snapshot = 0
-        s = self._folded
         snap = Snapshot(s.seq, data, FOLD_VERSION, s.records)
         commit = Commit(self.run_id, [], epoch=self.epoch, snapshot=snap)
         fut = self.store.submit(commit, lazy=lazy)
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return fut
 
     def _lazy(self, records: list[Record]) -> None:
-        self._submit(records, lazy=True).add_done_callback(self._lazy_done)
+        fut = self.store.submit(self._commit(records), lazy=True)
+        fut.add_done_callback(lambda f: self._lazy_done(records, f))
 
-    def _lazy_done(self, fut: asyncio.Future[Any]) -> None:
+    def _lazy_pair(self, first: list[Record], second: list[Record]) -> None:
+        """Two commits that only say work began (a dequeue, an attempt's start), submitted
+        as one operation: one future and one callback for both."""
+        fut = self.store.submit_many([self._commit(first), self._commit(second)], lazy=True)
+
+        def done(f: asyncio.Future[Any]) -> None:
+            if f.cancelled():
+                return
+            exc = f.exception()
+            if exc is not None:
+                if not self._closing:
+                    self._end_with(exc)
+                return
+            a, b = f.result()
+            self._keep(first, a)
+            self._keep(second, b)
+
+        fut.add_done_callback(done)
+
+    def _lazy_done(self, records: list[Record], fut: asyncio.Future[Any]) -> None:
         if fut.cancelled():
             return
         exc = fut.exception()
-        if exc is not None and not self._closing:
+        if exc is None:
+            self._absorb(records, fut)
+        elif not self._closing:
             self._end_with(exc)
 
     async def append(self, records: list[Record], **kw: Any) -> int:
@@ -537,12 +641,12 @@ class Executor(ContextChanges, WaitsAndInbox):
 
     async def _handle(self, step: str, spec: StepSpec, d: Delivery, worker: int) -> None:
         durable_start = d.redelivered or d.durable
+        dequeued: list[Record] | None = None
         if not d.redelivered:
             dequeued = [J.dequeued(step, d.event_id, worker)]
             if durable_start:
                 await self.append(dequeued)
-            else:
-                self._lazy(dequeued)
+                dequeued = None  # else submitted with the attempt's start, just below
         attempt = d.attempts
         clock = RetryClock.resume(d.failures, d.failure)
         if clock.retry_at is not None:
@@ -557,6 +661,9 @@ class Executor(ContextChanges, WaitsAndInbox):
                 # its start is made durable first, so every such death is counted.
                 await self.append(started)
                 durable_start = False
+            elif dequeued is not None:
+                self._lazy_pair(dequeued, started)
+                dequeued = None
             else:
                 self._lazy(started)
             att = Attempt(step, d.event_id, attempt, d.event, host=self)
@@ -631,6 +738,8 @@ class Executor(ContextChanges, WaitsAndInbox):
                 self._running.pop((step, worker), None)
                 if ended is None and not self._closing:
                     self._step_state(step, worker, StepState.NOT_RUNNING, d.event)
+                if att.collects:  # it did not commit (or its commit raised): undone
+                    self._collects_done(att, committed=False)
                 if att.holds_lock:
                     self.state_lock.release()
                 self._unpin(att)
@@ -859,7 +968,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                     att.event_id,
                     att.attempt,
                     ids,
-                    max(att.reads.values(), default=0),
+                    max(max(att.reads.values(), default=0), att.collect_base),
                     att.answers_used,
                 )
             )
@@ -876,15 +985,28 @@ class Executor(ContextChanges, WaitsAndInbox):
             self._refuse_text(att, emitted, result)
             raise
         written = [c.key for c in changes]
-        if att.collects:
-            written.extend(COLLECT_PREFIX + b for b in {c[0] for c in att.collects})
+        taken_keys = sorted({COLLECT_PREFIX + k for k, _ in att.taken})
+        owners = [o for o in att.deps if not o.put_written]
+        if owners and not att.holds_lock:
+            # Its take is written after the puts it took (so the log folds to the live
+            # buffer), or not at all if one of those attempts does not commit.
+            outcomes = [o.outcome for o in owners if o.outcome is not None]
+            if not all(await asyncio.gather(*outcomes)):
+                await self._commit_conflict(att, taken_keys)
+                return None
+            owners = []
+        # An attempt holding the state lock never waits for another (which may wait for
+        # the lock to commit): its commit is refused unless those puts are written by then.
 
         def check() -> None:
             stale = self._stale(att)
             if stale:
                 raise _Conflict(stale)
+            if owners and not all(o.put_written for o in owners):
+                raise _Conflict(taken_keys)
 
         def on_written(seq: Any) -> None:
+            att.put_written = True
             for k in written:
                 self._wversions[k] = int(seq)
 
@@ -895,8 +1017,8 @@ class Executor(ContextChanges, WaitsAndInbox):
         try:
             seq = await self.append(
                 records,
-                check=check if att.reads else None,
-                on_written=on_written if written else None,
+                check=check if att.reads or owners else None,
+                on_written=on_written if written or att.collects else None,
                 status="finished" if stop is not None else None,
             )
         except _Conflict as exc:
@@ -926,9 +1048,8 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._unpin(att)
         att.reads.clear()
         self._apply_changes(changes, seq)
-        for buf_key, local in att.buffers.items():
-            self.buffers[buf_key] = {t: es for t, es in local.items() if es}
-            self.versions[COLLECT_PREFIX + buf_key] = seq
+        if att.collects:
+            self._collects_done(att, committed=True, seq=seq)
         for wid in att.answers_used:
             self.answers.pop(wid, None)
         for ev_id, (ev, target) in zip(ids, emitted, strict=True):
@@ -1100,9 +1221,13 @@ class Executor(ContextChanges, WaitsAndInbox):
         # Every task of the run stops (the caller's own at its next await); the handler
         # resolves once they all have, so nothing of the run outlives awaiting it.
         tasks = list(self._tasks)
+        last_snapshot: list[asyncio.Future[Any]] = []
 
         async def settle() -> None:
             await asyncio.gather(*tasks, return_exceptions=True)
+            # The handler resolves once the last snapshot is written (or failed): a read of
+            # the latest state right after ``await handler`` then folds nothing.
+            await asyncio.gather(*last_snapshot, return_exceptions=True)
             if self.done.done():
                 return
             if exc is not None:
@@ -1131,6 +1256,8 @@ class Executor(ContextChanges, WaitsAndInbox):
                 # The next reader of the latest state folds nothing. A cache is never worth
                 # failing the run's ending over.
                 with contextlib.suppress(EventStoreError):
-                    self.write_snapshot(lazy=False, last=True)
+                    fut = self.write_snapshot(lazy=False, last=True)
+                    if fut is not None:
+                        last_snapshot.append(fut)
         finally:
             self.wf._release(self)

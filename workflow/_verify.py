@@ -247,7 +247,8 @@ class _Replay:
         self.graph = wf._graph
         self.committed = context
         self.versions: dict[str, int] = {}
-        self.buffers: dict[str, Any] = {}
+        self._keylog: dict[str, list[int]] = {}  # sizes of values: none known here
+        self.buffers: dict[str, dict[str, list[tuple[int, Event]]]] = {}
         self.answers: dict[str, Any] = {}
         self.state_lock = asyncio.Lock()
         self.ctx: Context[Any] = Context(self, wf._state_type)  # type: ignore[arg-type]
@@ -261,8 +262,14 @@ class _Replay:
         self._next += 1
         return self._next
 
-    def read_buffer(self, att: Attempt, buf_key: str) -> dict[str, list[tuple[int, Event]]]:
-        return att.buffers.setdefault(buf_key, {})
+    def live_buffer(self, buf_key: str) -> dict[str, list[tuple[int, Event]]]:
+        return self.buffers.setdefault(buf_key, {})
+
+    def collect_put(self, att: Attempt, buf_key: str, entry: tuple[int, Event]) -> None:
+        return
+
+    def collect_take(self, att: Attempt, buf_key: str, taken: list[tuple[int, Event]]) -> None:
+        return
 
     def stream_now(self, event: Event, att: Attempt | None) -> None:
         return

@@ -33,7 +33,7 @@ from . import _journal as J
 from ._catch_error import catchers
 from ._changes import encode_updates
 from ._context import StateDict
-from ._diff import TrackedDict, TrackedList
+from ._diff import register_views
 from ._errors import (
     RunFinishedError,
     WorkflowChangedError,
@@ -171,8 +171,7 @@ class Workflow:
         )
         self._codec.register(*self._graph.event_types(), *types)
         # Views handed out by ctx.store.get are written as the value they show.
-        self._codec.register_proxy(TrackedList, list)
-        self._codec.register_proxy(TrackedDict, lambda view: dict(view.items()))
+        register_views(self._codec)
         # The untyped state get_state() gives is a dict whose keys are also attributes.
         self._codec.register_proxy(StateDict, dict)
         self._state_type: type | None = self._find_state_type()

@@ -133,8 +133,8 @@ class DeepCopy(Append):
 class Nested(Append):
     """A list at the nested path ``a.b``: ``get("a.b")``, append, ``set("a.b", items)``.
 
-    The first step writes ``a`` whole: ``set("a.b")`` under a missing ``a`` creates it in
-    LlamaIndex but is refused by durable-workflows, and both sides run this same code.
+    The first step writes ``a`` whole (``set("a.b")`` under a missing ``a`` would create it,
+    in both engines), so every later step is the same nested update.
     """
 
     async def update(self, ctx: Context, i: int) -> int:
