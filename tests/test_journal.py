@@ -1,13 +1,14 @@
 """The journal's output is a promise: one representative run's records stay byte-identical.
 
-``GoldenFlow`` runs through every record kind the journal writes (a fan-out to a step that
-fails once and is retried, a fan-in with ``collect_events``, a durable wait answered after a
-suspend, a stream, context sets, patches and deletes, a conflict, a failed run resumed with
-operator updates, a cancel, a timeout, a finish) and is forked. Its rows (kind, step and the
-payload text, grouped by commit) must equal ``tests/fixtures/golden_run.json``, which was
-written by the code before payloads were typed. Only what no two runs share is normalised:
-tracebacks (paths and line numbers), wait deadlines, the elapsed time of a timeout or a
-failed attempt, and when a retry is due.
+``GoldenFlow`` runs through every record kind the journal writes but ``memoized`` (a
+fan-out to a step that fails once and is retried, a fan-in with ``collect_events``, a durable
+wait answered after a suspend, a stream, context sets, patches and deletes, a conflict, a
+failed run resumed with operator updates, a cancel, a timeout, a finish) and is forked;
+``MemoGolden`` then records memoized calls in a run of its own. Their rows (kind, step and
+the payload text, grouped by commit) must equal ``tests/fixtures/golden_run.json``, whose
+first two runs were written by the code before payloads were typed. Only what no two runs
+share is normalised: tracebacks (paths and line numbers), wait deadlines, the elapsed time
+of a timeout, a failed attempt or a memoized call, and when a retry is due.
 
 A change that means to change what is written (a new record kind, a new field) regenerates
 the fixture with ``python -m tests.test_journal`` and shows the difference in review: only
@@ -32,6 +33,7 @@ from workflow import (
     Event,
     HumanResponseEvent,
     InputRequiredEvent,
+    MemoizedError,
     StartEvent,
     StopEvent,
     Workflow,
@@ -185,6 +187,32 @@ class GoldenFlow(Workflow):
         return StopEvent(result={"count": await ctx.store.get("count")})
 
 
+async def lookup(n: int) -> dict[str, int]:
+    """A call worth recording."""
+    return {"n": n, "square": n * n}
+
+
+async def refuse() -> None:
+    """A call that raises, recorded with cache_errors=True."""
+    raise LookupError("not found")
+
+
+class MemoGolden(Workflow):
+    """A memoized call's result and a memoized call's error (run after the fork)."""
+
+    @step
+    async def call(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        got = await ctx.memo("lookup", lookup, ev.first)
+        try:
+            await ctx.memo(None, refuse, cache_errors=True)
+        except MemoizedError as exc:
+            got["error"] = exc.type_name
+        return StopEvent(result=got)
+
+
+MEMO_RUN_ID: Final = "golden-memo"
+
+
 async def _bounded(aw: Any) -> Any:
     return await asyncio.wait_for(aw, BOUND)
 
@@ -243,6 +271,14 @@ def run_golden(db: Path) -> None:
         await handler.suspend()
         await _expect_error(handler, RunSuspendedError)
         fork.store.close()
+        # Memoized calls, in a run of their own so that the runs above stay as they were.
+        memo = MemoGolden(store=db, timeout=None)
+        assert await _bounded(memo.run(run_id=MEMO_RUN_ID, first=3)) == {
+            "n": 3,
+            "square": 9,
+            "error": "LookupError",
+        }
+        memo.store.close()
 
     asyncio.run(sessions())
 
@@ -265,7 +301,12 @@ def golden_rows(db: Path) -> Rows:
                 [[r.kind, r.step, normalised(r.payload)] for r in commit]
                 for commit in commits(store.records(run_id))
             ]
-            for label, run_id in ((RUN_ID, RUN_ID), ("fork", fork[0]), (LINKED_ID, LINKED_ID))
+            for label, run_id in (
+                (RUN_ID, RUN_ID),
+                ("fork", fork[0]),
+                (LINKED_ID, LINKED_ID),
+                ("memo", MEMO_RUN_ID),
+            )
         }
 
 

@@ -8,6 +8,7 @@ from ._errors import (
     CheckpointNotFoundError,
     ContextSerdeError,
     ContextStateError,
+    MemoizedError,
     RecoveryLimitError,
     RunAbandonedError,
     RunFinishedError,
@@ -26,6 +27,7 @@ from ._errors import (
 )
 from ._events import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
 from ._handler import WorkflowHandler
+from ._memo import memoized
 from ._prune import PruneReport
 from ._recover import Recoveries, Recovery
 from ._state import Checkpoint, InProgress, RunState, Waiter
@@ -57,6 +59,7 @@ __all__ = [
     "InputRequiredEvent",
     "JsonPickleSerializer",
     "JsonSerializer",
+    "MemoizedError",
     "PickleSerializer",
     "PruneReport",
     "Recoveries",
@@ -89,6 +92,7 @@ __all__ = [
     "WorkflowTimeoutError",
     "WorkflowValidationError",
     "catch_error",
+    "memoized",
     "step",
     "upcaster",
 ]

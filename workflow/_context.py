@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ._runner import Executor
     from ._workflow import Workflow
     from .context.serializers import BaseSerializer
+    from .retry_policy import RetryPolicy
 
 __all__ = ["Attempt", "Context", "ContextStore", "WaitSuspend"]
 
@@ -139,6 +140,12 @@ class Attempt:
     # The JSON of events checked when they were streamed or asked, by id(event): the
     # attempt's outcome commit writes it (the events stay alive in ``streamed``).
     encoded: dict[int, orjson.Fragment] | None = None
+    # The run it belongs to, for memoized calls (``_memo.MemoHost``), and how many times
+    # each memo key was used in it (so repeated calls keep their call order).
+    host: Any = None
+    memo_keys: dict[str, int] | None = None
+    sleep_calls: int = 0
+    child_calls: int = 0
 
     def keep_json(self, event: Event, text: orjson.Fragment) -> None:
         """Keeps the JSON of an event the attempt streams, for its outcome commit."""
@@ -679,6 +686,69 @@ class Context(Generic[S]):
                 "waiter_event": waiter_event,
             }
         )
+
+    async def memo(
+        self,
+        key: str | None,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        cache_errors: bool = False,
+        reuse_on_retry: bool = False,
+        retry_policy: RetryPolicy | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """``fn(*args, **kwargs)`` (awaited if it returns an awaitable), paid once per input.
+
+        The result is recorded on its own before this returns, whatever the attempt does
+        next; a later attempt at the same input whose call has the same ``key`` (None: the
+        function's name; ``#2``, ``#3`` for its later uses in one attempt) and arguments gets
+        the recorded result without calling ``fn``: after a crash, a conflict, a wait, a
+        resume of a failed run, and after a retry policy's re-run only with
+        ``reuse_on_retry=True``. ``retry_policy`` retries ``fn`` itself within the call.
+
+        :raises EncodeError: the arguments or the result cannot be stored.
+        :raises MemoizedError: ``fn`` raised, with ``cache_errors=True`` (its type's name and
+            message; without it the exception propagates and nothing is recorded).
+        """
+        from ._memo import call_memoized
+
+        att = self._attempt("memo")
+        return await call_memoized(
+            att,
+            key,
+            fn,
+            args,
+            kwargs,
+            cache_errors=cache_errors,
+            reuse_on_retry=reuse_on_retry,
+            retry_policy=retry_policy,
+        )
+
+    async def run_workflow(self, flow: Any, /, **start_kwargs: Any) -> Any:
+        """Runs ``flow`` (a Workflow class or instance) as a child run and returns its result.
+
+        The child is a run of its own in this store, with an id made from this run, the
+        step, its input and the call's order (``run_id/step/event/n``): a re-run of this
+        step re-attaches to the same child rather than starting another, and once the
+        child has finished its result comes from this run's log. Cancelling this run
+        while it awaits the child cancels the child.
+        """
+        from ._children import run_child
+
+        return await run_child(self._x, self._attempt("run_workflow"), flow, start_kwargs)
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleeps ``seconds``, durably when it is at least the workflow's ``sleep_threshold``.
+
+        A long sleep ends the attempt like a wait (its worker is free, the run waits) and
+        the step runs again once it is due, from the start: there this call returns at once.
+        It is due also when no process ran the run meanwhile (``recover()`` or a worker then
+        takes it). A shorter sleep is ``asyncio.sleep`` and is slept again by a re-run.
+        """
+        from ._timers import durable_sleep
+
+        await durable_sleep(self._x, self._attempt("sleep"), seconds)
 
     def to_dict(
         self, serializer: BaseSerializer | None = None, *, include_state: bool = True

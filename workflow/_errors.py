@@ -14,6 +14,7 @@ WorkflowError
   + StateConflictError        a context write lost a race (raised only inside attempts)
   + RecoveryLimitError        an input killed the process too many times
   + WorkflowChangedError      stored work no longer fits the workflow's steps
+  + MemoizedError             a memoized call raised (recorded with cache_errors=True)
 
 SnapshotIgnoredWarning        (a UserWarning) a run's cached state was unfit; the log was folded
 
@@ -31,12 +32,15 @@ LlamaIndex Workflows' names (``workflow.errors``), each also a WorkflowError:
 
 from __future__ import annotations
 
+from typing import Any
+
 import eventstore
 
 __all__ = [
     "CheckpointNotFoundError",
     "ContextSerdeError",
     "ContextStateError",
+    "MemoizedError",
     "RecoveryLimitError",
     "RunAbandonedError",
     "RunFinishedError",
@@ -196,6 +200,19 @@ class WorkflowChangedError(WorkflowError):
             f"run {run_id!r} cannot continue with this workflow: {listing}; pass"
             " allow_stranded=True to proceed and leave that work undone"
         )
+
+
+class MemoizedError(WorkflowError):
+    """A memoized call raised (``cache_errors=True``): the recorded error's class name and
+    message, the same in the attempt that called and in every re-run that reuses it."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        self.type_name = type_name
+        self.message = message
+        super().__init__(f"{type_name}: {message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.type_name, self.message))
 
 
 class SnapshotIgnoredWarning(UserWarning):

@@ -31,6 +31,7 @@ __all__ = [
     "Failure",
     "Folded",
     "KeyLog",
+    "MemoRec",
     "Prog",
     "WaitRec",
     "fold",
@@ -107,6 +108,22 @@ class WaitRec:
 
 
 @dataclass(slots=True)
+class MemoRec:
+    """A memoized call's recorded outcome, for the attempts at its input that follow.
+
+    ``retried``: a retry policy re-ran the step since it was recorded, so only a call with
+    ``reuse_on_retry=True`` reuses it.
+    """
+
+    digest: str
+    result: Any  # the result's codec dump (None with an error)
+    error: dict[str, str] | None
+    attempt: int
+    seq: int
+    retried: bool = False
+
+
+@dataclass(slots=True)
 class KeyLog:
     """A context key's JSON value and how many patch bytes followed its last full write."""
 
@@ -139,6 +156,8 @@ class Folded:
     stream: list[Ev] = field(default_factory=list)
     # Event id -> how often each @catch_error handler took over along its lineage.
     recoveries: dict[int, dict[str, int]] = field(default_factory=dict)
+    # Memoized calls of inputs not yet done: step -> event id -> key -> outcome.
+    memos: dict[str, dict[int, dict[str, MemoRec]]] = field(default_factory=dict)
     next_id: int = 1
     exec_us: int = 0
     _prev_ts: int | None = None
@@ -255,9 +274,18 @@ def _step_started(s: Folded, r: StoredRecord, p: J.StepStarted) -> None:
 
 def _step_finished(s: Folded, r: StoredRecord, p: J.StepFinished) -> None:
     _prog(s, r, p)
-    del s.in_progress[_step_of(r)][p["id"]]
+    step = _step_of(r)
+    del s.in_progress[step][p["id"]]
     for wid in p.get("answers", ()):
         s.answers.pop(wid, None)
+    _drop_memos(s, step, p["id"])
+
+
+def _drop_memos(s: Folded, step: str, event_id: int) -> None:
+    """An input is done: its memoized calls are never asked for again."""
+    by_event = s.memos.get(step)
+    if by_event is not None and by_event.pop(event_id, None) is not None and not by_event:
+        del s.memos[step]
 
 
 def _step_failed(s: Folded, r: StoredRecord, p: J.StepFailed) -> None:
@@ -270,6 +298,22 @@ def _step_failed(s: Folded, r: StoredRecord, p: J.StepFailed) -> None:
     failed_at = retry_at - delay if retry_at is not None and delay is not None else r.ts / 1e6
     prog.failure = Failure(
         retry_at, p.get("elapsed"), failed_at, p["error"], p["module"], p["message"]
+    )
+    if p["retry"]:
+        # The retry policy re-runs it: recorded calls are reused only when asked to be.
+        for m in s.memos.get(_step_of(r), {}).get(p["id"], {}).values():
+            m.retried = True
+
+
+def _memoized(s: Folded, r: StoredRecord, p: J.Memoized) -> None:
+    _prog(s, r, p)
+    err = p["error"]
+    s.memos.setdefault(_step_of(r), {}).setdefault(p["id"], {})[p["key"]] = MemoRec(
+        p["digest"],
+        p["result"],
+        None if err is None else {"type": err["type"], "message": err["message"]},
+        p["attempt"],
+        r.seq,
     )
 
 
@@ -342,6 +386,7 @@ def _run_finished(s: Folded, r: StoredRecord, p: J.RunFinished) -> None:
     s.status = "finished"
     s.result = p["result"]
     s.in_progress.clear()
+    s.memos.clear()
 
 
 def _run_failed(s: Folded, r: StoredRecord, p: J.RunFailed) -> None:
@@ -402,6 +447,7 @@ APPLY: Final[dict[str, Callable[[Folded, StoredRecord, Any], None]]] = {
     J.WAITING: _waiting,
     J.WAIT_RESOLVED: _wait_resolved,
     J.STREAMED: _streamed,
+    J.MEMOIZED: _memoized,
     J.RUN_FINISHED: _run_finished,
     J.RUN_FAILED: _run_failed,
     J.RUN_CANCELLED: _status("cancelled"),

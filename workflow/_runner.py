@@ -69,7 +69,7 @@ from ._events import (
     WorkflowIdleEvent,
     WorkflowTimedOutEvent,
 )
-from ._fold import FOLD_VERSION, Folded, fold, result_of
+from ._fold import FOLD_VERSION, Folded, MemoRec, fold, result_of
 from ._ownership import LeaseOwners
 from ._retry import RetryClock
 from ._snapshot import dump_folded
@@ -89,6 +89,9 @@ CONFLICTS_BEFORE_LOCK: Final = 3
 # state's size of records. A run's executor also writes one as it lets go of the run.
 SNAPSHOT_FACTOR: Final = 10
 SNAPSHOT_MIN_BYTES: Final = 32 * 1024
+# Seconds that attempts still running get to commit when another step's failure fails the
+# run (``Workflow.failure_grace``).
+DEFAULT_FAILURE_GRACE: Final = 2.0
 
 
 _ENDING: Final = frozenset({"finished", "failed", "cancelled", "timed_out", "waiting"})
@@ -193,6 +196,11 @@ class Executor(ContextChanges, WaitsAndInbox):
         self.ready = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._busy = 0  # deliveries queued or running
+        # Attempts being handled; once a failure is to end the run (``_failing``), no new
+        # one starts, and ``_drained`` is set when the failing one is the last.
+        self._handling = 0
+        self._failing = False
+        self._drained = asyncio.Event()
         self._poke = asyncio.Event()
         self._taken_inbox: set[int] = set()
         self._subscribers: list[asyncio.Queue[Event | None]] = []
@@ -268,6 +276,12 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._exec_before = f.exec_us / 1e6
 
     # ------------------------------------------------------------------ helpers for Context
+
+    replaying: Final = False  # memoized calls are made (``_memo.MemoHost``)
+
+    def memos_of(self, step: str, event_id: int) -> dict[str, MemoRec]:
+        """The memoized calls recorded for ``step``'s input ``event_id`` (the live fold's)."""
+        return self._folded.memos.get(step, {}).get(event_id, {})
 
     def new_event_id(self) -> int:
         self.next_id += 1
@@ -612,10 +626,17 @@ class Executor(ContextChanges, WaitsAndInbox):
         queue = self.queues[step]
         while True:
             d = await queue.get()
+            if self._failing:  # the run is failing: what is queued stays queued
+                self._busy -= 1
+                continue
+            self._handling += 1
             try:
                 await self._handle(step, spec, d, worker)
             finally:
                 self._busy -= 1
+                self._handling -= 1
+                if self._failing and self._handling <= 1:
+                    self._drained.set()
                 self._update_clock()
 
     async def _handle(self, step: str, spec: StepSpec, d: Delivery, worker: int) -> None:
@@ -645,7 +666,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                 dequeued = None
             else:
                 self._lazy(started)
-            att = Attempt(step, d.event_id, attempt, d.event)
+            att = Attempt(step, d.event_id, attempt, d.event, host=self)
             att.retry = clock
             self._step_state(step, worker, StepState.RUNNING, d.event)
             self._running[(step, worker)] = attempt
@@ -711,6 +732,8 @@ class Executor(ContextChanges, WaitsAndInbox):
                 if self.wf._verbose:
                     _say(f"[{step}:{worker}] failed with {exc!r}, retrying in {delay} s")
                 await asyncio.sleep(delay)
+                if self._failing:
+                    return  # another step is failing the run: its retry waits for a resume
             finally:
                 self._running.pop((step, worker), None)
                 if ended is None and not self._closing:
@@ -1114,7 +1137,16 @@ class Executor(ContextChanges, WaitsAndInbox):
         attempts: int | None = None,
         elapsed: float | None = None,
     ) -> None:
+        if self._failing:
+            return  # another failure is ending the run: this one is recorded as a step's
+        self._failing = True
         self._failed_step = (step, attempts, elapsed)
+        # Attempts of other steps still running get the grace period to commit, so that a
+        # resume does not pay for them again; past it they are cancelled with the run.
+        grace = float(getattr(self.wf, "failure_grace", DEFAULT_FAILURE_GRACE))
+        if self._handling > 1 and grace > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), grace)
         try:
             await self.append([J.run_failed(step, exc)], status="failed")
         except _Sealed:

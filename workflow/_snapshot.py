@@ -14,15 +14,17 @@ from typing import Any, Final, NoReturn
 import orjson
 
 from ._buffers import class_qualname, legacy_buffer_key
-from ._fold import Ev, Failure, Folded, KeyLog, Prog, WaitRec
+from ._fold import Ev, Failure, Folded, KeyLog, MemoRec, Prog, WaitRec
 
 __all__ = ["SNAPSHOT_FORMAT", "SnapshotError", "dump_folded", "load_folded"]
 
 # The "v" of dump_folded's output; 3: buffers keyed by buffer_key; 4: steps in progress
-# carry their latest failure (durable retries), and the lineages' recovery counts.
-SNAPSHOT_FORMAT: Final = 4
-# Older formats still read: 2 (buffers keyed by module names, converted as they load), 3.
-_READ_FORMATS: Final = frozenset({2, 3, SNAPSHOT_FORMAT})
+# carry their latest failure (durable retries), and the lineages' recovery counts; 5: the
+# memoized calls of inputs not yet done.
+SNAPSHOT_FORMAT: Final = 5
+# Older formats still read: 2 (buffers keyed by module names, converted as they load), 3,
+# 4 (no memoized calls: the code that wrote them recorded none).
+_READ_FORMATS: Final = frozenset({2, 3, 4, SNAPSHOT_FORMAT})
 
 
 def _evs(evs: Iterable[Ev]) -> list[Any]:
@@ -83,6 +85,16 @@ def dump_folded(s: Folded) -> bytes:
             "unclaimed": _evs(s.unclaimed.values()),
             "stream": _evs(s.stream),
             "recoveries": {str(i): c for i, c in s.recoveries.items()},
+            "memos": {
+                step: {
+                    str(i): {
+                        k: [m.digest, m.result, m.error, m.attempt, m.seq, m.retried]
+                        for k, m in by_key.items()
+                    }
+                    for i, by_key in by_event.items()
+                }
+                for step, by_event in s.memos.items()
+            },
             "next_id": s.next_id,
             "exec_us": s.exec_us,
             "prev_ts": s._prev_ts,
@@ -179,6 +191,14 @@ def _load(d: dict[str, Any]) -> Folded:
     s.stream = [_ev(e) for e in _typed(d, "stream", list)]
     if "recoveries" in d or d["v"] >= 4:
         s.recoveries = {_id(k): _counts(c) for k, c in _typed(d, "recoveries", dict).items()}
+    if d["v"] >= 5:
+        s.memos = {
+            step: {
+                _event_id(i): {k: _memo(m) for k, m in _typed(by_event, i, dict).items()}
+                for i in by_event
+            }
+            for step, by_event in _items(d, "memos", dict)
+        }
     s.next_id = _typed(d, "next_id", int)
     s.exec_us = _typed(d, "exec_us", int)
     s._prev_ts = _typed(d, "prev_ts", int, none=True)
@@ -302,3 +322,22 @@ def _waiter(e: Any) -> WaitRec:
         ):
             return WaitRec(wid, step, Ev(i, dump, seq), awaited, req, deadline, event)
     _bad_shape("waiter", e)
+
+
+def _event_id(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    _bad_shape("memoized call's event", text)
+
+
+def _memo(e: Any) -> MemoRec:
+    if type(e) is list and len(e) == 6:
+        digest, result, error, attempt, seq, retried = e
+        if (
+            type(digest) is str
+            and type(attempt) is type(seq) is int
+            and type(retried) is bool
+            and (error is None or type(error) is dict)
+        ):
+            return MemoRec(digest, result, error, attempt, seq, retried)
+    _bad_shape("memoized call", e)

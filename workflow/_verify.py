@@ -25,8 +25,9 @@ from eventstore import StoredRecord, UnknownClassError, class_name
 from . import _journal as J
 from ._context import Attempt, current_attempt
 from ._diff import apply, materialize
+from ._errors import WorkflowRuntimeError
 from ._events import Event
-from ._fold import Folded, fold
+from ._fold import Folded, MemoRec, fold
 from ._read import commits, event_class, fold_run, run_info, start_state
 from ._retry import RetryClock
 
@@ -276,9 +277,14 @@ def _pending(s: Folded) -> Iterable[tuple[str, Any, int, str]]:
 class _Replay:
     """A stand-in executor for one attempt: recorded context in, buffered writes out."""
 
-    def __init__(self, wf: Workflow, context: dict[str, Any]) -> None:
+    replaying = True  # memoized calls come from the log; one it lacks is a divergence
+
+    def __init__(
+        self, wf: Workflow, context: dict[str, Any], memos: dict[int, dict[str, MemoRec]]
+    ) -> None:
         from ._context import Context
 
+        self._memos = memos
         self.wf = wf
         self.codec = wf._codec
         self.graph = wf._graph
@@ -311,6 +317,13 @@ class _Replay:
     def stream_now(self, event: Event, att: Attempt | None) -> None:
         return
 
+    def memos_of(self, step: str, event_id: int) -> dict[str, MemoRec]:
+        return self._memos.get(event_id, {})
+
+    async def append(self, records: list[Any], **kw: Any) -> int:
+        msg = "verify re-executes attempts without writing to the log"
+        raise WorkflowRuntimeError(msg)
+
 
 def _reexecute(wf: Workflow, run_id: str, report: VerifyReport) -> None:
     """Runs each recorded successful attempt again and compares what it emits and writes."""
@@ -334,7 +347,8 @@ def _reexecute(wf: Workflow, run_id: str, report: VerifyReport) -> None:
                 clock = RetryClock.resume(prog.failures, prog.failure)
                 clock.retry_at = None
                 event = load(prog.ev.dump)
-                problem = _replay_one(wf, run_id, head, commit, event, context, dump, clock)
+                memos = state.memos.get(head.step, {})
+                problem = _replay_one(wf, run_id, head, commit, event, context, dump, clock, memos)
                 report.attempts_reexecuted += 1
                 if problem is not None:
                     report.problems.append(problem)
@@ -351,12 +365,13 @@ def _replay_one(
     context: dict[str, Any],
     dump: Callable[[Any], Any],
     clock: RetryClock,
+    memos: dict[int, dict[str, MemoRec]],
 ) -> Problem | None:
     step = head.step or ""
     spec = wf._graph.steps[step]
-    replay = _Replay(wf, context)
+    replay = _Replay(wf, context, memos)
     finished: J.StepFinished = head.data()
-    att = Attempt(step, finished["id"], finished["attempt"], event)
+    att = Attempt(step, finished["id"], finished["attempt"], event, host=replay)
     att.retry = clock
     kwargs: dict[str, Any] = {spec.event_param: event}
     if spec.ctx_param is not None:

@@ -54,6 +54,7 @@ from ._renames import class_aliases, moves_for, step_renames
 from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
 from ._step import GRAPH_CHECKS, STEP_ATTR, collect_steps, graph_checks, step_functions
+from ._timers import DEFAULT_SLEEP_THRESHOLD
 from ._waits import Delivery
 from .resource import ResourceManager, check_configs
 
@@ -124,6 +125,13 @@ class Workflow:
         None: :data:`~workflow._ownership.LEASE_TTL_S` (10 s). Stores on one machine need
         no lease: the kernel frees a dead process's runs at once.
     """
+
+    # Seconds from which ctx.sleep() is durable (a wait the run is resumed from when due);
+    # shorter sleeps just wait. A class attribute: set it on a subclass or an instance.
+    sleep_threshold: float = DEFAULT_SLEEP_THRESHOLD
+    # Seconds that attempts of other steps still running get to commit when a step's
+    # failure fails the run, so that a resume does not pay for them again (0: none).
+    failure_grace: float = 2.0
 
     # Free functions added as steps (``add_step``, ``@step(workflow=Cls)``), per class.
     _step_functions: ClassVar[dict[str, Callable[..., Any]]] = {}

@@ -16,6 +16,7 @@ from ._payloads import (
     COLLECTED,
     DEQUEUED,
     ENQUEUED,
+    MEMOIZED,
     RUN_CANCELLED,
     RUN_FAILED,
     RUN_FINISHED,
@@ -37,6 +38,8 @@ from ._payloads import (
     Dump,
     Enqueued,
     EventRef,
+    MemoError,
+    Memoized,
     RunCancelled,
     RunFailed,
     RunFinished,
@@ -63,6 +66,7 @@ __all__ = [
     "dequeued",
     "enqueued",
     "enqueued_recovery",
+    "memoized",
     "run_cancelled",
     "run_failed",
     "run_finished",
@@ -270,6 +274,36 @@ def wait_resolved(
 def streamed(step: str | None, event_id: int, attempt: int, event_dump: Dump) -> Record:
     payload: Streamed = {"id": event_id, "attempt": attempt, "event": event_dump}
     return _rec(STREAMED, step, payload)
+
+
+def memoized(
+    step: str,
+    event_id: int,
+    attempt: int,
+    key: str,
+    name: str,
+    digest: str,
+    result: orjson.Fragment | None,
+    error: BaseException | None,
+    elapsed: float,
+    size: int,
+) -> Record:
+    """A memoized call's outcome: its encoded ``result``, or the ``error`` it raised."""
+    err: MemoError | None = None
+    if error is not None:
+        err = {"type": _text(type(error).__qualname__), "message": _message(error)}
+    payload: Memoized = {
+        "id": event_id,
+        "attempt": attempt,
+        "key": _text(key),
+        "name": _text(name),
+        "digest": digest,
+        "result": result,
+        "error": err,
+        "elapsed": elapsed,
+        "size": size,
+    }
+    return _rec(MEMOIZED, step, payload)
 
 
 def run_finished(result_dump: Dump, stop_id: int) -> Record:

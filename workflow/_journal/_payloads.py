@@ -17,6 +17,7 @@ __all__ = [
     "DEQUEUED",
     "ENQUEUED",
     "KINDS",
+    "MEMOIZED",
     "PAYLOADS",
     "RUN_CANCELLED",
     "RUN_FAILED",
@@ -43,6 +44,8 @@ __all__ = [
     "Dump",
     "Enqueued",
     "EventRef",
+    "MemoError",
+    "Memoized",
     "OfAttempt",
     "ParentRef",
     "RunCancelled",
@@ -80,6 +83,7 @@ COLLECTED: Final = "collected"
 WAITING: Final = "waiting"
 WAIT_RESOLVED: Final = "wait_resolved"
 STREAMED: Final = "streamed"
+MEMOIZED: Final = "memoized"
 RUN_FINISHED: Final = "run_finished"
 RUN_FAILED: Final = "run_failed"
 RUN_CANCELLED: Final = "run_cancelled"
@@ -267,6 +271,32 @@ class Streamed(TypedDict):
     event: Dump
 
 
+class MemoError(TypedDict):
+    """What a memoized call raised (recorded only with ``cache_errors=True``)."""
+
+    type: str  # the exception class's qualified name
+    message: str
+
+
+class Memoized(TypedDict):
+    """A memoized call of attempt ``attempt`` at event ``id`` returned (or raised).
+
+    Committed on its own as soon as the call returns, kept whatever the attempt's outcome:
+    a later attempt at the same input whose call has the same ``key`` and argument
+    ``digest`` gets ``result`` (a codec dump) or ``error`` without calling again.
+    """
+
+    id: int
+    attempt: int
+    key: str
+    name: str  # the called function's qualified name, for people reading the log
+    digest: str  # of the encoded arguments
+    result: Dump | None
+    error: MemoError | None
+    elapsed: float  # seconds the call took (its retries included)
+    size: int  # bytes of the encoded result
+
+
 class RunFinished(TypedDict):
     """The run finished with the stop event ``result`` (its id ``id``)."""
 
@@ -308,7 +338,7 @@ class RunSuspended(TypedDict):
 
 
 # The payloads of the records of one attempt at an event: each has its ``id`` and ``attempt``.
-OfAttempt = StepStarted | StepFinished | StepFailed | StepConflicted | Waiting
+OfAttempt = StepStarted | StepFinished | StepFailed | StepConflicted | Waiting | Memoized
 
 # Each record kind and its payload's type: every kind the log holds, and the only list.
 PAYLOADS: Final[Mapping[str, Any]] = {
@@ -325,6 +355,7 @@ PAYLOADS: Final[Mapping[str, Any]] = {
     WAITING: Waiting,
     WAIT_RESOLVED: WaitResolved,
     STREAMED: Streamed,
+    MEMOIZED: Memoized,
     RUN_FINISHED: RunFinished,
     RUN_FAILED: RunFailed,
     RUN_CANCELLED: RunCancelled,

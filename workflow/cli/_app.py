@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from .._children import parent_of, tree_order
 from .._compare import Change, changes_between
 from .._fold import Folded, to_run_state
 from .._ownership import probe_owners
@@ -93,7 +94,10 @@ def runs(
     parent: str | None,
     as_json: bool,
 ) -> None:
-    """List the runs in DB: status, workflow, start time, last seq and parent (for forks)."""
+    """List the runs in DB: status, workflow, start time, last seq and parent (for forks).
+
+    Child runs (started by a step with ``ctx.run_workflow``) follow their parent, indented.
+    """
     try:
         keep = RunFilter(
             statuses=None if status_text is None else parse_statuses(status_text),
@@ -105,31 +109,39 @@ def runs(
         raise click.BadParameter(str(exc)) from None
     store = open_store(db)
     summaries = keep.apply(run_summaries(store, probe_owners(store)))
+    # Child runs (ctx.run_workflow) right after the run that started them, indented.
+    tree = tree_order([s.run_id for s in summaries])
+    by_id = {s.run_id: s for s in summaries}
+    summaries = [by_id[r] for r, _ in tree]
+    depth = dict(tree)
+    known = set(by_id)
     if as_json:
-        emit_json(
-            [
-                {
-                    "run_id": s.run_id,
-                    "status": s.status,
-                    "workflow": s.workflow,
-                    "started": fmt_time(s.created),
-                    "created_us": s.created,
-                    "first_seq": s.first_seq,
-                    "last_seq": s.last_seq,
-                    "parent_run_id": s.parent_run_id,
-                    "parent_seq": s.parent_seq,
-                    "waiting_for": list(s.waiting_for),
-                }
-                for s in summaries
-            ]
-        )
+        items: list[dict[str, Any]] = []
+        for s in summaries:
+            row: dict[str, Any] = {
+                "run_id": s.run_id,
+                "status": s.status,
+                "workflow": s.workflow,
+                "started": fmt_time(s.created),
+                "created_us": s.created,
+                "first_seq": s.first_seq,
+                "last_seq": s.last_seq,
+                "parent_run_id": s.parent_run_id,
+                "parent_seq": s.parent_seq,
+                "waiting_for": list(s.waiting_for),
+            }
+            child_of = parent_of(s.run_id, known)
+            if child_of is not None:  # only child runs have it
+                row["child_of"] = child_of
+            items.append(row)
+        emit_json(items)
         return
     if not summaries:
         click.echo("no runs" if keep == RunFilter() else "no runs match", err=True)
         return
     rows = [
         (
-            s.run_id,
+            "  " * (depth[s.run_id] - 1) + "└ " + s.run_id if depth[s.run_id] else s.run_id,
             _status_text(s),
             s.workflow,
             fmt_time(s.created),

@@ -210,6 +210,18 @@ def _streamed(p: J.Streamed, show: Show, limit: int) -> str:
     return f"#{p.get('id')} attempt {p.get('attempt')} {show(p.get('event'), limit)}"
 
 
+@_line(J.MEMOIZED)
+def _memoized(p: J.Memoized, show: Show, limit: int) -> str:
+    head = (
+        f"#{p.get('id')} attempt {p.get('attempt')} {p.get('name')}() key {p.get('key')!r}"
+        f" took {float(p.get('elapsed') or 0):.3f}s"
+    )
+    err = p.get("error")
+    if err:
+        return f"{head} raised {err.get('type')}: {err.get('message')}"
+    return f"{head}, {p.get('size')} B: {show(p.get('result'), limit)}"
+
+
 @_line(J.RUN_FINISHED)
 def _run_finished(p: J.RunFinished, show: Show, limit: int) -> str:
     return f"result {show(p.get('result'), limit)}"

@@ -635,6 +635,7 @@ const APPLY = {
     if (!buf.size) st.b.delete(a[0]);
   },
   streamed(st, s, a) { /* the page shows no stream */ },
+  memoized(st, s, a) { /* a recorded call: its line says what it returned */ },
   run_finished(st, s, a) { st.status = "finished"; st.result = a[0]; st.p.clear(); },
   run_failed(st, s, a) { st.status = "failed"; st.error = a[0]; },
   run_cancelled(st, s, a) { st.status = "cancelled"; },

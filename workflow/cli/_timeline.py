@@ -61,6 +61,7 @@ UNSHOWN: Final[Mapping[str, frozenset[str]]] = {
     J.STEP_FAILED: frozenset({"module"}),  # the error's class name says enough
     J.WAITING: frozenset({"requirements", "deadline", "event"}),  # `workflow state` has them
     J.RUN_FINISHED: frozenset({"id"}),
+    J.MEMOIZED: frozenset({"digest"}),  # only a re-run compares it
 }
 
 
@@ -231,6 +232,9 @@ class _Builder:
                 put["id"] if put else None,
                 [class_qualname(t) for t in collected.get("take") or ()],
             ]
+        elif k == J.MEMOIZED:
+            memo: J.Memoized = p
+            args = [memo["id"], memo["key"]]
         elif k == J.RUN_STARTED:
             run_started: J.RunStarted = p
             start = run_started.get("start")

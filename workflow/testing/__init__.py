@@ -35,8 +35,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from eventstore import Commit, EventStore, NewRun, Record
+from eventstore import Commit, EventStore, NewRun, Record, StoredRecord
 
+from .. import _journal as J
 from .._fold import Folded, fold, to_run_state
 from .._handler import WorkflowHandler
 from .._read import commits
@@ -252,6 +253,7 @@ async def _check(
                     f" {got}; the original run ended with {original}"
                 )
                 raise AssertionError(msg)
+            _check_memos(name, records, list(copy.records(run_id)), upto)
             if original.error is None:
                 context = again.state_at(run_id).context
                 if context != final.context:
@@ -263,6 +265,27 @@ async def _check(
         finally:
             copy.close()
     return ReplayReport(run_id, str(original), len(cps), forks, len(points))
+
+
+def _check_memos(
+    name: str, records: list[StoredRecord], resumed: list[StoredRecord], upto: int
+) -> None:
+    """A resume must reuse what the log recorded: a memoized call it made again with other
+    arguments (a prompt built from a clock, a random number) is not deterministic."""
+    before = fold(Folded(""), [r for r in records if r.commit_seq <= upto]).memos
+    for r in resumed:
+        if r.seq <= upto or r.kind != J.MEMOIZED or r.step is None:
+            continue
+        p: J.Memoized = r.data()
+        rec = before.get(r.step, {}).get(p["id"], {}).get(p["key"])
+        if rec is not None and not rec.retried and rec.error is None:
+            msg = (
+                f"{name}: resumed after a crash at checkpoint seq {upto}, step {r.step!r}"
+                f" called {p['name']}() (memo key {p['key']!r}) again with other arguments"
+                f" than the log recorded at seq {rec.seq}: its arguments are not"
+                " deterministic, so a re-run pays for it again"
+            )
+            raise AssertionError(msg)
 
 
 def _describe(cp: Checkpoint) -> str:

@@ -1,0 +1,111 @@
+"""Child runs: ``await ctx.run_workflow(OtherFlow, **start_kwargs)`` inside a step.
+
+The child is a run of its own in the parent's store, with an id made from the parent's run
+id, the step, its input event and the call's order in the attempt
+(``parent/step/event/n``), so a re-run of the parent's step finds the same child: it
+re-attaches to it (resumes it, or gets its stored result) instead of starting another. The
+child's result is recorded in the parent as a memoized call (key ``run_workflow:Class``), so
+a re-run after the child finished does not even open it. Cancelling the parent while it
+awaits the child cancels the child.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Container, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._context import Attempt
+from ._errors import WorkflowRuntimeError
+
+if TYPE_CHECKING:
+    from ._workflow import Workflow
+
+__all__ = ["child_run_id", "parent_of", "run_child", "tree_order"]
+
+# Each parent workflow's instances of its children's classes, made once.
+_instances: weakref.WeakKeyDictionary[Workflow, dict[type, Workflow]] = weakref.WeakKeyDictionary()
+
+
+def child_run_id(parent_run_id: str, step: str, event_id: int, n: int) -> str:
+    """The id of the ``n``-th child run started by ``step``'s input ``event_id``."""
+    return f"{parent_run_id}/{step}/{event_id}/{n}"
+
+
+def parent_of(run_id: str, known: Container[str]) -> str | None:
+    """The run that started ``run_id`` as a child (its id says so), if it is ``known``."""
+    parts = run_id.rsplit("/", 3)
+    if len(parts) == 4 and parts[2].isdigit() and parts[3].isdigit() and parts[0] in known:
+        return parts[0]
+    return None
+
+
+def tree_order(run_ids: Sequence[str]) -> list[tuple[str, int]]:
+    """``run_ids`` with each child run right after its parent: (run id, depth)."""
+    known = set(run_ids)
+    children: dict[str, list[str]] = {}
+    roots = []
+    for r in run_ids:
+        parent = parent_of(r, known)
+        if parent is None:
+            roots.append(r)
+        else:
+            children.setdefault(parent, []).append(r)
+    out: list[tuple[str, int]] = []
+    stack = [(r, 0) for r in reversed(roots)]
+    while stack:
+        r, depth = stack.pop()
+        out.append((r, depth))
+        stack.extend((c, depth + 1) for c in reversed(children.get(r, ())))
+    return out
+
+
+def _child_workflow(parent: Workflow, flow: type[Workflow] | Workflow) -> Workflow:
+    from ._workflow import Workflow
+
+    if isinstance(flow, Workflow):
+        if flow.store is not parent.store:
+            msg = (
+                f"ctx.run_workflow({type(flow).__name__} instance): a child run is kept in"
+                " the parent's store; make the instance with store=parent.store, or pass"
+                " the class"
+            )
+            raise WorkflowRuntimeError(msg)
+        return flow
+    if not (isinstance(flow, type) and issubclass(flow, Workflow)):
+        msg = f"ctx.run_workflow() takes a Workflow class or instance, not {flow!r}"
+        raise WorkflowRuntimeError(msg)
+    made = _instances.setdefault(parent, {})
+    wf = made.get(flow)
+    if wf is None:
+        wf = made[flow] = flow(store=parent.store, timeout=parent._timeout)
+    return wf
+
+
+async def run_child(
+    x: Any, att: Attempt, flow: type[Workflow] | Workflow, start_kwargs: dict[str, Any]
+) -> Any:
+    """Starts (or re-attaches to) a child run and returns its result (module docstring)."""
+    from ._memo import call_memoized
+
+    child = _child_workflow(x.wf, flow)
+    att.child_calls += 1
+    child_id = child_run_id(x.run_id, att.step, att.event_id, att.child_calls)
+
+    async def run_to_end(**kwargs: Any) -> Any:
+        handler = child.run(run_id=child_id, **kwargs)  # an existing id is resumed
+        try:
+            # Shielded: the parent's cancellation must not cancel the child's own future.
+            return await asyncio.shield(handler)
+        except asyncio.CancelledError:
+            # With the parent's cancel, the child is cancelled too; otherwise (the parent
+            # failed, timed out or was left) it goes on, and a re-run re-attaches to it.
+            if x._folded.status == "cancelled":
+                await asyncio.shield(handler.cancel_run())
+            raise
+
+    run_to_end.__qualname__ = type(child).__qualname__
+    return await call_memoized(
+        att, f"run_workflow:{type(child).__qualname__}", run_to_end, (), start_kwargs
+    )
