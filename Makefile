@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,postgres]'
+	$(PY) -m pip install --quiet -e '.[dev,postgres,ui]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -51,8 +51,10 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-# Browser tests of the timeline and graph pages (tests/browser, never part of `make test`):
-# Debian's chromium renders them headless; it is installed when missing (needs root).
+# Browser tests of the timeline and graph pages and of the web UI (tests/browser, never part
+# of `make test`): Debian's chromium renders them headless, the UI's driven by Playwright (a
+# dev dependency; its own browser downloads are never used); the ui extra serves them.
+# Chromium is installed when missing (needs root).
 .PHONY: test-browser
 test-browser: $(STAMP)
 	command -v chromium >/dev/null 2>&1 || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)

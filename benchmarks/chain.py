@@ -32,7 +32,8 @@ def _link_step(
     async def link(self: Workflow, ev: Event) -> Event:
         return makes()
 
-    link.__name__ = link.__qualname__ = f"step_{index}"
+    link.__name__ = f"step_{index}"
+    link.__qualname__ = f"Chain.step_{index}"  # a method's name: @step reads it as one
     link.__annotations__ = {"ev": takes, "return": returns}
     return step(link)
 

@@ -270,15 +270,19 @@ def read_snapshot(
     *,
     upto: int | None = None,
     below: int | None = None,
+    version: int | None = None,
     legacy: bool = False,
 ) -> Snapshot | None:
-    """The run's latest snapshot with a seq at most ``upto`` and less than ``below``.
+    """The run's latest snapshot with a seq at most ``upto`` and less than ``below`` (and
+    of ``version``, if given).
 
     ``legacy``: the store's schema predates version 3 (one snapshot a run, no version
     or count kept); its snapshot reads as version 1 with no count.
     """
     hi = _NO_SEQ if upto is None else upto
     lo = _NO_SEQ if below is None else below
+    if legacy and version not in (None, 1):
+        return None
     if legacy:
         row = conn.execute(
             "SELECT snapshots.seq, snapshots.data, 1, NULL FROM snapshots JOIN runs USING (rid)"
@@ -287,11 +291,12 @@ def read_snapshot(
             (run_id, hi, lo),
         ).fetchone()
     else:
+        mine = "" if version is None else " AND version = ?"
         row = conn.execute(
             "SELECT seq, data, version, records FROM snapshots"
             " WHERE rid = (SELECT rid FROM runs WHERE run_id = ?) AND seq <= ? AND seq < ?"
-            " ORDER BY seq DESC LIMIT 1",
-            (run_id, hi, lo),
+            f"{mine} ORDER BY seq DESC LIMIT 1",
+            (run_id, hi, lo) if version is None else (run_id, hi, lo, version),
         ).fetchone()
     return None if row is None else Snapshot(row[0], row[1], row[2], row[3])
 

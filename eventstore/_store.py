@@ -337,16 +337,24 @@ class EventStore:
         return None if snap is None else (Seq(snap.seq), snap.data)
 
     def find_snapshot(
-        self, run_id: str, upto: int | None = None, *, below: int | None = None
+        self,
+        run_id: str,
+        upto: int | None = None,
+        *,
+        below: int | None = None,
+        version: int | None = None,
     ) -> Snapshot | None:
-        """The run's latest snapshot at a seq at most ``upto`` and less than ``below``.
+        """The run's latest snapshot at a seq at most ``upto`` and less than ``below``, of
+        ``version`` if given (another version's are passed over where they are stored).
 
         A reader at seq N starts from ``find_snapshot(run, N)``; when that one is of no use,
         from the one before it, ``find_snapshot(run, N, below=its seq)``.
         """
         legacy = self._backend.schema_version < 3
         with self._reading():
-            return _sql.read_snapshot(self._reader(), run_id, upto=upto, below=below, legacy=legacy)
+            return _sql.read_snapshot(
+                self._reader(), run_id, upto=upto, below=below, version=version, legacy=legacy
+            )
 
     def snapshot_stats(self, run_id: str | None = None) -> tuple[int, int]:
         """How many snapshots the store (or the run) keeps, and their bytes of text."""

@@ -5,11 +5,13 @@ Starts run ``RUN_ID`` of ``FLOW`` (a workflow class of ``tests.test_durable_retr
 test wants it (``UNTIL``: ``failed`` once step ``call`` has a failure durable, its
 ``retry_at`` included; ``running:STEP`` once STEP has begun an attempt), then stays, asleep
 in a backoff or held in a step (``DYING`` is set), until the test kills it with SIGKILL.
+``RETRY_PROC_LEASE_TTL`` in the environment sets the lease of a PostgreSQL store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 from tests import test_catch_error, test_durable_retries
@@ -18,7 +20,8 @@ from tests import test_catch_error, test_durable_retries
 async def main(db: str, flow: str, run_id: str, until: str) -> None:
     module = test_durable_retries if hasattr(test_durable_retries, flow) else test_catch_error
     module.DYING.set()
-    wf = getattr(module, flow)(store=db, timeout=None)
+    ttl = os.environ.get("RETRY_PROC_LEASE_TTL")  # a PostgreSQL lease that expires soon
+    wf = getattr(module, flow)(store=db, timeout=None, lease_ttl=float(ttl) if ttl else None)
     handler = wf.run(run_id=run_id)
 
     def there() -> bool:

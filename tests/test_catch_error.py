@@ -141,7 +141,7 @@ def test_step_failed_event_keeps_its_exception_in_the_log_as_class_and_message()
     assert ev.error_message == "gone"
     assert isinstance(ev.exception, Down)
     # What the log holds is rebuilt from the name, only from classes already imported.
-    copy = StepFailedEvent.model_construct(**dict(ev))
+    copy = StepFailedEvent.model_construct(**vars(ev))  # dict(ev): its extra fields only
     assert type(copy.exception) is Down
     assert str(copy.exception) == "gone"
     unknown = copy.model_copy(update={"error_type": "not_imported_anywhere:Gone"})
@@ -383,7 +383,7 @@ async def test_max_recoveries_counts_along_the_lineage() -> None:
     assert calls == ["a", "handle", "retry_a", "handle", "retry_a"]
 
 
-async def test_the_failed_attempts_commit_holds_the_handlers_input() -> None:
+async def test_the_failed_attempts_commit_holds_the_handlers_input(store: EventStore) -> None:
     class Flow(Workflow):
         @step
         async def a(self, ev: StartEvent) -> StopEvent:
@@ -393,7 +393,7 @@ async def test_the_failed_attempts_commit_holds_the_handlers_input() -> None:
         async def handle(self, ev: StepFailedEvent) -> StopEvent:
             return StopEvent(result="ok")
 
-    wf = Flow()
+    wf = Flow(store=store)
     assert await wf.run(run_id="c") == "ok"
     records = list(wf.store.records("c"))
     [failed] = [r for r in records if r.kind == J.STEP_FAILED]

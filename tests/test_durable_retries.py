@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,8 +24,10 @@ import orjson
 import pytest
 
 from eventstore import EventStore, StoredRecord
+from tests.conftest import POSTGRES_URL
 from workflow import (
     Context,
+    RunOwnedError,
     StartEvent,
     StopEvent,
     Workflow,
@@ -92,15 +95,20 @@ class Deadline(Workflow):
 
 
 @contextlib.contextmanager
-def killed(db: Path, flow: str, run_id: str, until: str) -> Iterator[None]:
+def killed(
+    db: Path | str, flow: str, run_id: str, until: str, *, lease_ttl: float | None = None
+) -> Iterator[None]:
     """A real process running ``flow``, killed with SIGKILL once its run is ``until``
-    (tests/retry_proc.py says how)."""
+    (tests/retry_proc.py says how); ``lease_ttl`` for a PostgreSQL store's lease."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if lease_ttl is not None:
+        env["RETRY_PROC_LEASE_TTL"] = str(lease_ttl)
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.retry_proc", str(db), flow, run_id, until],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=env,
     )
     try:
         assert proc.stdout is not None
@@ -153,6 +161,40 @@ async def test_a_run_killed_in_its_backoff_retries_when_the_record_says(tmp_path
     assert result["utc"] is True
     # Elapsed time counts from the first attempt, in the dead process, through the backoff.
     assert result["elapsed"] >= failed["elapsed"] + failed["delay"]
+
+
+@pytest.mark.postgres
+async def test_a_run_killed_in_its_backoff_on_postgresql_retries_when_the_record_says() -> None:
+    """The same crash on a PostgreSQL store: the schedule lives in the log, not the file."""
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    url = f"{POSTGRES_URL}?schema={schema}"
+    try:
+        with killed(url, "Resumable", "p1", "failed", lease_ttl=1.0):
+            pass
+        with EventStore(url) as store:
+            [failed] = [orjson.loads(r.payload) for r in store.records("p1", kinds=[J.STEP_FAILED])]
+        wf = Resumable(store=EventStore(url), timeout=None, lease_ttl=1.0)
+        try:
+            while True:  # the dead process's lease lasts up to a second
+                try:
+                    handler = wf.resume("p1")
+                    break
+                except RunOwnedError:
+                    await asyncio.sleep(0.1)
+            result = await handler
+            starts = list(wf.store.records("p1", kinds=[J.STEP_STARTED]))
+        finally:
+            wf.store.close()
+        assert [orjson.loads(r.payload)["attempt"] for r in starts] == [1, 2]
+        assert starts[1].ts / 1e6 >= failed["retry_at"]
+        assert result["retry_number"] == 1
+        assert result["last"] == ["UpstreamDown", "upstream is down"]
+        assert result["elapsed"] >= failed["elapsed"] + failed["delay"]
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 async def test_stop_after_delay_counts_the_time_across_processes(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -274,11 +275,26 @@ async def test_timeout_raises() -> None:
 
 
 async def test_verbose_prints_steps(capsys: pytest.CaptureFixture[str]) -> None:
-    """verbose=True prints each step and what it produced, like LlamaIndex."""
+    """verbose=True prints each attempt, what it produced and the result, as LlamaIndex."""
     await Linear(verbose=True).run(topic="v")
-    out = capsys.readouterr().out
-    assert "Running step start" in out
-    assert "Step start produced event Middle" in out
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "[start:0] started from StartEvent",
+        "[start:0] complete with Middle",
+        "[finish:0] started from Middle",
+        "[finish:0] complete with StopEvent",
+        "[result] StopEvent(result='hello v!')",
+    ]
+
+
+async def test_verbose_goes_to_its_logger_when_that_is_enabled(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the ``workflow.verbose`` logger at INFO, verbose lines are logged, not printed."""
+    with caplog.at_level(logging.INFO, logger="workflow.verbose"):
+        await Linear(verbose=True).run(topic="v")
+    assert "[start:0] started from StartEvent" in caplog.messages
+    assert capsys.readouterr().out == ""
 
 
 class Streamer(Workflow):
@@ -317,7 +333,7 @@ def test_validation_no_start_step() -> None:
         async def a(self, ev: Middle) -> StopEvent:
             return StopEvent()
 
-    with pytest.raises(WorkflowValidationError, match="no step takes StartEvent"):
+    with pytest.raises(WorkflowValidationError, match="no @step that accepts StartEvent"):
         NoStart()
 
 
@@ -341,7 +357,7 @@ def test_validation_produced_not_consumed() -> None:
         async def a(self, ev: StartEvent) -> Middle | StopEvent:
             return StopEvent()
 
-    with pytest.raises(WorkflowValidationError, match="'a' produces Middle"):
+    with pytest.raises(WorkflowValidationError, match="step 'a' produces Middle"):
         Leak()
 
 
@@ -357,7 +373,7 @@ def test_validation_consumed_not_produced() -> None:
         async def b(self, ev: Other) -> StopEvent:
             return StopEvent()
 
-    with pytest.raises(WorkflowValidationError, match="'b' consumes Other"):
+    with pytest.raises(WorkflowValidationError, match="step 'b' consumes Other"):
         Orphan()
 
 

@@ -79,7 +79,7 @@ class Greeter(Workflow):
 async def test_a_start_event_no_step_takes_is_refused_at_the_call(given: object, said: str) -> None:
     """Such a run could only idle until its timeout (45 s); now run() and submit() say why,
     and record nothing."""
-    wf = Writer(disable_validation=True)  # custom start events pass validation in issue 15
+    wf = Writer()  # a custom start event with fields passes validation
     with pytest.raises(WorkflowRuntimeError, match=said):
         wf.run(start_event=given)  # type: ignore[arg-type]
     with pytest.raises(WorkflowRuntimeError, match=said):
@@ -93,7 +93,7 @@ def test_a_run_resumed_with_another_workflow_s_class_names_both(tmp_path: Path) 
     db = tmp_path / "r.db"
 
     async def failed_run() -> str:
-        handler = Writer(store=db, disable_validation=True).run(start_event=Topic(topic="x"))
+        handler = Writer(store=db).run(start_event=Topic(topic="x"))
         with pytest.raises(RuntimeError):
             await handler
         return handler.run_id

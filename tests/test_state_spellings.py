@@ -530,7 +530,7 @@ def folded_context(program: list[list[StateOp]], typed: bool, store: Path | None
     if store is not None:
         again = (Typed if typed else Untyped)(store=store, timeout=10)
         try:
-            assert shape(again.state_at(run_id).context) == shape(context)
+            assert shape(dict(again.state_at(run_id).context)) == shape(dict(context))
         finally:
             again.store.close()
     return context

@@ -9,9 +9,10 @@ recorded as operator updates.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
@@ -38,12 +39,43 @@ __all__ = ["Attempt", "Context", "ContextStore", "WaitSuspend"]
 # The typed state of Context[MyState]; a bare ``Context`` (LlamaIndex's usual spelling) is
 # Context[Any] under mypy --strict too, by PEP 696's default.
 S = TypeVar("S", default=Any)
+T = TypeVar("T")
 _MISSING: Any = object()
 COLLECT_PREFIX = "\x00collect:"
 
 current_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
     "workflow_attempt", default=None
 )
+
+
+# The context of the step attempt running in this task (or its worker thread).
+current_context: contextvars.ContextVar[Context[Any] | None] = contextvars.ContextVar(
+    "workflow_current_context", default=None
+)
+
+
+class StateDict(dict[str, Any]):
+    """The untyped state ``get_state`` / ``edit_state`` give: a dict whose keys are also
+    attributes (``state.count += 1``), as LlamaIndex's ``DictState``; ``_data`` is itself."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        try:
+            del self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def _data(self) -> dict[str, Any]:
+        return self
 
 
 class WaitSuspend(BaseException):
@@ -292,7 +324,7 @@ class ContextStore(Generic[S]):
         keys = list(x.committed)
         if att is not None:
             keys += [k for k in att.writes if k not in x.committed]
-        out = {}
+        out = StateDict()
         for k in keys:
             v = self._root(att, k)
             if v is not _MISSING:
@@ -316,8 +348,8 @@ class ContextStore(Generic[S]):
     async def edit_state(self) -> AsyncIterator[Any]:
         """Holds the run's state lock until the attempt commits: this edit never conflicts.
 
-        Yields the state (the typed model, or a dict of every key); what it looks like at
-        the end of the block is written back.
+        Yields the state (the typed model, or a dict of every key whose keys are also
+        attributes); what it looks like at the end of the block is written back.
         """
         att = current_attempt.get()
         if att is None:
@@ -357,6 +389,40 @@ class Context(Generic[S]):
     def run_id(self) -> str:
         """The id of the run this context belongs to."""
         return self._x.run_id
+
+    @staticmethod
+    def get_step_context() -> Context[Any]:
+        """The context of the step running now, for code a step calls (a decorator around
+        it) that was not handed one.
+
+        :raises WorkflowRuntimeError: not called from within a step.
+        """
+        ctx = current_context.get()
+        if ctx is None:
+            msg = "Context.get_step_context() may only be called from within a step function"
+            raise WorkflowRuntimeError(msg)
+        return ctx
+
+    def _on_loop(self, fn: Callable[[], T]) -> T:
+        """Runs ``fn`` on the run's event loop: at once from there, else (a synchronous
+        step's worker thread) by handing it to the loop and waiting for its outcome."""
+        loop = self._x.done.get_loop()
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is loop:
+            return fn()
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def call() -> None:
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # handed back to the thread that asked
+                fut.set_exception(exc)
+
+        loop.call_soon_threadsafe(call)
+        return fut.result()
 
     # The older LlamaIndex spelling of ctx.store.get / ctx.store.set.
     async def get(self, key: str, default: Any = _MISSING) -> Any:
@@ -418,7 +484,7 @@ class Context(Generic[S]):
         att = current_attempt.get()
         if att is not None:
             att.keep_json(event, self._encode_event(event, "ctx.write_event_to_stream"))
-        self._x.stream_now(event, att)
+        self._on_loop(lambda: self._x.stream_now(event, att))
         if att is not None:
             att.streamed.append(event)
 
@@ -437,6 +503,11 @@ class Context(Generic[S]):
         buffers: one per ``buffer_id``, or without it one per list of expected classes.
         """
         att = self._attempt("collect_events")
+        return self._on_loop(lambda: self._collect(att, event, expected, buffer_id))
+
+    def _collect(
+        self, att: Attempt, event: Event, expected: list[type[Event]], buffer_id: str | None
+    ) -> list[Event] | None:
         if not expected:
             return []
         names = [t.__qualname__ for t in expected]

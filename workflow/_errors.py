@@ -5,7 +5,7 @@ WorkflowError
   + WorkflowTimeoutError      (also TimeoutError) the run used up its timeout
   + WorkflowCancelledError    (also asyncio.CancelledError's sibling: awaited a cancelled run)
   + WorkflowRuntimeError      (also RuntimeError) the engine was used wrongly
-  + RunNotFoundError          (also LookupError) no such run in the store
+  + RunNotFoundError          (also eventstore.RunNotFoundError, LookupError) no such run
   + CheckpointNotFoundError   (also LookupError) no state at that seq for that run
   + RunOwnedError             another live executor owns the run
   + RunSuspendedError         the caller left a waiting run; resume it later
@@ -16,12 +16,27 @@ WorkflowError
   + WorkflowChangedError      stored work no longer fits the workflow's steps
 
 SnapshotIgnoredWarning        (a UserWarning) a run's cached state was unfit; the log was folded
+
+LlamaIndex Workflows' names (``workflow.errors``), each also a WorkflowError:
+
+  WorkflowValidationError, WorkflowTimeoutError, WorkflowRuntimeError   (the classes above)
+  WorkflowConfigurationError    (a WorkflowValidationError) no step takes the start event,
+                                none returns a stop event, or more than one class of either
+  WorkflowCancelledByUser       (a WorkflowCancelledError) awaited a run cancel_run() ended
+  WorkflowStepDoesNotExistError (also WorkflowRuntimeError) an event sent to no such step
+  WorkflowDone                  a run's workers were told to stop (the run ended)
+  ContextSerdeError             (also ValueError) a context could not be (de)serialized
+  ContextStateError             (also RuntimeError) a context method called in the wrong state
 """
 
 from __future__ import annotations
 
+import eventstore
+
 __all__ = [
     "CheckpointNotFoundError",
+    "ContextSerdeError",
+    "ContextStateError",
     "RecoveryLimitError",
     "RunAbandonedError",
     "RunFinishedError",
@@ -30,10 +45,14 @@ __all__ = [
     "RunSuspendedError",
     "SnapshotIgnoredWarning",
     "StateConflictError",
+    "WorkflowCancelledByUser",
     "WorkflowCancelledError",
     "WorkflowChangedError",
+    "WorkflowConfigurationError",
+    "WorkflowDone",
     "WorkflowError",
     "WorkflowRuntimeError",
+    "WorkflowStepDoesNotExistError",
     "WorkflowTimeoutError",
     "WorkflowValidationError",
 ]
@@ -59,12 +78,14 @@ class WorkflowRuntimeError(WorkflowError, RuntimeError):
     """The engine was used in a way it does not support; the message says what to do."""
 
 
-class RunNotFoundError(WorkflowError, LookupError):
-    """No run with that id in the store."""
+class RunNotFoundError(WorkflowError, eventstore.RunNotFoundError):
+    """No run with that id in the store.
+
+    One lineage with :class:`eventstore.RunNotFoundError`: ``except`` either catches it.
+    """
 
     def __init__(self, run_id: str, where: str = "the store") -> None:
-        self.run_id = run_id
-        super().__init__(f"no run {run_id!r} in {where}")
+        eventstore.RunNotFoundError.__init__(self, run_id, where)
 
 
 class CheckpointNotFoundError(WorkflowError, LookupError):
@@ -192,3 +213,32 @@ class SnapshotIgnoredWarning(UserWarning):
             f"run {run_id!r}: its cached state at seq {seq} was ignored and its log folded"
             f" instead: {reason}"
         )
+
+
+# ---------------------------------------------------------------- LlamaIndex's names
+
+
+class WorkflowConfigurationError(WorkflowValidationError):
+    """The steps cannot make a workflow: no step takes the start event, none returns a stop
+    event, or more than one class of either is used (LlamaIndex's name)."""
+
+
+class WorkflowCancelledByUser(WorkflowCancelledError):
+    """The run was cancelled by ``handler.cancel_run()`` (LlamaIndex's name)."""
+
+
+class WorkflowStepDoesNotExistError(WorkflowRuntimeError):
+    """An event was addressed to a step the workflow does not have."""
+
+
+class WorkflowDone(WorkflowError):
+    """The run ended while its workers were still going (LlamaIndex's control-flow error)."""
+
+
+class ContextSerdeError(WorkflowError, ValueError):
+    """A context could not be serialized or restored."""
+
+
+class ContextStateError(WorkflowError, RuntimeError):
+    """A context method was called in a state that does not allow it (e.g. a run of it is
+    live elsewhere)."""

@@ -387,40 +387,53 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
     :raises LogCorruptedError: a record is malformed, of an unknown kind, or contradicts
         the records before it; the message names its seq. The fold never skips a record.
     """
+    # The loop every read and every commit goes through: what each record changes in
+    # the state beyond its kind's function (the count, the clock) is kept in locals.
     apply = APPLY
-    count = state.records
-    for r in records:
-        count += 1
-        state.records = count
-        fn = apply.get(r.kind)
-        if fn is None:
-            msg = f"record seq {r.seq} of run {r.run_id!r} has an unknown kind {r.kind!r}"
-            raise LogCorruptedError(msg, seq=r.seq)
-        try:
-            fn(state, r, payload_of(r))
-        except LogCorruptedError:
-            raise
-        except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
-            msg = f"record seq {r.seq} ({r.kind}) of run {r.run_id!r} is malformed: {exc!r}"
-            raise LogCorruptedError(msg, seq=r.seq) from exc
-        if state.first_seq is None:
-            state.first_seq = r.seq
-        _clock(state, r)
-        if r.seq == r.commit_seq:
-            state.seq = r.seq
-            state._paused = state.only_waiters()
+    loads = orjson.loads
+    starts = _SESSION_STARTS
+    n = 0
+    prev_ts, paused, exec_us = state._prev_ts, state._paused, state.exec_us
+    try:
+        for r in records:
+            kind = r.kind
+            fn = apply.get(kind)
+            if fn is None:
+                msg = f"record seq {r.seq} of run {r.run_id!r} has an unknown kind {kind!r}"
+                raise LogCorruptedError(msg, seq=r.seq)
+            try:
+                fn(state, r, loads(r.payload))
+            except orjson.JSONDecodeError as exc:
+                msg = (
+                    f"record seq {r.seq} ({kind}) of run {r.run_id!r} has a malformed"
+                    f" payload: {exc}"
+                )
+                raise LogCorruptedError(msg, seq=r.seq) from exc
+            except LogCorruptedError:
+                raise
+            except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
+                msg = f"record seq {r.seq} ({kind}) of run {r.run_id!r} is malformed: {exc!r}"
+                raise LogCorruptedError(msg, seq=r.seq) from exc
+            n += 1
+            seq = r.seq
+            if state.first_seq is None:
+                state.first_seq = seq
+            # Execution time: from a session's first record to its last, without the time
+            # the run spent with nothing to do but wait, nor the time between sessions.
+            ts = r.ts
+            if kind not in starts and prev_ts is not None and not paused and ts > prev_ts:
+                exec_us += ts - prev_ts
+            prev_ts = ts
+            if seq == r.commit_seq:
+                state.seq = seq
+                paused = state.only_waiters()
+    finally:
+        state.records += n
+        state._prev_ts, state._paused, state.exec_us = prev_ts, paused, exec_us
     return state
 
 
-def _clock(s: Folded, r: StoredRecord) -> None:
-    # Execution time: from a session's first record to its last, without the time the run
-    # spent with nothing to do but wait, nor the time between sessions.
-    if r.kind in (J.RUN_STARTED, J.RUN_RESUMED):
-        s._prev_ts = r.ts
-        return
-    if s._prev_ts is not None and not s._paused:
-        s.exec_us += max(0, r.ts - s._prev_ts)
-    s._prev_ts = r.ts
+_SESSION_STARTS: Final = frozenset({J.RUN_STARTED, J.RUN_RESUMED})
 
 
 def result_of(stop: Any) -> Any:

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Generator
 from typing import TYPE_CHECKING, Any
 
-from ._errors import RunSuspendedError, WorkflowRuntimeError
-from ._events import Event, StopEvent
+from ._errors import (
+    RunSuspendedError,
+    WorkflowCancelledByUser,
+    WorkflowRuntimeError,
+    WorkflowStepDoesNotExistError,
+)
+from ._events import Event, InternalDispatchEvent, StopEvent, WorkflowCancelledEvent
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -37,10 +43,17 @@ class WorkflowHandler:
         self._future = future
         self._executor = executor
         self._recorded = recorded_stream or []
+        self._all_events_consumed = False
 
     def __repr__(self) -> str:
         state = "done" if self.is_done() else "running"
         return f"<WorkflowHandler run_id={self.run_id!r} {state}>"
+
+    def __str__(self) -> str:
+        return (
+            f"WorkflowHandler(workflow={self._wf.workflow_name}, run_id={self.run_id},"
+            f" result={self.get_stop_event()})"
+        )
 
     def __await__(self) -> Generator[Any, None, Any]:
         return self._future.__await__()
@@ -57,6 +70,32 @@ class WorkflowHandler:
         """The run's error, None if it finished; only for a run that is done."""
         return self._future.exception()
 
+    def done(self) -> bool:
+        """Same as :meth:`is_done` (LlamaIndex's older spelling)."""
+        return self.is_done()
+
+    def cancelled(self) -> bool:
+        """Whether the run ended by ``cancel_run()``."""
+        return self._future.done() and isinstance(self._future.exception(), WorkflowCancelledByUser)
+
+    def get_stop_event(self) -> StopEvent | None:
+        """The run's stop event once it is done (None before; for a cancelled run a
+        :class:`WorkflowCancelledEvent`, for a failed one None)."""
+        if not self._future.done():
+            return None
+        exc = self._future.exception()
+        if exc is None:
+            value = self._future.result()
+            return value if isinstance(value, StopEvent) else StopEvent(result=value)
+        if isinstance(exc, WorkflowCancelledByUser):
+            return WorkflowCancelledEvent()
+        return None
+
+    async def stop_event_result(self) -> StopEvent:
+        """Waits for the run and returns its stop event (raises its error, as ``await``)."""
+        value = await self
+        return value if isinstance(value, StopEvent) else StopEvent(result=value)
+
     @property
     def ctx(self) -> Context[Any]:
         """The run's context: reads see committed state; writes are operator updates."""
@@ -65,14 +104,34 @@ class WorkflowHandler:
             raise WorkflowRuntimeError(msg)
         return self._executor.ctx
 
-    async def stream_events(self, replay: bool = False) -> AsyncIterator[Event]:
+    async def stream_events(
+        self, expose_internal: bool = False, *, replay: bool = False
+    ) -> AsyncIterator[Event]:
         """Yields the events steps write to the stream, live, then the stop event.
+
+        The last event is a :class:`StopEvent`: the run's own, or how it ended otherwise
+        (:class:`WorkflowFailedEvent`, :class:`WorkflowCancelledEvent`,
+        :class:`WorkflowTimedOutEvent`; awaiting the handler then raises). With
+        ``expose_internal=True`` it also yields the engine's own events
+        (:class:`StepStateChanged` as each attempt starts and ends).
+
+        As in LlamaIndex the stream is consumed once: streaming again after it ended
+        raises :class:`WorkflowRuntimeError` (unless ``replay=True``).
 
         A handler obtained by ``resume`` yields only new events, unless ``replay=True``
         (then the events recorded before come first); a question a step still waits on
         once the inbox is taken in is asked again first (with ``replay``, it is among the
         recorded events).
         """
+        if self._all_events_consumed and not replay:
+            msg = "All the streamed events have already been consumed."
+            raise WorkflowRuntimeError(msg)
+        async for ev in self._stream(expose_internal, replay):
+            if isinstance(ev, StopEvent):
+                self._all_events_consumed = True
+            yield ev
+
+    async def _stream(self, expose_internal: bool, replay: bool) -> AsyncIterator[Event]:
         if replay:
             for ev in self._recorded:
                 yield ev
@@ -85,11 +144,13 @@ class WorkflowHandler:
                     yield StopEvent(result=value)
             return
         # With the recorded stream replayed, the pending questions are in it already.
-        queue = self._executor.subscribe(replay=replay)
+        queue = self._executor.subscribe(replay=replay, internal=expose_internal)
         while True:
             item = await queue.get()
             if item is None:
                 return
+            if isinstance(item, InternalDispatchEvent) and not expose_internal:
+                continue
             yield item
             if isinstance(item, StopEvent):
                 return
@@ -103,16 +164,34 @@ class WorkflowHandler:
             return None
         return found[1]
 
-    async def send_event(self, event: Event) -> None:
-        """Sends an event into the run (recorded in its inbox, taken in by the executor)."""
+    async def send_event(self, event: Event, step: str | None = None) -> None:
+        """Sends an event into the run (recorded in its inbox, taken in by the executor).
+
+        An event from outside goes to the steps (or the wait) its class routes it to:
+        ``step`` is checked, not used to route it.
+
+        :raises WorkflowStepDoesNotExistError: ``step`` names no step of the workflow.
+        """
+        if step is not None and step not in self._wf._graph.steps:
+            msg = f"Step {step} does not exist"
+            raise WorkflowStepDoesNotExistError(msg)
         await self._wf._post(self.run_id, event, None)
         if self._executor is not None:
             self._executor.poke()
 
-    async def cancel_run(self) -> None:
-        """Cancels the run: running attempts stop, ``run_cancelled`` is recorded."""
-        if self._executor is not None and not self._future.done():
+    async def cancel_run(self, *, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        """Cancels the run: running attempts stop, ``run_cancelled`` is recorded.
+
+        As in LlamaIndex it raises nothing (also for a run that already ended) and returns
+        once the run has ended, or after ``timeout`` seconds; awaiting the handler then
+        raises :class:`WorkflowCancelledByUser`.
+        """
+        if self._executor is None or self._future.done():
+            return
+        with contextlib.suppress(Exception):
             await self._executor.cancel()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(self._future), timeout)
 
     async def suspend(self) -> None:
         """Leaves a run that waits for an event: it stays ``waiting`` and resumable.

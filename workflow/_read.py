@@ -132,7 +132,9 @@ def fold_run(
     upto = seq if seq is not None else info.last_seq
     if cached and upto is not None:
         below: int | None = None
-        while (snap := store.find_snapshot(run_id, upto, below=below)) is not None:
+        while (
+            snap := store.find_snapshot(run_id, upto, below=below, version=FOLD_VERSION)
+        ) is not None:
             state = _from_snapshot(store, info, snap, seq)
             if state is not None:
                 return state

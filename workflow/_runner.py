@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import logging
 import time
 import traceback
 import weakref
@@ -40,15 +41,34 @@ from eventstore import (
 from . import _journal as J
 from ._catch_error import StepFailedEvent
 from ._changes import ContextChanges, KeyChange, refused
-from ._context import COLLECT_PREFIX, Attempt, Context, WaitSuspend, current_attempt
+from ._context import (
+    COLLECT_PREFIX,
+    Attempt,
+    Context,
+    WaitSuspend,
+    current_attempt,
+    current_context,
+)
 from ._errors import (
     RunAbandonedError,
     RunLostError,
+    RunSuspendedError,
+    WorkflowCancelledByUser,
     WorkflowCancelledError,
     WorkflowRuntimeError,
     WorkflowTimeoutError,
 )
-from ._events import Event, InputRequiredEvent, StopEvent
+from ._events import (
+    Event,
+    InputRequiredEvent,
+    StepState,
+    StepStateChanged,
+    StopEvent,
+    WorkflowCancelledEvent,
+    WorkflowFailedEvent,
+    WorkflowIdleEvent,
+    WorkflowTimedOutEvent,
+)
 from ._fold import FOLD_VERSION, Folded, fold, result_of
 from ._ownership import LeaseOwners
 from ._retry import RetryClock
@@ -109,6 +129,20 @@ class _Conflict(ConcurrencyError):
         super().__init__(f"stale reads of {keys}")
 
 
+_verbose_log = logging.getLogger("workflow.verbose")
+
+
+def _say(line: str) -> None:
+    """A ``verbose=True`` line: to the ``workflow.verbose`` logger when it is enabled for
+    DEBUG or INFO (as LlamaIndex's ``workflows.verbose``), else printed."""
+    if _verbose_log.isEnabledFor(logging.DEBUG):
+        _verbose_log.debug(line)
+    elif _verbose_log.isEnabledFor(logging.INFO):
+        _verbose_log.info(line)
+    else:
+        print(line)  # noqa: T201
+
+
 class Executor(ContextChanges, WaitsAndInbox):
     """Runs one run in this process until it finishes, fails, is cancelled or suspended."""
 
@@ -162,7 +196,13 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._poke = asyncio.Event()
         self._taken_inbox: set[int] = set()
         self._subscribers: list[asyncio.Queue[Event | None]] = []
+        # Consumers of the engine's own events (stream_events(expose_internal=True)):
+        # these are never journaled nor kept, so a run no one watches pays nothing for them.
+        self._internal: list[asyncio.Queue[Event | None]] = []
         self._history: list[Event] = []
+        # What ended the run, for the stream's last event: (step, attempts, elapsed seconds).
+        self._failed_step: tuple[str, int | None, float | None] | None = None
+        self._running: dict[tuple[str, int], int] = {}  # (step, worker) -> attempts running
         # The questions a resumed run asks again (None until the inbox is taken in), and
         # the consumers subscribed before that, who are to be asked.
         self._reasks: list[Event] | None = None if folded is not None else []
@@ -316,7 +356,9 @@ class Executor(ContextChanges, WaitsAndInbox):
         for q in self._subscribers:
             q.put_nowait(event)
 
-    def subscribe(self, *, replay: bool = False) -> asyncio.Queue[Event | None]:
+    def subscribe(
+        self, *, replay: bool = False, internal: bool = False
+    ) -> asyncio.Queue[Event | None]:
         """A queue of the run's stream from this executor's start, then live events.
 
         Without ``replay`` (whose recorded stream holds them already) a consumer of a
@@ -335,7 +377,37 @@ class Executor(ContextChanges, WaitsAndInbox):
             q.put_nowait(None)
         else:
             self._subscribers.append(q)
+            if internal:
+                self._internal.append(q)
         return q
+
+    def _step_state(
+        self, step: str, worker: int, state: StepState, given: Event, output: Event | None = None
+    ) -> None:
+        """Tells internal-event consumers (and, verbose, the console) an attempt's state."""
+        verbose = self.wf._verbose
+        if not self._internal and not verbose:
+            return
+        name_in = type(given).__name__
+        name_out = None if output is None else type(output).__name__
+        if verbose:
+            if state is StepState.PREPARING:
+                _say(f"[{step}] enqueued (waiting for capacity)")
+            elif state is StepState.RUNNING:
+                _say(f"[{step}:{worker}] started from {name_in}")
+            else:
+                result = f"with {name_out}" if name_out else "with no result"
+                _say(f"[{step}:{worker}] complete {result}")
+        if self._internal:
+            ev = StepStateChanged(
+                name=step,
+                step_state=state,
+                worker_id="<enqueued>" if state is StepState.PREPARING else str(worker),
+                input_event_name=name_in,
+                output_event_name=name_out,
+            )
+            for q in self._internal:
+                q.put_nowait(ev)
 
     def ask_again(self) -> None:
         """Asks the questions of waits still unanswered once the inbox is taken in (resume).
@@ -524,7 +596,14 @@ class Executor(ContextChanges, WaitsAndInbox):
 
     def deliver(self, step: str, d: Delivery) -> None:
         self._busy += 1
-        self.queues[step].put_nowait(d)
+        queue = self.queues[step]
+        if (self._internal or self.wf._verbose) and self._tasks:
+            # Every worker of the step is taken: the event waits for one (LlamaIndex's
+            # PREPARING). Only counted when someone watches.
+            running = sum(1 for s, _ in self._running if s == step)
+            if running + queue.qsize() >= self.graph.steps[step].num_workers:
+                self._step_state(step, -1, StepState.PREPARING, d.event)
+        queue.put_nowait(d)
 
     async def _worker(self, step: str, spec: StepSpec, worker: int) -> None:
         queue = self.queues[step]
@@ -565,6 +644,9 @@ class Executor(ContextChanges, WaitsAndInbox):
                 self._lazy(started)
             att = Attempt(step, d.event_id, attempt, d.event)
             att.retry = clock
+            self._step_state(step, worker, StepState.RUNNING, d.event)
+            self._running[(step, worker)] = attempt
+            ended: Event | None = None  # what the attempt returned, once that took effect
             if conflicts >= CONFLICTS_BEFORE_LOCK:
                 await self.state_lock.acquire()
                 att.holds_lock = True
@@ -581,6 +663,8 @@ class Executor(ContextChanges, WaitsAndInbox):
                         outcome = ("error", err, traceback.format_exc())
                     else:
                         if written is not None:
+                            ended = outcome[1]
+                            self._step_state(step, worker, StepState.NOT_RUNNING, d.event, ended)
                             self._took_effect(att, *written)
                             return
                         conflicts += 1
@@ -619,14 +703,17 @@ class Executor(ContextChanges, WaitsAndInbox):
                     self.deliver(recovery[0], recovery[1])  # its commit is durable
                     return
                 if delay is None:
-                    await self._fail_run(step, exc)
+                    await self._fail_run(step, exc, clock.failures, elapsed)
                     return
                 if self.wf._verbose:
-                    print(f"Step {step} failed ({exc!r}), retrying in {delay} s")  # noqa: T201
+                    _say(f"[{step}:{worker}] failed with {exc!r}, retrying in {delay} s")
                 await asyncio.sleep(delay)
             finally:
                 if att.collects:  # it did not commit (or its commit raised): undone
                     self._collects_done(att, committed=False)
+                self._running.pop((step, worker), None)
+                if ended is None and not self._closing:
+                    self._step_state(step, worker, StepState.NOT_RUNNING, d.event)
                 if att.holds_lock:
                     self.state_lock.release()
                 self._unpin(att)
@@ -635,13 +722,18 @@ class Executor(ContextChanges, WaitsAndInbox):
         kwargs: dict[str, Any] = {spec.event_param: att.event}
         if spec.ctx_param is not None:
             kwargs[spec.ctx_param] = self.ctx
-        if self.wf._verbose:
-            print(f"Running step {spec.name}")  # noqa: T201
+        args = (self.wf,) if spec.bound else ()
         token = current_attempt.set(att)
+        ctx_token = current_context.set(self.ctx)
         try:
             if spec.resources:  # built (or taken from the cache) for each attempt, never logged
                 kwargs.update(await self.wf._resource_manager.inject(spec.resources))
-            result = await spec.func(self.wf, **kwargs)
+            if spec.is_async:
+                result = await spec.func(*args, **kwargs)
+            else:
+                # A plain def runs in a worker thread (which sees this attempt): it cannot
+                # be interrupted, so if the run ends first its late outcome is dropped.
+                result = await asyncio.to_thread(spec.func, *args, **kwargs)
         except WaitSuspend as ws:
             return ("wait", ws.waiter)
         except asyncio.CancelledError:
@@ -649,15 +741,14 @@ class Executor(ContextChanges, WaitsAndInbox):
         except Exception as exc:
             return ("error", exc, traceback.format_exc())
         finally:
+            current_context.reset(ctx_token)
             current_attempt.reset(token)
         if result is not None and not isinstance(result, Event):
             wrong = WorkflowRuntimeError(
-                f"step {spec.name!r} returned {type(result).__name__}, not an Event or None"
+                f"Step function {spec.name} returned {type(result).__name__} instead of an"
+                " Event instance."
             )
             return ("error", wrong, "")
-        if self.wf._verbose:
-            name = "None" if result is None else type(result).__name__
-            print(f"Step {spec.name} produced event {name}")  # noqa: T201
         return ("ok", result)
 
     def _stale(self, att: Attempt) -> list[str]:
@@ -966,6 +1057,10 @@ class Executor(ContextChanges, WaitsAndInbox):
         if paused and self._clock_start is not None:
             self._exec_before += now - self._clock_start
             self._clock_start = None
+            if self._internal:  # nothing to do but wait for an event: idle
+                idle = WorkflowIdleEvent()
+                for q in self._internal:
+                    q.put_nowait(idle)
         elif not paused and self._clock_start is None:
             self._clock_start = now
 
@@ -993,10 +1088,15 @@ class Executor(ContextChanges, WaitsAndInbox):
             self._update_clock()
             remaining = timeout - self.exec_time()
             if remaining <= 0:
+                active = sorted({s for s, _ in self._running})
+                steps = (
+                    "Currently active steps: " + ", ".join(active) if active else "No steps active"
+                )
                 await self._end_run(
                     J.run_timed_out(self.exec_time()),
                     WorkflowTimeoutError(
-                        f"run {self.run_id!r} timed out after {timeout} s of execution"
+                        f"Operation timed out after {timeout} seconds of execution"
+                        f" (run {self.run_id!r}). {steps}"
                     ),
                 )
                 return
@@ -1004,7 +1104,14 @@ class Executor(ContextChanges, WaitsAndInbox):
 
     # ------------------------------------------------------------------ ending
 
-    async def _fail_run(self, step: str, exc: BaseException) -> None:
+    async def _fail_run(
+        self,
+        step: str,
+        exc: BaseException,
+        attempts: int | None = None,
+        elapsed: float | None = None,
+    ) -> None:
+        self._failed_step = (step, attempts, elapsed)
         try:
             await self.append([J.run_failed(step, exc)], status="failed")
         except _Sealed:
@@ -1032,7 +1139,7 @@ class Executor(ContextChanges, WaitsAndInbox):
     async def cancel(self) -> None:
         await self.wait_ready()
         await self._end_run(
-            J.run_cancelled(), WorkflowCancelledError(f"run {self.run_id!r} was cancelled")
+            J.run_cancelled(), WorkflowCancelledByUser(f"run {self.run_id!r} was cancelled")
         )
 
     async def suspend(self, exc: BaseException) -> None:
@@ -1040,6 +1147,8 @@ class Executor(ContextChanges, WaitsAndInbox):
         await self._end_run(J.run_suspended(), exc)
 
     def _finish(self, stop: StopEvent) -> None:
+        if self.wf._verbose:
+            _say(f"[result] {stop!r}")
         self.status = "finished"
         self._history.append(stop)
         for q in self._subscribers:
@@ -1053,6 +1162,22 @@ class Executor(ContextChanges, WaitsAndInbox):
             exc = RunLostError(self.run_id, str(exc))
         self.status = "failed"
         self._close(exc=exc)
+
+    def _last_event(self, exc: BaseException) -> StopEvent | None:
+        """The stream's last event for a run that ended with ``exc`` (as LlamaIndex's)."""
+        if isinstance(exc, WorkflowTimeoutError):
+            timeout = self.wf._timeout or 0.0
+            return WorkflowTimedOutEvent(
+                timeout=timeout, active_steps=sorted({s for s, _ in self._running})
+            )
+        if isinstance(exc, WorkflowCancelledError):
+            return WorkflowCancelledEvent()
+        if isinstance(exc, RunSuspendedError | RunAbandonedError):
+            return None  # the run goes on elsewhere, or later
+        step, attempts, elapsed = self._failed_step or ("", None, None)
+        return WorkflowFailedEvent(
+            step_name=step, exception=exc, attempts=attempts, elapsed_seconds=elapsed
+        )
 
     def _close(self, *, result: Any = None, exc: BaseException | None = None) -> None:
         if self._closing:
@@ -1079,7 +1204,12 @@ class Executor(ContextChanges, WaitsAndInbox):
         for w in self.waiters.values():
             if w.timer is not None:
                 w.timer.cancel()
+        last = None if exc is None else self._last_event(exc)
+        if last is not None:
+            self._history.append(last)
         for q in self._subscribers:
+            if last is not None:
+                q.put_nowait(last)
             q.put_nowait(None)
         self._subscribers.clear()
         try:

@@ -175,7 +175,7 @@ def verify(
                     try:
                         value = load(dump)
                         if isinstance(value, Event):
-                            type(value).model_validate(dict(value))
+                            type(value).model_validate(value._fields())
                     except Exception as exc:  # every failure is a finding
                         msg = f"the {what} no longer decodes: {exc}"
                         problems.append(Problem(run_id, r.seq, r.step, "decode", msg))
@@ -324,7 +324,10 @@ def _replay_one(
         try:
             if spec.resources:  # built by this workflow object, as a resume would
                 kwargs.update(await wf._resource_manager.inject(spec.resources))
-            return await spec.func(wf, **kwargs)
+            args = (wf,) if spec.bound else ()
+            if spec.is_async:
+                return await spec.func(*args, **kwargs)
+            return spec.func(*args, **kwargs)  # a plain def: checked here, on this thread
         finally:
             current_attempt.reset(token)
 

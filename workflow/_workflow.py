@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import logging
 import os
 import threading
-import typing
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -32,13 +32,15 @@ from eventstore import (
 from . import _journal as J
 from ._catch_error import catchers
 from ._changes import encode_updates
+from ._context import StateDict
 from ._diff import register_views
 from ._errors import (
     RunFinishedError,
     WorkflowChangedError,
     WorkflowRuntimeError,
+    WorkflowValidationError,
 )
-from ._events import Event, StartEvent
+from ._events import Event, StartEvent, StopEvent
 from ._fold import Folded, to_run_state
 from ._graph import Graph
 from ._handler import WorkflowHandler
@@ -48,12 +50,13 @@ from ._recover import Recoveries, is_run_of, over_recovery_limit, same_name
 from ._recover import recover as recover_runs
 from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
-from ._step import collect_steps
+from ._step import GRAPH_CHECKS, STEP_ATTR, collect_steps, graph_checks, step_functions
 from ._waits import Delivery
 from .resource import ResourceManager, check_configs
 
 __all__ = ["RunSummary", "Workflow"]
 
+_log = logging.getLogger("workflow")
 _stores_lock = threading.Lock()
 _stores: dict[str, EventStore] = {}
 _live: dict[tuple[int, str], Executor] = {}
@@ -85,6 +88,12 @@ class Workflow:
         classes, pydantic models, enums) besides those the steps' annotations name.
     :param max_recovery_attempts: how often an input may be started again by a resume
         without ever ending before the run fails (an input that kills the process).
+    :param disable_validation: build without checking the step graph.
+    :param workflow_name: the name ``workflow_name`` returns (default: ``module.QualName``).
+    :param num_concurrent_runs: at most this many runs of this instance execute at once;
+        more wait for one to end (None: no limit).
+    :param skip_graph_checks: graph checks to skip (``"reachability"``, ``"terminal_event"``,
+        ``"dead_end"``).
     :param allow_pickle: store values of types the codec does not (a plain class) as
         pickles, and read pickles back. Off by default: the log is then no longer plain
         JSON, and reading it runs whatever code it names, so read only logs you trust.
@@ -97,6 +106,13 @@ class Workflow:
         None: :data:`~workflow._ownership.LEASE_TTL_S` (10 s). Stores on one machine need
         no lease: the kernel frees a dead process's runs at once.
     """
+
+    # Free functions added as steps (``add_step``, ``@step(workflow=Cls)``), per class.
+    _step_functions: ClassVar[dict[str, Callable[..., Any]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._step_functions = {}
 
     # A test hook: called with (executor, seq) after each commit that changed state took
     # effect in memory, to compare the live state with the fold of the log.
@@ -111,6 +127,9 @@ class Workflow:
         types: Iterable[type] = (),
         max_recovery_attempts: int = 10,
         disable_validation: bool = False,
+        workflow_name: str | None = None,
+        num_concurrent_runs: int | None = None,
+        skip_graph_checks: Iterable[str] | None = None,
         allow_pickle: bool = False,
         resource_manager: ResourceManager | None = None,
         lease_ttl: float | None = None,
@@ -118,15 +137,19 @@ class Workflow:
         if lease_ttl is not None and not lease_ttl > 0:
             msg = f"lease_ttl must be a positive number of seconds, not {lease_ttl!r}"
             raise ValueError(msg)
+        skips = list(graph_checks(skip_graph_checks, GRAPH_CHECKS))
+        if num_concurrent_runs is not None and num_concurrent_runs < 1:
+            msg = f"num_concurrent_runs must be at least 1 (or None), not {num_concurrent_runs}"
+            raise WorkflowValidationError(msg)
+        self._skip_graph_checks = skips
+        self._disable_validation = disable_validation
+        self._workflow_name = workflow_name
+        self._num_concurrent_runs = num_concurrent_runs
+        self._run_slots: dict[int, asyncio.Semaphore] = {}
         self._graph = Graph(collect_steps(type(self)))
         # Which @catch_error handler takes over which step once it is out of retries.
         self._catchers = catchers(self._graph.steps, type(self).__name__)
-        if not disable_validation:
-            self._graph.validate(type(self).__name__)
-            check_configs(
-                {n: s.resources for n, s in self._graph.steps.items() if s.resources},
-                type(self).__name__,
-            )
+        self._validate()
         # Resources are this object's, never the log's: a resume elsewhere builds its own.
         self._resource_manager = resource_manager or ResourceManager()
         self._store = _open_store(store)
@@ -141,6 +164,8 @@ class Workflow:
         self._codec.register(*self._graph.event_types(), *types)
         # Views handed out by ctx.store.get are written as the value they show.
         register_views(self._codec)
+        # The untyped state get_state() gives is a dict whose keys are also attributes.
+        self._codec.register_proxy(StateDict, dict)
         self._state_type: type | None = self._find_state_type()
         if self._state_type is not None:
             self._codec.register(self._state_type)
@@ -170,20 +195,141 @@ class Workflow:
         return f"<{type(self).__name__} store={self._store!r}>"
 
     def _find_state_type(self) -> type | None:
+        """The state model the steps' ``Context[MyState]`` annotations name: the most
+        derived one, when some steps name a base class of another's model."""
+        found: list[type] = []
         for spec in self._graph.steps.values():
-            if spec.ctx_param is None:
-                continue
-            hint = typing.get_type_hints(spec.func).get(spec.ctx_param)
-            args = typing.get_args(hint)
-            # Context[MyState] types the state with a pydantic model; Context[Any] does not.
-            if (
-                typing.get_origin(hint) is not None
-                and args
-                and isinstance(args[0], type)
-                and issubclass(args[0], BaseModel)
-            ):
-                return args[0]
-        return None
+            t = spec.state_type
+            if isinstance(t, type) and issubclass(t, BaseModel) and t not in found:
+                found.append(t)
+        if not found:
+            return None
+        for candidate in found:
+            if all(issubclass(candidate, other) for other in found):
+                return candidate
+        msg = (
+            f"{type(self).__name__}: the steps' Context[...] state models are not in one"
+            " inheritance chain (each must be a base class of the most derived one): "
+            + ", ".join(t.__name__ for t in found)
+        )
+        raise WorkflowValidationError(msg)
+
+    # ------------------------------------------------------------------ LlamaIndex's API
+
+    @classmethod
+    def add_step(cls, func: Callable[..., Any]) -> None:
+        """Adds a free function decorated with ``@step`` as a step of this class.
+
+        ``@step(workflow=Cls)`` calls this. Instances built afterwards have the step.
+
+        :raises WorkflowValidationError: ``func`` is not decorated with ``@step``, or the
+            class already has a step by that name.
+        """
+        name = getattr(func, "__name__", repr(func))
+        if not hasattr(func, STEP_ATTR):
+            msg = f"Step function {name} is missing the `@step` decorator."
+            raise WorkflowValidationError(msg)
+        if name in step_functions(cls):
+            msg = f"A step {name} is already part of this workflow, please choose another name."
+            raise WorkflowValidationError(msg)
+        cls._step_functions[name] = func
+
+    def _get_steps(self) -> dict[str, Callable[..., Any]]:
+        """Every step function, methods and added free functions, by name."""
+        return step_functions(type(self))
+
+    def _validate(self) -> bool:
+        """Checks the step graph (unless built with ``disable_validation=True``).
+
+        Returns whether the workflow asks humans (a step returns an InputRequiredEvent
+        or takes a HumanResponseEvent), as LlamaIndex's does.
+        """
+        if self._disable_validation:
+            return False
+        steps = collect_steps(type(self), self._get_steps())
+        graph = Graph(steps)
+        graph.validate(type(self).__name__, self._skip_graph_checks)
+        check_configs(
+            {n: sp.resources for n, sp in steps.items() if sp.resources}, type(self).__name__
+        )
+        from ._events import HumanResponseEvent, InputRequiredEvent
+
+        return any(
+            issubclass(t, InputRequiredEvent) for s in steps.values() for t in s.returns
+        ) or any(issubclass(t, HumanResponseEvent) for s in steps.values() for t in s.accepted)
+
+    def validate(self) -> bool:
+        """Checks the step graph even when built with ``disable_validation=True``."""
+        Graph(collect_steps(type(self), self._get_steps())).validate(
+            type(self).__name__, self._skip_graph_checks
+        )
+        return self._validate() if not self._disable_validation else False
+
+    @property
+    def workflow_name(self) -> str:
+        """The name given as ``workflow_name=``, else ``module.QualName`` of the class."""
+        if self._workflow_name is not None:
+            return self._workflow_name
+        cls = type(self)
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    @property
+    def start_event_class(self) -> type[StartEvent]:
+        """The StartEvent class the steps take."""
+        return self._graph.start_event_class()
+
+    @property
+    def _start_event_class(self) -> type[StartEvent]:
+        return self._start_override or self._graph.start_event_class()
+
+    @_start_event_class.setter
+    def _start_event_class(self, value: type[StartEvent]) -> None:
+        self._start_override = value
+
+    _start_override: type[StartEvent] | None = None
+
+    @property
+    def stop_event_class(self) -> type[StopEvent]:
+        """The StopEvent class the steps return."""
+        return self._graph.stop_event_class()
+
+    @property
+    def _stop_event_class(self) -> type[StopEvent]:
+        return self._graph.stop_event_class()
+
+    @property
+    def events(self) -> list[type[Event]]:
+        """Every event class the steps take or return."""
+        return sorted(self._graph.event_types(), key=lambda t: t.__qualname__)
+
+    def _get_start_event_instance(
+        self, start_event: StartEvent | None, **kwargs: Any
+    ) -> StartEvent:
+        """The start event of a run (LlamaIndex's helper): the one given (keyword arguments
+        beside it are ignored, with a warning), or the start class built from them.
+
+        :raises WorkflowRuntimeError: the keyword arguments do not make a start event.
+        """
+        if start_event is not None:
+            if not isinstance(start_event, StartEvent):
+                msg = "The 'start_event' argument must be an instance of 'StartEvent'."
+                raise WorkflowRuntimeError(msg)
+            if kwargs:
+                _log.warning(
+                    "Keyword arguments are not supported when 'run()' is invoked with the"
+                    " 'start_event' parameter. These keyword arguments will be ignored: %s",
+                    kwargs,
+                )
+            return start_event
+        cls = self._start_event_class
+        try:
+            return cls(**kwargs)
+        except ValidationError as exc:
+            msg = (
+                f"Failed creating a start event of type '{cls.__name__}' with the keyword"
+                f" arguments: {kwargs}"
+            )
+            raise WorkflowRuntimeError(msg) from exc
 
     @property
     def store(self) -> EventStore:
@@ -195,10 +341,7 @@ class Workflow:
     def _start_event(self, given: StartEvent | None, fields: dict[str, Any]) -> StartEvent:
         """The start event: the one given, or the start step's class built from ``fields``."""
         if given is None:
-            return self._start_event_type()(**fields)
-        if fields:
-            msg = "pass either start_event= or keyword fields for the start event, not both"
-            raise WorkflowRuntimeError(msg)
+            return self._get_start_event_instance(None, **fields)
         if not isinstance(given, StartEvent):
             msg = f"start_event must be a StartEvent, not {type(given).__qualname__}"
             raise WorkflowRuntimeError(msg)
@@ -206,17 +349,10 @@ class Workflow:
             # Nothing would ever run: the run could only idle until its timeout.
             msg = (
                 f"no step of {type(self).__qualname__} takes {class_name(type(given))}; its"
-                f" start step takes {class_name(self._start_event_type())}"
+                f" start step takes {class_name(self._start_event_class)}"
             )
             raise WorkflowRuntimeError(msg)
-        return given
-
-    def _start_event_type(self) -> type[StartEvent]:
-        for spec in self._graph.steps.values():
-            for t in spec.accepted:
-                if issubclass(t, StartEvent):
-                    return t
-        return StartEvent
+        return self._get_start_event_instance(given, **fields)  # fields: ignored, warned
 
     def run(
         self,
@@ -280,7 +416,19 @@ class Workflow:
     def _new_run(self) -> NewRun:
         return NewRun(meta={"workflow": self._name}, status="running")
 
+    async def _slot(self, x: Executor) -> None:
+        """Waits until fewer than ``num_concurrent_runs`` runs of this instance execute."""
+        if self._num_concurrent_runs is None:
+            return
+        loop = asyncio.get_running_loop()
+        sem = self._run_slots.get(id(loop))
+        if sem is None:
+            sem = self._run_slots[id(loop)] = asyncio.Semaphore(self._num_concurrent_runs)
+        await sem.acquire()
+        x.done.add_done_callback(lambda _: sem.release())
+
     async def _begin(self, x: Executor, start_event: StartEvent, records: list[Record]) -> None:
+        await self._slot(x)
         await x.append(records, create=self._new_run())
         info = self._store.run(x.run_id)
         x.rid = info.rid
@@ -502,7 +650,7 @@ class Workflow:
                 event = self._codec.load(ev.dump)
                 # The codec rebuilds without validation (it trusts what it wrote); a class
                 # that changed since must still accept the stored fields.
-                type(event).model_validate(dict(event))
+                type(event).model_validate(event._fields())
             except (UnknownClassError, ValidationError) as exc:
                 problems.append(f"event {ev.id} for step {step!r} no longer decodes: {exc}")
                 continue

@@ -292,3 +292,27 @@ def test_graph_page_draws_the_steps(tmp_path: Path, chromium: Chromium) -> None:
     assert labels == ["StartEvent", "EventA", "EventB", "StopEvent"]
     shot = chromium.screenshot(out.as_uri(), tmp_path / "flow.png", (700, 700))
     assert count_color(shot, (0xEF, 0xF4, 0xFF)) > 1000  # the steps' boxes
+
+
+def test_static_page_has_time_axis_labels_and_failure_jumps(
+    report: tuple[Path, str, str], chromium: Chromium
+) -> None:
+    """The written page draws a wall-clock axis (or one slot a commit with #axis=commits),
+    labels bars with what their event carries, and lists the failures its ] and [ keys jump
+    between."""
+    db, run, _ = report
+    page = (db.parent / f"{run}.html").as_uri()
+    dom = chromium.dom(page)
+    attrs = body_attrs(dom)
+    assert attrs["data-axis"] == "time"
+    assert attrs["data-failures"].split(",") == ["13", "14"]
+    # Each label is the event id, then its class and fields as far as the bar has room.
+    svg = element(dom, "div", "scroll")
+    assert re.search(r'<text class="tlabel"[^>]*>\+0\.0+ s</text>', svg)
+    labels = re.findall(r'<text class="blabel"[^>]*>([^<]*)</text>', svg)
+    assert len(labels) == 4, labels
+    assert all(re.match(r"#\d+( \u00d7\d+)?( |…)", label) for label in labels), labels
+    assert [label for label in labels if re.match(r"#\d+ [A-Z]", label)], labels
+    by_commit = body_attrs(chromium.dom(page + "#axis=commits"))
+    assert by_commit["data-axis"] == "commits"
+    assert 'class="tlabel"' not in element(chromium.dom(page + "#axis=commits"), "div", "scroll")

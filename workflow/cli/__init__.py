@@ -13,7 +13,9 @@ from . import _actions as _actions
 from . import _check as _check
 from . import _graph as _graph
 from . import _history as _history
+from . import _operator as _operator
 from . import _ops as _ops
+from . import _serve as _serve
 from . import _timeline as _timeline
 from . import _transfer as _transfer
 from ._app import cli, main

@@ -25,10 +25,12 @@ from ._common import (
     traceback_option,
     workflow_option,
 )
+from ._filters import RunFilter, parse_since, parse_statuses
 from ._inspect import (
     Viewer,
     error_json,
     failed_attempts,
+    open_store,
     state_json,
     traceback_lines,
 )
@@ -45,6 +47,7 @@ values. run, resume, recover, fork and send run the workflow.
 
 
 @click.group(cls=CliGroup, help=_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="durable-workflows", prog_name="workflow")
 def cli() -> None:
     """The ``workflow`` command group."""
 
@@ -59,13 +62,48 @@ def main(argv: list[str] | None = None) -> None:
 
 @cli.command()
 @click.argument("db")
-@workflow_option
+@click.option(
+    "--status",
+    "status_text",
+    metavar="S[,S...]",
+    help="Only runs of these statuses: running, waiting, interrupted, finished, failed,"
+    " cancelled, timed_out.",
+)
+@click.option(
+    "--workflow",
+    "workflow_name",
+    metavar="NAME",
+    help="Only runs of this workflow (module:Class as recorded, or just the class name).",
+)
+@click.option(
+    "--since",
+    "since_text",
+    metavar="WHEN",
+    help="Only runs started since then: a duration ago (30m, 2h, 7d) or an ISO date or time"
+    " (UTC unless it says).",
+)
+@click.option("--parent", metavar="RUN", help="Only the forks of this run.")
 @json_option
-def runs(db: str, workflow_spec: str | None, as_json: bool) -> None:
+def runs(
+    db: str,
+    status_text: str | None,
+    workflow_name: str | None,
+    since_text: str | None,
+    parent: str | None,
+    as_json: bool,
+) -> None:
     """List the runs in DB: status, workflow, start time, last seq and parent (for forks)."""
-    store, _, wf = reader(db, workflow_spec)
-    del wf  # a run's row holds no user values: typed and raw listings are the same
-    summaries = run_summaries(store, probe_owners(store))
+    try:
+        keep = RunFilter(
+            statuses=None if status_text is None else parse_statuses(status_text),
+            workflow=workflow_name,
+            since_us=None if since_text is None else parse_since(since_text),
+            parent=parent,
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    store = open_store(db)
+    summaries = keep.apply(run_summaries(store, probe_owners(store)))
     if as_json:
         emit_json(
             [
@@ -86,7 +124,7 @@ def runs(db: str, workflow_spec: str | None, as_json: bool) -> None:
         )
         return
     if not summaries:
-        click.echo("no runs", err=True)
+        click.echo("no runs" if keep == RunFilter() else "no runs match", err=True)
         return
     rows = [
         (

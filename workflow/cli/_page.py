@@ -82,7 +82,7 @@ details.traceback summary { cursor: pointer; color: var(--failed); }
 </style>
 </head>
 <body data-ready="0">
-<header id="head"></header>
+__UI_HTML__<header id="head"></header>
 <nav>
   <button id="first" title="First commit (Home)">&#xAB;</button>
   <button id="prev" title="Previous commit (&#x2190;)">&#x25C0;</button>
@@ -90,6 +90,10 @@ details.traceback summary { cursor: pointer; color: var(--failed); }
   <button id="next" title="Next commit (&#x2192;)">&#x25B6;</button>
   <button id="last" title="Last commit (End)">&#xBB;</button>
   <span class="sep"></span>
+  <button id="prevfail" title="Previous failure ([ or p)">&#x25C0; failure</button>
+  <button id="nextfail" title="Next failure (] or n)">failure &#x25B6;</button>
+  <span class="sep"></span>
+  <button id="axis" title="Switch the x axis between wall-clock time and commits">time axis</button>
   <button id="zoomout" title="Zoom out">&#x2212;</button>
   <button id="zoomin" title="Zoom in">+</button>
   <button id="fit" title="Fit the run to the window">fit</button>
@@ -111,7 +115,12 @@ details.traceback summary { cursor: pointer; color: var(--failed); }
 <script>
 "use strict";
 (function () {
-const D = JSON.parse(document.getElementById("data").textContent);
+// What the page keeps across a reload of its data (a live run's new commits): the axis
+// and its zoom, and whether the selection follows the last commit.
+const view = {axis: /axis=commits/.test(location.hash) ? "commits" : "time", ppc: 0, ppms: 0,
+  gap: 0, follow: false, zoomed: false};
+let api = null;
+function boot(D) {
 __FOLD__
 const SNAP = 256, MAXROWS = 200;
 const ROW = 14, LANEPAD = 8, AXIS = 30, RUNLANE = 24, LEFT = 8;
@@ -125,9 +134,14 @@ function esc(s) {
 const short = t => String(t || "").split(":").pop();
 const firstSeq = ci => R.seq[C.first[ci]];
 const secs = ms => "+" + (ms / 1000).toFixed(3) + " s";
+const LINK = D.link || "{}.html";
+const runHref = id => LINK.replace("{}", encodeURIComponent(id));
 const evText = id => (D.events[id] || ["", "#" + id])[1];
 const evType = id => short((D.events[id] || ["?"])[0]);
 // A failed attempt's stored traceback, as a block (none for i < 0: nothing was recorded).
+// What an event carries, as a bar's label says it: its text without the module path.
+const evLabel = id => evText(id).replace(/^[\w.]+:/, "");
+const clipTo = (t, px) => { const n = Math.floor(px / 6); return t.length <= n ? t : t.slice(0, Math.max(1, n - 1)) + "…"; };
 const tbHtml = i => i >= 0 ? `<pre class="traceback">${esc(D.tb[i])}</pre>` : "";
 
 // The commit a seq belongs to by the checkpoint rule: the last one begun at or before it.
@@ -166,9 +180,81 @@ const laneY = [];
 let height = AXIS + RUNLANE;
 for (let s = 0; s < nLanes; s++) { laneY.push(height); height += D.lanes[s] * ROW + LANEPAD; }
 height += 4;
-let ppc = 0;
-const x = ci => LEFT + ci * ppc;
-function fitPpc() { return Math.max(0.05, (scroller.clientWidth - 2 * LEFT) / Math.max(1, N)); }
+// The x axis: wall-clock time, or one slot per commit (ppc pixels each). On the time axis
+// commits stand at least `gap` pixels apart and the time between them is drawn to scale
+// (ppms pixels a millisecond) past that: a burst of quick commits stays readable, and an idle
+// wait shows as the space it took. X holds each commit's left edge.
+let ppc = view.ppc, ppms = view.ppms, gap = view.gap;
+const CT = [];
+for (let ci = 0; ci < N; ci++) CT.push(R.t[C.first[ci]]);
+const SPAN = N ? Math.max(1, CT[N - 1] - CT[0]) : 1;
+const X = new Float64Array(N + 1);
+const timed = () => view.axis === "time";
+function layout() {
+  let at = LEFT;
+  for (let ci = 0; ci < N; ci++) {
+    if (ci) at += timed() ? Math.max(gap, (CT[ci] - CT[ci - 1]) * ppms) : ppc;
+    X[ci] = at;
+  }
+  X[N] = N ? xe(N - 1) : LEFT;
+}
+const x = ci => X[ci];
+// A commit's right edge: its slot's, or (time axis) the least room a commit takes.
+const xe = ci => X[ci] + (timed() ? Math.max(2, gap) : ppc);
+const mid = ci => (x(ci) + xe(ci)) / 2;
+const room = () => Math.max(50, scroller.clientWidth - 2 * LEFT);
+function fitPpc() { return Math.max(0.05, room() / Math.max(1, N)); }
+// The time axis fitted to the window: at most half of it goes to the commits' least room.
+function fitTime() {
+  gap = Math.min(24, room() / Math.max(1, 2 * N));
+  const width = p => {
+    let w = gap;
+    for (let ci = 1; ci < N; ci++) w += Math.max(gap, (CT[ci] - CT[ci - 1]) * p);
+    return w;
+  };
+  let lo = 0, hi = room() / SPAN;
+  for (let i = 0; i < 40; i++) { const m = (lo + hi) / 2; if (width(m) > room()) hi = m; else lo = m; }
+  ppms = lo;
+}
+function fit() {
+  view.zoomed = false;
+  if (timed()) fitTime(); else ppc = fitPpc();
+  layout();
+}
+function zoom(f) {
+  view.zoomed = true;
+  if (timed()) { ppms = Math.min(50, ppms * f); gap = Math.min(200, Math.max(0.02, gap * f)); }
+  else ppc = Math.min(80, Math.max(0.05, ppc * f));
+  layout();
+}
+// The commit under a point of the chart: the last one whose edge is left of it.
+function commitAtX(px) {
+  let lo = 0, hi = N - 1, found = 0;
+  while (lo <= hi) {
+    const m = (lo + hi) >> 1;
+    if (x(m) <= px) { found = m; lo = m + 1; } else { hi = m - 1; }
+  }
+  if (found + 1 < N && x(found + 1) - px < px - xe(found)) found++;
+  return found;
+}
+// Where a time (ms since the run began) falls on the time axis, between its commits.
+function xAtTime(ms) {
+  let lo = 0, hi = N - 1, i = 0;
+  while (lo <= hi) {
+    const m = (lo + hi) >> 1;
+    if (CT[m] <= ms) { i = m; lo = m + 1; } else { hi = m - 1; }
+  }
+  if (i + 1 >= N || CT[i + 1] === CT[i]) return x(i);
+  return x(i) + (ms - CT[i]) / (CT[i + 1] - CT[i]) * (x(i + 1) - x(i));
+}
+const nice = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 3e4, 6e4, 12e4,
+  3e5, 6e5, 12e5, 18e5, 36e5, 72e5, 216e5, 432e5, 864e5];
+function timeLabel(ms, step) {
+  if (step < 1000) return "+" + (ms / 1000).toFixed(step < 10 ? 3 : step < 100 ? 2 : 1) + " s";
+  if (step < 60000) return "+" + Math.round(ms / 1000) + " s";
+  if (step < 3600000) return "+" + Math.round(ms / 60000) + " min";
+  return "+" + (ms / 3600000).toFixed(step < 3600000 * 2 ? 1 : 0) + " h";
+}
 
 function drawLabels() {
   let out = `<text x="6" y="${AXIS - 10}" class="meta" font-size="11">seq</text>`;
@@ -188,7 +274,7 @@ const RUNMARK = {run_started: "#2e90fa", run_resumed: "#2e90fa", run_finished: "
   run_suspended: "#98a2b3"};
 
 function draw() {
-  const W = Math.ceil(LEFT * 2 + N * ppc);
+  const W = Math.ceil(LEFT + X[N]);
   const out = [];
   out.push(`<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse"
     patternTransform="rotate(45)"><rect width="6" height="6" fill="#eef0f3"/>
@@ -199,14 +285,26 @@ function draw() {
   }
   // Commit ticks: one path for all of them (10,000 elements would be slow to lay out).
   const every = Math.max(1, Math.ceil(64 / Math.max(ppc, 0.01)));
+  if (timed()) {
+    const want = SPAN / Math.max(1, (X[N] - LEFT) / 90);
+    const step = nice.find(v => v >= want) || nice[nice.length - 1];
+    let last = -1e9;
+    for (let ms = Math.ceil(CT[0] / step) * step; N && ms <= CT[N - 1]; ms += step) {
+      const tx = xAtTime(ms);
+      if (tx - last < 70 || tx > W - 36) continue;
+      last = tx;
+      out.push(`<text class="tlabel" x="${tx}" y="${AXIS - 14}" font-size="10" fill="#667085">${timeLabel(ms, step)}</text>`);
+      out.push(`<line x1="${tx}" x2="${tx}" y1="${AXIS - 12}" y2="${height}" stroke="#eaecf0"/>`);
+    }
+  }
   let ticks = "", failTicks = "";
   for (let ci = 0; ci < N; ci++) {
     const [a, b] = range(ci);
     let bad = false;
     for (let i = a; i < b; i++) { const k = K[R.k[i]]; if (k === "step_failed" || k === "run_failed") bad = true; }
-    const seg = `M${x(ci) + ppc / 2} ${AXIS - 6}v6`;
+    const seg = `M${mid(ci)} ${AXIS - 6}v6`;
     if (bad) failTicks += seg; else ticks += seg;
-    if (ci % every === 0) out.push(`<text x="${x(ci)}" y="${AXIS - 10}" font-size="10" fill="#667085">${C.seq[ci]}</text>`);
+    if (!timed() && ci % every === 0) out.push(`<text x="${x(ci)}" y="${AXIS - 10}" font-size="10" fill="#667085">${C.seq[ci]}</text>`);
   }
   out.push(`<path d="${ticks}" stroke="#98a2b3" stroke-width="1"/>`);
   out.push(`<path d="${failTicks}" stroke="#d92d20" stroke-width="2"/>`);
@@ -216,25 +314,29 @@ function draw() {
     const k = K[R.k[i]];
     if (!(k in RUNMARK)) continue;
     const ci = R.c[i];
-    out.push(`<rect class="runmark ${k}" x="${x(ci)}" y="${AXIS + 4}" width="${Math.max(2, ppc)}" height="10" fill="${RUNMARK[k]}"><title>${esc(k + " at seq " + R.seq[i] + ": " + R.x[i])}</title></rect>`);
+    out.push(`<rect class="runmark ${k}" x="${x(ci)}" y="${AXIS + 4}" width="${Math.max(2, xe(ci) - x(ci))}" height="10" fill="${RUNMARK[k]}"><title>${esc(k + " at seq " + R.seq[i] + ": " + R.x[i])}</title></rect>`);
   }
   for (const [child, pseq, ci] of D.run.forks) {
-    const cx = x(ci) + ppc / 2;
-    out.push(`<a class="forklink" href="${esc(child)}.html"><path d="M${cx} ${AXIS + 2}l5 7l-5 7l-5 -7z" fill="#f79009"><title>fork ${esc(child)} at seq ${pseq}</title></path></a>`);
+    const cx = mid(ci);
+    out.push(`<a class="forklink" href="${esc(runHref(child))}"><path d="M${cx} ${AXIS + 2}l5 7l-5 7l-5 -7z" fill="#f79009"><title>fork ${esc(child)} at seq ${pseq}</title></path></a>`);
   }
   // Step attempts, and waits.
   for (const [s, id, att, c0, c1, outcome, note, row] of D.attempts) {
     const end = c1 < 0 ? N - 1 : c1;
-    const x0 = x(c0), w = Math.max(2, x(end) + ppc - x0), y = laneY[s] + row * ROW;
+    const x0 = x(c0), w = Math.max(2, xe(end) - x0), y = laneY[s] + row * ROW;
     const cls = "bar " + outcome + (att > 1 ? " retry" : "");
+    const took = ((CT[end] - CT[c0]) / 1000).toFixed(3);
     const tip = `${S[s]} #${id} ${evType(id)}, attempt ${att}: ${outcome}` +
-      `${note ? " (" + note + ")" : ""}, seq ${C.seq[c0]}–${c1 < 0 ? "…" : C.seq[c1]}`;
+      `${note ? " (" + note + ")" : ""}, seq ${C.seq[c0]}–${c1 < 0 ? "…" : C.seq[c1]}, ${took} s\n${evLabel(id)}`;
     out.push(`<rect class="${cls}" data-step="${esc(S[s])}" data-event="${id}" data-attempt="${att}" data-outcome="${outcome}" x="${x0}" y="${y}" width="${w}" height="${ROW - 3}" rx="2"><title>${esc(tip)}</title></rect>`);
-    if (w > 34) out.push(`<text class="blabel" x="${x0 + 3}" y="${y + ROW - 5}">#${id}${att > 1 ? " ×" + att : ""}</text>`);
+    if (w > 24) {
+      const label = `#${id}${att > 1 ? " ×" + att : ""} ${evLabel(id)}`;
+      out.push(`<text class="blabel" x="${x0 + 3}" y="${y + ROW - 5}">${esc(clipTo(label, w - 6))}</text>`);
+    }
   }
   for (const [s, id, c0, c1, aw, row] of D.waits) {
     const end = c1 < 0 ? N - 1 : c1;
-    const x0 = x(c0), w = Math.max(2, x(end) + ppc - x0), y = laneY[s] + row * ROW;
+    const x0 = x(c0), w = Math.max(2, xe(end) - x0), y = laneY[s] + row * ROW;
     out.push(`<rect class="bar wait" data-step="${esc(S[s])}" data-event="${id}" x="${x0}" y="${y}" width="${w}" height="${ROW - 3}"><title>${esc(S[s] + " #" + id + " waits for " + aw)}</title></rect>`);
   }
   out.push(`<line id="cursor" x1="0" x2="0" y1="0" y2="${height}" stroke="var(--sel)" stroke-width="2"/>`);
@@ -316,10 +418,26 @@ function diffHtml(before, after, ci) {
 
 // ------------------------------------------------------------------ selection
 let selected = -1;
+// The commits that hold a failure: a failed or conflicted attempt, a failed run, or the
+// commit that found an attempt's process dead.
+const FAILS = [];
+{
+  const bad = new Set();
+  for (let i = 0; i < NREC; i++) {
+    const k = K[R.k[i]];
+    if (k === "step_failed" || k === "run_failed" || k === "step_conflicted") bad.add(R.c[i]);
+  }
+  for (const a of D.attempts) if (a[5] === "lost" && a[4] >= 0) bad.add(a[4]);
+  FAILS.push(...[...bad].sort((p, q) => p - q));
+}
+function jumpFailure(dir) {
+  const list = dir > 0 ? FAILS.filter(c => c > selected) : FAILS.filter(c => c < selected).reverse();
+  if (list.length) select(list[0]);
+}
 function placeCursor() {
   const c = document.getElementById("cursor");
   if (!c) return;
-  const cx = x(selected) + ppc / 2;
+  const cx = mid(selected);
   c.setAttribute("x1", cx); c.setAttribute("x2", cx);
 }
 function select(ci, scroll) {
@@ -332,6 +450,7 @@ function select(ci, scroll) {
   document.getElementById("diff").innerHTML = diffHtml(before, after, ci);
   seqInput.value = C.seq[ci];
   document.body.dataset.seq = C.seq[ci];
+  view.follow = ci === N - 1;
   placeCursor();
   if (scroll !== false) {
     const cx = x(ci);
@@ -349,8 +468,8 @@ function header() {
   h += `<p class="meta"><code>${esc(r.workflow)}</code> · ${N} commits · ${NREC} records · ${span} · ${dur}` +
     ` · started ${esc(new Date(r.created / 1000).toISOString().replace("T", " ").slice(0, 19))} UTC` +
     `${r.typed ? " · typed values" : " · raw values (no user code imported)"}</p>`;
-  if (r.parent) h += `<p id="parent">forked from <a href="${esc(r.parent[0])}.html#seq=${r.parent[1]}">${esc(r.parent[0])}</a> at seq ${r.parent[1]}</p>`;
-  if (r.forks.length) h += `<p id="forks">forks: ` + r.forks.map(([c, s]) => `<a href="${esc(c)}.html">${esc(c)}</a> (at seq ${s})`).join(", ") + `</p>`;
+  if (r.parent) h += `<p id="parent">forked from <a href="${esc(runHref(r.parent[0]))}#seq=${r.parent[1]}">${esc(r.parent[0])}</a> at seq ${r.parent[1]}</p>`;
+  if (r.forks.length) h += `<p id="forks">forks: ` + r.forks.map(([c, s]) => `<a href="${esc(runHref(c))}">${esc(c)}</a> (at seq ${s})`).join(", ") + `</p>`;
   document.getElementById("head").innerHTML = h;
 }
 
@@ -373,42 +492,77 @@ function selftest() {
 
 header();
 drawLabels();
-ppc = Math.min(40, Math.max(3, fitPpc()));
+if (!ppc) ppc = Math.min(40, Math.max(3, fitPpc()));
+if (!gap) fitTime();
+layout();
 draw();
-document.getElementById("svg").addEventListener("click", ev => {
+document.getElementById("axis").textContent = view.axis === "time" ? "time axis" : "commit axis";
+svg.onclick = ev => {
   if (ev.target.closest && ev.target.closest("a")) return;
   const box = svg.getBoundingClientRect();
-  select(Math.floor((ev.clientX - box.left - LEFT) / ppc), false);
-});
+  select(commitAtX(ev.clientX - box.left), false);
+};
+const redraw = () => { draw(); select(selected); };
 document.getElementById("first").onclick = () => select(0);
 document.getElementById("prev").onclick = () => select(selected - 1);
 document.getElementById("next").onclick = () => select(selected + 1);
 document.getElementById("last").onclick = () => select(N - 1);
-document.getElementById("zoomin").onclick = () => { ppc = Math.min(80, ppc * 2); draw(); select(selected); };
-document.getElementById("zoomout").onclick = () => { ppc = Math.max(0.05, ppc / 2); draw(); select(selected); };
-document.getElementById("fit").onclick = () => { ppc = fitPpc(); draw(); select(selected); };
-seqInput.addEventListener("change", () => select(commitAt(Number(seqInput.value))));
-document.addEventListener("keydown", ev => {
-  if (ev.target === seqInput) return;
+document.getElementById("prevfail").onclick = () => jumpFailure(-1);
+document.getElementById("nextfail").onclick = () => jumpFailure(1);
+document.getElementById("zoomin").onclick = () => { zoom(2); redraw(); };
+document.getElementById("zoomout").onclick = () => { zoom(0.5); redraw(); };
+document.getElementById("fit").onclick = () => { fit(); redraw(); };
+document.getElementById("axis").onclick = () => {
+  view.axis = timed() ? "commits" : "time";
+  document.getElementById("axis").textContent = view.axis === "time" ? "time axis" : "commit axis";
+  document.body.dataset.axis = view.axis;
+  layout(); redraw();
+};
+seqInput.onchange = () => select(commitAt(Number(seqInput.value)));
+document.onkeydown = ev => {
+  if (ev.target === seqInput || (ev.target.closest && ev.target.closest("form"))) return;
   if (ev.key === "ArrowLeft") select(selected - 1);
   else if (ev.key === "ArrowRight") select(selected + 1);
   else if (ev.key === "Home") select(0);
   else if (ev.key === "End") select(N - 1);
+  else if (ev.key === "]" || ev.key === "n") jumpFailure(1);
+  else if (ev.key === "[" || ev.key === "p") jumpFailure(-1);
   else return;
   ev.preventDefault();
-});
+};
 function fromHash() {
   const m = /seq=(\d+)/.exec(location.hash);
-  select(m ? commitAt(Number(m[1])) : N - 1);
+  select(m ? commitAt(Number(m[1])) : D.seq != null ? commitAt(D.seq) : N - 1);
 }
-window.addEventListener("hashchange", fromHash);
+window.onhashchange = fromHash;
 if (/selftest/.test(location.hash)) selftest();
-fromHash();
+const follow = view.follow;
+if (follow) select(N - 1); else fromHash();
 document.body.dataset.commits = String(N);
+document.body.dataset.lastSeq = String(N ? C.seq[N - 1] : 0);
+document.body.dataset.failures = FAILS.map(ci => C.seq[ci]).join(",");
+document.body.dataset.axis = view.axis;
+document.body.dataset.status = D.run.status;
 document.body.dataset.ready = "1";
+// A zoom the user chose stays; otherwise the new data is fitted to the window again.
+const keep = () => {
+  view.ppc = view.zoomed ? ppc : 0; view.ppms = view.zoomed ? ppms : 0; view.gap = view.zoomed ? gap : 0;
+};
+return {keep: keep, scroll: () => scroller.scrollLeft};
+}
+api = boot(JSON.parse(document.getElementById("data").textContent));
+// A live page (``workflow serve``) hands new data here; the static page never does.
+window.TIMELINE = {
+  reload(D) {
+    const left = api.scroll();
+    api.keep();
+    api = boot(D);
+    document.getElementById("scroll").scrollLeft = left;
+  },
+};
 })();
 </script>
-</body>
+__UI_SCRIPT__</body>
 </html>
 """
 

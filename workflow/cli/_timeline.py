@@ -32,7 +32,7 @@ from ._inspect import Viewer, describe
 from ._page import PAGE
 from ._render import short_class
 
-__all__ = ["UNSHOWN", "render_page", "timeline", "timeline_data"]
+__all__ = ["UNSHOWN", "embed_json", "render_page", "timeline", "timeline_data"]
 
 # Characters of text kept per value and per record: enough to recognise a value, small
 # enough that 10,000 commits make a page of a few megabytes.
@@ -343,13 +343,25 @@ def timeline_data(
     }
 
 
-def render_page(data: dict[str, Any]) -> str:
-    """The self-contained HTML page for timeline data (no network: script and style inline)."""
-    # "<" only occurs inside JSON strings, where \u003c means the same: the data can never
-    # close its <script> element.
-    payload = orjson.dumps(data).decode().replace("<", "\\u003c")
+def embed_json(data: Any) -> str:
+    """JSON to put inside a ``<script>`` element: "<" only occurs inside JSON strings, where
+    \u003c means the same, so the data can never close the element."""
+    return orjson.dumps(data).decode().replace("<", "\\u003c")
+
+
+def render_page(data: dict[str, Any], ui_html: str = "", ui_script: str = "") -> str:
+    """The self-contained HTML page for timeline data (no network: script and style inline).
+
+    ``ui_html`` (before the data) and ``ui_script`` (after the page's script) are what the
+    web UI (``workflow serve``) adds: its live updates and actions; the static page has none.
+    """
     title = f"run {data['run']['id']} — timeline"
-    return PAGE.replace("__TITLE__", html.escape(title)).replace("__DATA__", payload)
+    return (
+        PAGE.replace("__TITLE__", html.escape(title))
+        .replace("__UI_HTML__", ui_html)
+        .replace("__UI_SCRIPT__", ui_script)
+        .replace("__DATA__", embed_json(data))
+    )
 
 
 @cli.command()

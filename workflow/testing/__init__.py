@@ -1,4 +1,9 @@
-"""The replay-determinism kit: check that a workflow can be restored, forked and resumed.
+"""Testing helpers: ``WorkflowTestRunner`` (LlamaIndex's) and the replay-determinism kit.
+
+:class:`WorkflowTestRunner` (in :mod:`workflow.testing.runner`, as in LlamaIndex) runs a
+workflow end to end and collects what it streamed.
+
+The replay-determinism kit: check that a workflow can be restored, forked and resumed.
 
 A durable workflow is only as good as its steps are deterministic: a fork or a resume runs
 steps again and must end where the original run ended. :func:`assert_replay_deterministic`
@@ -32,13 +37,20 @@ from typing import Any, Final
 
 from eventstore import Commit, EventStore, NewRun, Record
 
-from ._fold import Folded, fold, to_run_state
-from ._handler import WorkflowHandler
-from ._read import commits
-from ._state import TERMINAL, Checkpoint, RunState
-from ._workflow import Workflow
+from .._fold import Folded, fold, to_run_state
+from .._handler import WorkflowHandler
+from .._read import commits
+from .._state import TERMINAL, Checkpoint, RunState
+from .._workflow import Workflow
+from .runner import WorkflowTestResult, WorkflowTestRunner
 
-__all__ = ["ReplayReport", "assert_replay_deterministic", "copy_log_prefix"]
+__all__ = [
+    "ReplayReport",
+    "WorkflowTestResult",
+    "WorkflowTestRunner",
+    "assert_replay_deterministic",
+    "copy_log_prefix",
+]
 
 # Crash points checked at most (spread evenly over the run's commit boundaries).
 MAX_CRASH_POINTS: Final = 20

@@ -1,0 +1,13 @@
+"""The step decorators, where LlamaIndex Workflows puts them (``workflows.decorators``)."""
+
+from ._catch_error import StepFailedEvent, catch_error
+from ._step import StepConfig, StepGraphCheck, WorkflowGraphCheck, step
+
+__all__ = [
+    "StepConfig",
+    "StepFailedEvent",
+    "StepGraphCheck",
+    "WorkflowGraphCheck",
+    "catch_error",
+    "step",
+]

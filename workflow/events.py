@@ -1,0 +1,39 @@
+"""The event classes, where LlamaIndex Workflows puts them (``workflows.events``)."""
+
+from ._catch_error import StepFailedEvent
+from ._events import (
+    DictLikeModel,
+    Event,
+    EventType,
+    HumanResponseEvent,
+    InputRequiredEvent,
+    InternalDispatchEvent,
+    StartEvent,
+    StepState,
+    StepStateChanged,
+    StopEvent,
+    UnhandledEvent,
+    WorkflowCancelledEvent,
+    WorkflowFailedEvent,
+    WorkflowIdleEvent,
+    WorkflowTimedOutEvent,
+)
+
+__all__ = [
+    "DictLikeModel",
+    "Event",
+    "EventType",
+    "HumanResponseEvent",
+    "InputRequiredEvent",
+    "InternalDispatchEvent",
+    "StartEvent",
+    "StepFailedEvent",
+    "StepState",
+    "StepStateChanged",
+    "StopEvent",
+    "UnhandledEvent",
+    "WorkflowCancelledEvent",
+    "WorkflowFailedEvent",
+    "WorkflowIdleEvent",
+    "WorkflowTimedOutEvent",
+]
