@@ -506,7 +506,9 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._unfolded = []
         self._fold_state = folded
 
-    def write_snapshot(self, *, lazy: bool = True, last: bool = False) -> None:
+    def write_snapshot(
+        self, *, lazy: bool = True, last: bool = False
+    ) -> asyncio.Future[Any] | None:
         """Writes a snapshot of the folded state (lazily: it rides with the next commit).
 
         One is written only once the log since the last weighs ``SNAPSHOT_FACTOR`` times
@@ -517,12 +519,13 @@ class Executor(ContextChanges, WaitsAndInbox):
         data = dump_folded(s).decode()
         self._snapshot_bytes = len(data)
         if not last and self._since_snapshot < SNAPSHOT_FACTOR * len(data):
-            return  # the state grew faster than its log: the next one waits for more log
+            return None  # the state grew faster than its log: the next one waits for more log
         self._since_snapshot = 0
         snap = Snapshot(s.seq, data, FOLD_VERSION, s.records)
         commit = Commit(self.run_id, [], epoch=self.epoch, snapshot=snap)
         fut = self.store.submit(commit, lazy=lazy)
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return fut
 
     def _lazy(self, records: list[Record]) -> None:
         def done(ok: bool, res: Any) -> None:
@@ -1174,9 +1177,13 @@ class Executor(ContextChanges, WaitsAndInbox):
         # Every task of the run stops (the caller's own at its next await); the handler
         # resolves once they all have, so nothing of the run outlives awaiting it.
         tasks = list(self._tasks)
+        last_snapshot: list[asyncio.Future[Any]] = []
 
         async def settle() -> None:
             await asyncio.gather(*tasks, return_exceptions=True)
+            # The handler resolves once the last snapshot is written (or failed): a read of
+            # the latest state right after ``await handler`` then folds nothing.
+            await asyncio.gather(*last_snapshot, return_exceptions=True)
             if self.done.done():
                 return
             if exc is not None:
@@ -1205,6 +1212,8 @@ class Executor(ContextChanges, WaitsAndInbox):
                 # The next reader of the latest state folds nothing. A cache is never worth
                 # failing the run's ending over.
                 with contextlib.suppress(EventStoreError):
-                    self.write_snapshot(lazy=False, last=True)
+                    fut = self.write_snapshot(lazy=False, last=True)
+                    if fut is not None:
+                        last_snapshot.append(fut)
         finally:
             self.wf._release(self)
