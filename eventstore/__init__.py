@@ -1,6 +1,6 @@
 """eventstore: an append-only, durable, typed log of records in SQLite."""
 
-from ._codec import Codec, class_name, default_codec
+from ._codec import Codec, class_name, class_version, default_codec, split_version, upcaster
 from ._errors import (
     CodecError,
     ConcurrencyError,
@@ -15,6 +15,7 @@ from ._errors import (
     StoreClosedError,
     StoreUnavailableError,
     UnknownClassError,
+    UpcastError,
     WriterFailedError,
 )
 from ._records import (
@@ -56,7 +57,11 @@ __all__ = [
     "StoreUnavailableError",
     "StoredRecord",
     "UnknownClassError",
+    "UpcastError",
     "WriterFailedError",
     "class_name",
+    "class_version",
     "default_codec",
+    "split_version",
+    "upcaster",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -100,7 +100,8 @@ class Request:
 # What the database answers to one request: (code, a, b), or the error that refused it
 # alone. Codes: "ok" (append: a, b = first, last seq; claim: a = the new epoch; lease:
 # a = 1 if taken; post: a = the entry, b = 1 if new), "fenced" (a = the run's epoch),
-# "exists" (a created run exists), "missing" (no such run).
+# "exists" (a created run exists), "missing" (no such run), "lowseq" (a commit's kept seq
+# is not past the log's last, a).
 Reply = tuple[str, int | None, int | None] | BaseException
 
 
@@ -129,6 +130,11 @@ class ServerWriteSQL(Protocol):
 
     def is_fatal(self, exc: BaseException) -> bool:
         """Whether an error is the database's fault (disk full, I/O, lost connection)."""
+        ...
+
+    def delete_runs(self, runs: Mapping[str, int | None], now: int) -> list[str]:
+        """Deletes whole runs in a transaction of its own, by the rules of
+        :func:`._sql.delete_runs`; returns those deleted."""
         ...
 
 
@@ -202,6 +208,11 @@ class WriteSQL(Protocol):
         """Adds an inbox entry (and announces it, where the database can); returns its id."""
         ...
 
+    def delete_runs(self, runs: Mapping[str, int | None], last_seq: int, now: int) -> list[str]:
+        """Deletes whole runs by the rules of :func:`._sql.delete_runs`, keeping ``last_seq``
+        as the seq after which new ones are assigned; returns those deleted."""
+        ...
+
 
 class Backend(Protocol):
     """One opened store: how to connect to it, and what the facade tells its users."""
@@ -248,6 +259,11 @@ class Backend(Protocol):
 
     def write_sql(self, *, busy_timeout_ms: int | None = None) -> WriteSQL | ServerWriteSQL:
         """A new write connection; ``busy_timeout_ms`` bounds how long a lock is waited for."""
+        ...
+
+    def reclaim(self) -> None:
+        """Gives the space of deleted rows back (an SQLite file shrinks; PostgreSQL's
+        tables are vacuumed, their space reused). Runs outside any write transaction."""
         ...
 
     def close(self) -> None:

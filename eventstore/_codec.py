@@ -16,6 +16,7 @@ a small tagged object from which decoding restores its exact type::
     {"$t": "path", "k": "PurePosixPath", "v": "a/b"}
     {"$t": "enum", "c": "pkg.mod:Color", "v": <value>}
     {"$t": "dataclass" | "attrs" | "model", "c": "pkg.mod:Cls", "v": {field: value}}
+        "c": "pkg.mod:Cls@2" when the class declares ``__version__ = 2`` (no suffix: version 1)
     {"$t": "pickle", "v": "<base64>"}                 only with Codec(allow_pickle=True)
 
 Values nest at most :data:`MAX_DEPTH` containers deep (lists, dicts, tuples, sets, objects):
@@ -28,12 +29,22 @@ cattrs structuring and pydantic validation go by declarations, which would turn 
 ``Any`` field into a list or an int in a ``float`` field into a float. So dataclasses and
 attrs classes are rebuilt by calling the class, and pydantic models by ``model_construct``
 (their values were validated when first built).
+
+Versions and upcasting: a dataclass, attrs class or pydantic model may declare the version of
+its shape as a class attribute of its own, ``__version__ = 2`` (not inherited; absent means
+1). The version is written in the class name of the tag (``"pkg.mod:Cls@2"``; version 1 is
+written without a suffix, so logs written before versions existed read as version 1). On
+decode, a payload of an older version goes through the upcasters registered with
+:func:`upcaster` (1 -> 2, 2 -> 3, ...), each taking the stored fields as a dict of decoded
+values and returning the next version's, before the class is built. The stored text is never
+changed. A version with no upcaster path is refused with :class:`UpcastError`.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import dataclasses
 import datetime as dt
 import itertools
@@ -55,9 +66,17 @@ import attrs
 import orjson
 from pydantic import BaseModel
 
-from ._errors import CodecError, DecodeError, EncodeError, UnknownClassError
+from ._errors import CodecError, DecodeError, EncodeError, UnknownClassError, UpcastError
 
-__all__ = ["MAX_DEPTH", "Codec", "class_name", "default_codec"]
+__all__ = [
+    "MAX_DEPTH",
+    "Codec",
+    "class_name",
+    "class_version",
+    "default_codec",
+    "split_version",
+    "upcaster",
+]
 
 MAX_DEPTH: Final = 80
 """How many containers deep a value may nest (the value itself is level 1).
@@ -82,6 +101,9 @@ _log = logging.getLogger("eventstore.codec")
 
 _Handler = Callable[[Any, int], Any]  # (value, its depth) -> its dump
 _Builder = Callable[[Any], Any]  # a tagged object's dump -> the object
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]  # one version's fields -> the next's
+_VERSION: Final = "__version__"
+_UPCASTERS: dict[type, dict[int, Upcaster]] = {}  # class -> from_version -> upcaster
 
 
 class _Unencodable(Exception):
@@ -148,6 +170,90 @@ def _texts(data: Any) -> Iterator[str]:
 def class_name(cls: type) -> str:
     """Return the name under which the log records ``cls``: ``"module:Qual.Name"``."""
     return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def class_version(cls: type) -> int:
+    """The version of ``cls``'s shape: its own ``__version__`` attribute, 1 if it has none.
+
+    Only the class's own declaration counts (a subclass has a shape of its own).
+
+    :raises TypeError: ``__version__`` is not an int of at least 1.
+    """
+    v = vars(cls).get(_VERSION, 1)
+    if type(v) is not int or v < 1:
+        msg = f"{class_name(cls)}.{_VERSION} should be an int >= 1, not {v!r}"
+        raise TypeError(msg)
+    return v
+
+
+def split_version(tagged: str) -> tuple[str, int]:
+    """A class name as a tag writes it (``"mod:Cls@2"``) -> (``"mod:Cls"``, 2); no suffix: 1."""
+    name, at, v = tagged.partition("@")
+    if not at:
+        return tagged, 1
+    if not v.isdigit() or int(v) < 1:
+        msg = f"bad version {v!r} in class name {tagged!r}"
+        raise ValueError(msg)
+    return name, int(v)
+
+
+def upcaster(cls: type, *, from_version: int) -> Callable[[Upcaster], Upcaster]:
+    """Registers a function that turns ``cls``'s stored fields of ``from_version`` into
+    those of ``from_version + 1``, for every codec's decoding::
+
+        @upcaster(Answer, from_version=1)
+        def _answer_v1(fields: dict[str, Any]) -> dict[str, Any]:
+            fields["text"] = fields.pop("body")
+            return fields
+
+    The function gets a dict of the stored fields (decoded values, as one may change) and
+    returns the next version's dict; it runs at every decode of an old payload, so it must
+    be pure. The log keeps the payload as written.
+
+    :raises ValueError: ``from_version`` is not below the class's version, or that version
+        of the class already has an upcaster.
+    """
+    current = class_version(cls)
+    if type(from_version) is not int or not 1 <= from_version < current:
+        msg = (
+            f"upcaster for {class_name(cls)} from version {from_version!r}: the class is at"
+            f" version {current} ({_VERSION}), so from_version must be 1..{current - 1}"
+        )
+        raise ValueError(msg)
+
+    def register(fn: Upcaster) -> Upcaster:
+        known = _UPCASTERS.setdefault(cls, {})
+        if known.get(from_version, fn) is not fn:
+            msg = f"{class_name(cls)} already has an upcaster from version {from_version}"
+            raise ValueError(msg)
+        known[from_version] = fn
+        return fn
+
+    return register
+
+
+def _upcasts(name: str, cls: type, stored: int) -> list[Upcaster]:
+    """The upcasters that bring ``cls``'s fields from version ``stored`` to its current one."""
+    current = class_version(cls)
+    if stored == current:
+        return []
+    qual = cls.__qualname__
+    if stored > current:
+        why = (
+            f"stored at version {stored}, newer than this code's {qual} (version {current});"
+            " it was written by newer code"
+        )
+        raise UpcastError(name, stored, current, why)
+    known = _UPCASTERS.get(cls, {})
+    missing = [v for v in range(stored, current) if v not in known]
+    if missing:
+        steps = ", ".join(f"@upcaster({qual}, from_version={v})" for v in missing)
+        why = (
+            f"stored at version {stored}, but {qual} is now version {current} and no upcaster"
+            f" turns version {missing[0]} into {missing[0] + 1}; register {steps}"
+        )
+        raise UpcastError(name, stored, current, why)
+    return [known[v] for v in range(stored, current)]
 
 
 def _kind(cls: type) -> str | None:
@@ -364,8 +470,28 @@ class Codec:
         """
         cls = self._classes.get(name) or self._resolved.get(name)
         if cls is None:
+            if "@" in name:  # a versioned tag: the version is the builder's concern
+                return self.resolve(split_version(name)[0])
             cls = self._resolved[name] = self._find(name)
         return cls
+
+    def alias(self, name: str, cls: type) -> None:
+        """Reads the class name ``name`` (``"old.module:OldName"``, as older logs recorded
+        it) as ``cls``: for a class moved to another module or renamed since.
+
+        :raises TypeError: ``cls`` is not a dataclass, attrs class, pydantic model or Enum.
+        :raises ValueError: ``name`` is not a class name (``module:QualName``).
+        """
+        if not isinstance(cls, type) or _kind(cls) is None:
+            msg = f"cannot alias {name!r} to {cls!r}: not a dataclass, attrs class, model or Enum"
+            raise TypeError(msg)
+        module, _, qual = name.partition(":")
+        if not module or not qual or "@" in name:
+            msg = f"{name!r} is not a class name (module:QualName)"
+            raise ValueError(msg)
+        self._register_one(cls)
+        self._classes[name] = cls
+        self._forget(lambda n: split_version(n)[0] == name)
 
     def register_proxy(self, cls: type, unwrap: Callable[[Any], Any]) -> None:
         """Encode instances of ``cls`` as the value ``unwrap(instance)`` returns.
@@ -612,6 +738,9 @@ class Codec:
         name, dump, fields = class_name(cls), self._dump, self._dump_fields
         if kind == "enum":
             return lambda m, d: {TAG: "enum", "c": name, "v": dump(m.value, d + 1)}
+        version = class_version(cls)
+        if version != 1:  # version 1 has no suffix: what was written before versions existed
+            name = f"{name}@{version}"
         if kind == "model":
 
             def enc_model(m: BaseModel, d: int) -> Any:
@@ -726,8 +855,11 @@ class Codec:
         name = _get(x, "c", str)
         entry = self._builders.get(name)
         if entry is None:
-            cls = self.resolve(name)
-            entry = self._builders[name] = (_kind(cls), self._class_builder(cls))
+            base, stored = split_version(name)
+            cls = self.resolve(base)
+            kind = _kind(cls)
+            upcasts = [] if kind == "enum" else _upcasts(name, cls, stored)
+            entry = self._builders[name] = (kind, self._class_builder(cls, upcasts))
         if entry[0] != x[TAG]:
             msg = f"{name!r} is tagged {x[TAG]!r} but the class is of kind {entry[0]!r}"
             raise DecodeError(msg)
@@ -739,14 +871,23 @@ class Codec:
             msg = f"cannot rebuild {name!r} from {repr(x)[:200]}: {exc!r}"
             raise DecodeError(msg) from exc
 
-    def _class_builder(self, cls: type) -> _Builder:
+    def _class_builder(self, cls: type, upcasts: list[Upcaster]) -> _Builder:
         kind, load = _kind(cls), self._load
         if kind == "enum":
             return lambda x: cls(load(x["v"]))
+
+        def values_of(x: dict[str, Any]) -> dict[str, Any]:
+            values = _as_dict(load(x["v"]))
+            if upcasts:  # an older version's fields, brought up one version at a time
+                values = copy.deepcopy(values)  # untagged parts are the stored dump's own
+                for up in upcasts:
+                    values = _as_dict(up(values))
+            return values
+
         if kind == "model":
 
             def build_model(x: dict[str, Any]) -> Any:
-                obj = cls.model_construct(**_as_dict(load(x["v"])))  # type: ignore[attr-defined]
+                obj = cls.model_construct(**values_of(x))  # type: ignore[attr-defined]
                 if "p" in x:
                     private = _as_dict(load(x["p"]))
                     if obj.__pydantic_private__ is None:
@@ -762,7 +903,7 @@ class Codec:
         late = {n for n, arg in fields if arg is None}
 
         def build_fields(x: dict[str, Any]) -> Any:
-            values = _as_dict(load(x["v"]))
+            values = values_of(x)
             # Names of no field (one since removed) are ignored, as pydantic does by default.
             obj = cls(**{init[k]: v for k, v in values.items() if k in init})
             for k, v in values.items():

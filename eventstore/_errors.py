@@ -14,6 +14,7 @@ EventStoreError
       + EncodeError         (also TypeError) a value the codec cannot encode (names the path)
       + DecodeError         (also ValueError) text that is not a value the codec wrote
       + UnknownClassError   (also LookupError) a class named in the log is not allowed here
+          + UpcastError     a stored version of a class that no upcaster path brings up to date
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "StoreClosedError",
     "StoreUnavailableError",
     "UnknownClassError",
+    "UpcastError",
     "WriterFailedError",
 ]
 
@@ -129,3 +131,13 @@ class UnknownClassError(CodecError, LookupError):
     def __init__(self, name: str, reason: str) -> None:
         self.name = name
         super().__init__(f"cannot decode class {name!r}: {reason}")
+
+
+class UpcastError(UnknownClassError):
+    """A payload stored at an older (or newer) version of a class than the code declares,
+    with no chain of upcasters that turns it into the current version."""
+
+    def __init__(self, name: str, stored: int, current: int, reason: str) -> None:
+        self.stored = stored
+        self.current = current
+        super().__init__(name, reason)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
@@ -23,6 +23,7 @@ import orjson
 from ._backend import Reply, Request
 from ._errors import NotAStoreError, SchemaVersionError, StoreUnavailableError
 from ._records import Snapshot
+from ._sql import delete_runs
 
 try:
     import psycopg
@@ -583,6 +584,13 @@ class PostgresWriteSQL:
     def is_fatal(self, exc: BaseException) -> bool:
         return _fatal(exc)
 
+    def delete_runs(self, runs: Mapping[str, int | None], now: int) -> list[str]:
+        # The runs table is locked against new rows (a fork made meanwhile) for the
+        # transaction; seqs are never reused, as meta's last_seq only grows.
+        with self.raw.transaction():
+            self.raw.execute("LOCK TABLE runs IN SHARE ROW EXCLUSIVE MODE")
+            return delete_runs(_Connection(self.raw), runs, now)
+
     def apply(self, requests: Sequence[Request]) -> tuple[list[Reply], int | None]:
         ops: list[str] = []
         run_ids: list[str] = []
@@ -711,6 +719,14 @@ class PostgresBackend:
 
     def listen(self, callback: Callable[[str], None], stop: threading.Event) -> None:
         listen(self._url, callback, stop)
+
+    def reclaim(self) -> None:
+        # VACUUM cannot run in a transaction: the connection is in autocommit mode.
+        conn = connect(self._url, readonly=False, durability=self._durability)
+        try:
+            conn.execute("VACUUM log, snapshots, inbox, leases, runs")
+        finally:
+            conn.close()
 
     def close(self) -> None:
         """Nothing to let go of: every connection belongs to a reader or a writer."""

@@ -7,7 +7,7 @@ needs said its own way (locks, upserts, new row ids, seq counters) its backend s
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Final
 
 import orjson
@@ -19,6 +19,7 @@ from ._records import NewRun, RunInfo, Seq, Snapshot, StoredRecord, run_info_fro
 __all__ = [
     "PAGE_SIZE",
     "StandardWriteSQL",
+    "delete_runs",
     "head",
     "iter_records",
     "read_inbox",
@@ -36,6 +37,12 @@ PAGE_SIZE: Final = 2_000
 _INSERT_RUN: Final = (
     "INSERT INTO runs (run_id, epoch, status, created, parent_run_id, parent_seq, meta)"
     " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+# After a prune, new runs get keys above every key ever given (meta's rid_floor): a key is
+# never reused, as caches and owners' locks key runs by it.
+_INSERT_RUN_AT: Final = (
+    "INSERT INTO runs (rid, run_id, epoch, status, created, parent_run_id, parent_seq, meta)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_LOG: Final = (
     "INSERT INTO log (seq, rid, kind, step, payload, commit_seq, ts) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -63,6 +70,11 @@ class StandardWriteSQL(ABC):
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self._rid_floor: int | None = -1  # -1: not read yet (see forget)
+
+    def forget(self) -> None:
+        """Drops what this connection cached of the store (another one wrote)."""
+        self._rid_floor = -1
 
     @abstractmethod
     def insert(self, sql: str, params: Sequence[Any], key: str) -> int:
@@ -78,7 +90,15 @@ class StandardWriteSQL(ABC):
     def insert_run(self, run_id: str, epoch: int, create: NewRun, created: int) -> int:
         meta = orjson.dumps(dict(create.meta)).decode()
         params = (run_id, epoch, create.status, created, create.parent_run_id, create.parent_seq)
-        return self.insert(_INSERT_RUN, (*params, meta), "rid")
+        if self._rid_floor == -1:
+            row = self.conn.execute("SELECT value FROM meta WHERE key = 'rid_floor'").fetchone()
+            self._rid_floor = None if row is None else int(row[0])
+        if self._rid_floor is None:
+            return self.insert(_INSERT_RUN, (*params, meta), "rid")
+        (top,) = self.conn.execute("SELECT coalesce(max(rid), 0) FROM runs").fetchone()
+        rid = max(int(top), self._rid_floor) + 1
+        self.conn.execute(_INSERT_RUN_AT, (rid, *params, meta))
+        return rid
 
     def write(self, commit: PreparedCommit) -> None:
         conn = self.conn
@@ -101,6 +121,20 @@ class StandardWriteSQL(ABC):
     def set_epoch(self, rid: int, epoch: int) -> None:
         self.conn.execute("UPDATE runs SET epoch = ? WHERE rid = ?", (epoch, rid))
 
+    def delete_runs(self, runs: Mapping[str, int | None], last_seq: int, now: int) -> list[str]:
+        """Deletes whole runs (see :func:`delete_runs`); seqs and run keys stay never
+        reused: the last of each given is kept in meta, as the deleted rows may have held it."""
+        (top,) = self.conn.execute("SELECT coalesce(max(rid), 0) FROM runs").fetchone()
+        gone = delete_runs(self.conn, runs, now)
+        if gone:
+            row = self.conn.execute("SELECT value FROM meta WHERE key = 'rid_floor'").fetchone()
+            floor = max(int(top), 0 if row is None else int(row[0]))
+            for key, value in (("seq_floor", last_seq), ("rid_floor", floor)):
+                self.conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+                self.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (key, str(value)))
+            self._rid_floor = floor
+        return gone
+
     def lease_of(self, run_id: str) -> tuple[str, int] | None:
         row = self.conn.execute(self.LEASE_OF, (run_id,)).fetchone()
         return None if row is None else (row[0], row[1])
@@ -119,6 +153,55 @@ class StandardWriteSQL(ABC):
 
     def insert_post(self, run_id: str, key: str | None, payload: str, created: int) -> int:
         return self.insert(_INSERT_POST, (run_id, key, payload, created), "id")
+
+
+# Every table that holds a run, by the run's key in it: deleting a run deletes its rows
+# from each (the runs row last: the log's rows refer to it).
+_RUN_ROWS: Final = (
+    "DELETE FROM log WHERE rid = ?",
+    "DELETE FROM snapshots WHERE rid = ?",
+    "DELETE FROM inbox WHERE run_id = ?",
+    "DELETE FROM leases WHERE run_id = ?",
+    "DELETE FROM runs WHERE rid = ?",
+)
+
+
+def delete_runs(conn: Connection, runs: Mapping[str, int | None], now: int) -> list[str]:
+    """Deletes whole runs, inside the caller's write transaction; returns those deleted.
+
+    ``runs`` maps each run to the last seq its caller saw (None: no records). A run is kept
+    when it has changed since (its last seq is another), when a live lease holds it (an
+    executor took it meanwhile), or while a run not deleted with it names it as its parent
+    (a fork's ancestors stay as long as the fork: its state starts from theirs).
+    """
+    rows = {
+        str(run_id): (int(rid), parent)
+        for rid, run_id, parent in conn.execute(
+            "SELECT rid, run_id, parent_run_id FROM runs"
+        ).fetchall()
+    }
+    wanted = {r for r in runs if r in rows}
+    for run_id in list(wanted):
+        rid = rows[run_id][0]
+        (last,) = conn.execute("SELECT max(seq) FROM log WHERE rid = ?", (rid,)).fetchone()
+        lease = conn.execute("SELECT expires FROM leases WHERE run_id = ?", (run_id,)).fetchone()
+        if last != runs[run_id] or (lease is not None and lease[0] > now):
+            wanted.discard(run_id)
+    # A parent is kept while any child outside the set is; dropping one may keep its parent.
+    changed = True
+    while changed:
+        changed = False
+        for run_id, (_, parent) in rows.items():
+            if parent in wanted and run_id not in wanted:
+                wanted.discard(parent)
+                changed = True
+    gone = [r for r in runs if r in wanted]
+    for sql in _RUN_ROWS:
+        key = "run_id" if "run_id" in sql else "rid"
+        params = [(r,) if key == "run_id" else (rows[r][0],) for r in gone]
+        if params:
+            conn.executemany(sql, params)
+    return gone
 
 
 # --------------------------------------------------------------------------- the read side

@@ -49,6 +49,7 @@ class SQLiteWriteSQL(StandardWriteSQL):
         if version == self._data_version:
             return None
         self._data_version = version
+        self.forget()
         return int(self.db.execute(_LAST_SEQ_SQL).fetchone()[0])
 
     def commit(self, last_seq: int) -> None:
@@ -56,6 +57,7 @@ class SQLiteWriteSQL(StandardWriteSQL):
 
     def rollback(self) -> None:
         self._data_version = -1
+        self.forget()
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
 
@@ -105,6 +107,20 @@ class SQLiteBackend:
     def write_sql(self, *, busy_timeout_ms: int | None = None) -> SQLiteWriteSQL:
         kw = {} if busy_timeout_ms is None else {"busy_timeout_ms": busy_timeout_ms}
         return SQLiteWriteSQL(self._connect(readonly=False, **kw))
+
+    def reclaim(self) -> None:
+        # Deleted rows' pages go to the free list; incremental_vacuum moves them to the end
+        # of the file and truncates it (in WAL mode, at the checkpoint that follows). A store
+        # made before auto_vacuum was chosen reuses its free pages instead.
+        conn = self._connect(readonly=False)
+        try:
+            # Each step of the pragma frees one page; executescript steps it to the end
+            # (execute would stop after the first, as the pragma returns no rows).
+            conn.executescript("PRAGMA incremental_vacuum;")
+            if self.kind == "sqlite":
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            conn.close()
 
     def close(self) -> None:
         if self._anchor is not None:

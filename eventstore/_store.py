@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -228,6 +228,22 @@ class EventStore:
     def release_sync(self, run_id: str, owner: str) -> None:
         """Gives a lease back (a no-op unless ``owner`` holds it)."""
         self._committer.submit_sync(lambda w: w.release(run_id, owner))
+
+    def delete_runs(self, runs: Mapping[str, int | None]) -> list[str]:
+        """Deletes whole runs: their records, inbox, snapshots, lease and row, at once.
+
+        ``runs`` maps each run to the last seq the caller saw it at (None: no records); a
+        run that changed since, that a live lease holds, or that a run kept names as its
+        parent (a fork's ancestors) is kept. Returns the runs deleted. Seqs are never
+        reused. The space comes back with :meth:`reclaim`.
+        """
+        return self._committer.submit_sync(lambda w: w.delete_runs(runs))
+
+    def reclaim(self) -> None:
+        """Gives the space of deleted runs back: an SQLite store's file shrinks (incremental
+        vacuum, then a checkpoint that empties the WAL); PostgreSQL vacuums the tables."""
+        self._check_writable()
+        self._backend.reclaim()
 
     def on_post(self, callback: Callable[[str], None]) -> None:
         """Calls ``callback(run_id)`` (from another thread) whenever an event is posted to a

@@ -26,7 +26,7 @@ the writer runs the hooks with the seqs it expects and corrects them from the re
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from ._backend import Busy, PreparedCommit, Reply, Request, ServerWriteSQL, WriteSQL, now_us
@@ -359,6 +359,21 @@ class BatchWriter:
         self._wrote = True
         self._sql.delete_lease(run_id, owner)
         return None
+
+    def delete_runs(self, runs: Mapping[str, int | None]) -> list[str]:
+        """Deletes whole runs (every table's rows of each); returns those deleted.
+
+        ``runs`` maps each run to the last seq its caller saw; a run changed since, held by
+        a live lease, or the parent of a run kept is kept (:func:`._sql.delete_runs`). On a
+        server-rules backend the deletion is a transaction of its own, run at once.
+        """
+        if self._server is not None:
+            return self._server.delete_runs(runs, now_us())
+        self._wrote = True
+        gone = self._sql.delete_runs(runs, self.last_seq, now_us())
+        for run_id in gone:
+            self._runs.pop(run_id, None)
+        return gone
 
     def post(self, run_id: str, payload: str, key: str | None) -> tuple[int, bool]:
         """Adds an inbox entry; with a key already posted, returns the first entry's id."""

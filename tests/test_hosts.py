@@ -394,16 +394,20 @@ def test_a_cut_off_host_loses_its_runs_and_is_fenced_when_it_returns(
         claims = [m.who for m in site.trail() if m.what == "claim" and m.rid == rid_of[run_id]]
         assert CUT in claims, (run_id, claims)
         assert claims[-1] != CUT, (run_id, claims)
-    # Steps of the lost runs that the cut-off host finished after the cut: their commits
-    # could reach the server only once the link returned, and the trail holds none.
+    # Steps of the lost runs that the cut-off host finished after the cut (their commits
+    # could reach the server only once the link returned, and the trail holds none). How
+    # many there are depends on where its runs were at the cut: a run whose step had ended
+    # and whose commit was on the wire runs nothing more; the refused late commits above are
+    # what every cut shows.
     late = [e for e in read_effects(site.effects) if e["host"] == CUT and e["run"] in lost]
-    assert any(e["t"] > cut for e in late), late
+    after = sum(e["t"] > cut for e in late)
     report(
         capsys,
         f"{CUT} cut while running {len(held)} run(s); the others finished them in {took:.1f} s"
-        f" (lease {TTL_S:.0f} s); after its link returned the fence refused {refused} late"
-        f" commit(s) of {CUT}; steps done again by the host that lost them: {redone or 0};"
-        f" {RUNS} runs, each step committed once",
+        f" (lease {TTL_S:.0f} s); {CUT} ran {after} step(s) of them after the cut; after its"
+        f" link returned the fence refused {refused} late commit(s) of {CUT}; steps done"
+        f" again by the host that lost them: {redone or 0}; {RUNS} runs, each step"
+        " committed once",
     )
 
 

@@ -40,7 +40,7 @@ def _is_import_guard(handler: ast.ExceptHandler) -> bool:
 
 
 def _imports(tree: ast.AST) -> Iterator[tuple[str, bool]]:
-    """(top-level module, imported under ``try: ... except ImportError``) of each import."""
+    """(module, imported under ``try: ... except ImportError``) of each import."""
     guarded: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Try) and any(_is_import_guard(h) for h in node.handlers):
@@ -48,9 +48,9 @@ def _imports(tree: ast.AST) -> Iterator[tuple[str, bool]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield alias.name.partition(".")[0], id(node) in guarded
+                yield alias.name, id(node) in guarded
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            yield node.module.partition(".")[0], id(node) in guarded
+            yield node.module, id(node) in guarded
 
 
 def _third_party_imports() -> dict[str, bool]:
@@ -59,20 +59,31 @@ def _third_party_imports() -> dict[str, bool]:
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             for module, is_guarded in _imports(ast.parse(path.read_bytes(), str(path))):
-                if (
-                    module in sys.stdlib_module_names
-                    or module in PACKAGES
-                    or module == "__future__"
-                ):
+                top = module.partition(".")[0]
+                if top in sys.stdlib_module_names or top in PACKAGES or top == "__future__":
                     continue
                 found[module] = found.get(module, True) and is_guarded
     return found
 
 
 def _distribution(module: str) -> str:
-    dists = packages_distributions().get(module)
-    assert dists, f"{module!r} is imported but no installed distribution provides it"
-    return _norm(dists[0])
+    """The distribution that provides ``module``: in a namespace package that several
+    provide (``opentelemetry``), the one whose files hold the deepest part of its path."""
+    top = module.partition(".")[0]
+    dists = packages_distributions().get(top)
+    assert dists, f"{top!r} is imported but no installed distribution provides it"
+    if len(set(dists)) == 1:
+        return _norm(dists[0])
+    parts = module.split(".")
+    best, depth = dists[0], 0
+    for dist in dict.fromkeys(dists):
+        files = {str(f) for f in Distribution.from_name(dist).files or ()}
+        for n in range(len(parts), depth, -1):
+            stem = "/".join(parts[:n])
+            if f"{stem}.py" in files or any(f.startswith(stem + "/") for f in files):
+                best, depth = dist, n
+                break
+    return _norm(best)
 
 
 def test_declared_dependencies_are_what_the_packages_import() -> None:
@@ -84,7 +95,10 @@ def test_declared_dependencies_are_what_the_packages_import() -> None:
         for name, reqs in project["optional-dependencies"].items()
         if name not in TOOL_EXTRAS
     }
-    imported = {_distribution(m): guarded for m, guarded in _third_party_imports().items()}
+    imported: dict[str, bool] = {}
+    for module, guarded in _third_party_imports().items():
+        dist = _distribution(module)
+        imported[dist] = imported.get(dist, True) and guarded
     problems = []
     for dist, guarded in sorted(imported.items()):
         in_extra = [name for name, reqs in extras.items() if dist in reqs]
@@ -113,7 +127,7 @@ def test_import_walk_sees_guarded_and_plain_imports() -> None:
         "try:\n    import g\nexcept KeyError:\n    pass\nfrom . import h\n"
     )
     assert sorted(_imports(tree)) == [
-        ("a", False),
+        ("a.b", False),
         ("c", False),
         ("e", True),
         ("f", True),

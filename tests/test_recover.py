@@ -379,6 +379,7 @@ def test_cli_recover_exits_1_when_a_run_fails(tmp_path: Path) -> None:
         "result": None,
         "error": "ValueError: 13 is unlucky",
         "waiting_for": [],
+        "problems": [],
     }
     assert rows["run-2"]["status"] == "finished"
     assert rows["run-2"]["result"] == 20

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from tests.flows import EventA, EventB, ReportFlow
 from tests.test_engine import Appender, Counter
 from workflow import Context, StartEvent, StopEvent, Workflow, step
 from workflow._verify import verify
+from workflow.cli import cli
 
 
 async def recorded_report(db: Path) -> str:
@@ -90,6 +93,41 @@ async def test_reexecution_finds_the_first_divergence(tmp_path: Path) -> None:
     divergent = [p for p in report.problems if p.kind == "divergence"]
     assert [p.step for p in divergent] == ["process"]
     assert "EventB" in divergent[0].message
+
+
+async def test_the_first_divergence_is_shown_side_by_side(tmp_path: Path) -> None:
+    """Recorded and re-executed outcome of the first diverging attempt, field by field, as
+    data (``expected``/``actual``, also in ``workflow verify --json``) and as text."""
+    db = tmp_path / "v.db"
+    run_id = await recorded_report(db)
+    report = verify(NewProcess(store=db), [run_id], reexecute=True)
+    first = report.first_divergence
+    assert first is not None
+    assert first.expected == {
+        "record": "step_finished",
+        "step": "process",
+        "input": "EventA",
+        "emitted": [{"type": "EventB", "fields": {"content": "second: first"}}],
+    }
+    assert first.actual == {
+        "record": "step_finished",
+        "step": "process",
+        "input": "EventA",
+        "emitted": [{"type": "EventB", "fields": {"content": "different: first"}}],
+    }
+    lines = str(first).splitlines()
+    assert lines[1].strip().startswith("recorded: step_finished, step 'process', input EventA")
+    assert 'EventB({"content":"second: first"})' in lines[1]
+    assert 'EventB({"content":"different: first"})' in lines[2]
+    spec = f"{__name__}:NewProcess"
+    shown = CliRunner().invoke(
+        cli, ["verify", str(db), run_id, "--workflow", spec, "--reexecute", "--json"]
+    )
+    assert shown.exit_code == 1, shown.output
+    (problem,) = [p for p in json.loads(shown.stdout)["problems"] if p["kind"] == "divergence"]
+    assert problem["expected"] == first.expected
+    assert problem["actual"] == first.actual
+    assert verify(NewProcess(store=db), [run_id]).first_divergence is None
 
 
 async def test_conflicting_run_verifies(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
 """workflow: LlamaIndex-style event-driven workflows, durable by event sourcing."""
 
+from eventstore import UpcastError, upcaster
+
 from ._catch_error import StepFailedEvent, catch_error
 from ._context import Context, ContextStore
 from ._errors import (
@@ -22,6 +24,7 @@ from ._errors import (
 )
 from ._events import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
 from ._handler import WorkflowHandler
+from ._prune import PruneReport
 from ._recover import Recoveries, Recovery
 from ._state import Checkpoint, InProgress, RunState, Waiter
 from ._step import step
@@ -40,6 +43,7 @@ __all__ = [
     "HumanResponseEvent",
     "InProgress",
     "InputRequiredEvent",
+    "PruneReport",
     "Recoveries",
     "Recovery",
     "RecoveryLimitError",
@@ -57,6 +61,7 @@ __all__ = [
     "StateConflictError",
     "StepFailedEvent",
     "StopEvent",
+    "UpcastError",
     "Waiter",
     "Worker",
     "Workflow",
@@ -69,4 +74,5 @@ __all__ = [
     "WorkflowValidationError",
     "catch_error",
     "step",
+    "upcaster",
 ]

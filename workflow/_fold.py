@@ -10,7 +10,7 @@ shape the log has written; ``_snapshot`` caches a folded state in the store.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -60,7 +60,8 @@ class Ev:
     @property
     def type(self) -> str:
         d = self.dump
-        return str(d.get("c", "")) if isinstance(d, dict) else ""
+        # The class name without the version a tag may carry ("mod:Cls@2").
+        return str(d.get("c", "")).partition("@")[0] if isinstance(d, dict) else ""
 
 
 @dataclass(slots=True)
@@ -357,6 +358,28 @@ def _status(status: str) -> Callable[[Folded, StoredRecord, Any], None]:
     return apply
 
 
+def rename_steps(s: Folded, renamed: Mapping[str, str]) -> None:
+    """Moves pending work (queued, in progress, waiting) from steps' old names to new ones."""
+    for old, new in renamed.items():
+        if old == new:
+            continue
+        for part in (s.queues, s.in_progress):
+            moved: Any = part.pop(old, None)
+            if moved:
+                part.setdefault(new, {}).update(moved)
+        for w in s.waiters.values():
+            if w.step == old:
+                w.step = new
+
+
+def _run_resumed(s: Folded, r: StoredRecord, p: J.RunResumed) -> None:
+    s.status = "running"
+    s.error = None
+    renamed = p.get("renamed")
+    if renamed:
+        rename_steps(s, renamed)
+
+
 # What each record kind does to the state: one entry per kind of ``_journal.PAYLOADS``.
 APPLY: Final[dict[str, Callable[[Folded, StoredRecord, Any], None]]] = {
     J.RUN_STARTED: _run_started,
@@ -376,7 +399,7 @@ APPLY: Final[dict[str, Callable[[Folded, StoredRecord, Any], None]]] = {
     J.RUN_FAILED: _run_failed,
     J.RUN_CANCELLED: _status("cancelled"),
     J.RUN_TIMED_OUT: _status("timed_out"),
-    J.RUN_RESUMED: _status("running"),
+    J.RUN_RESUMED: _run_resumed,
     J.RUN_SUSPENDED: _status("waiting"),
 }
 

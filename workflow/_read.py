@@ -270,7 +270,8 @@ def event_type(r: StoredRecord) -> str | None:
     else:
         carrying: J.Enqueued | J.Streamed | J.Waiting = payload_of(r)
         d = carrying.get("event")
-    return d.get("c") if isinstance(d, dict) else None
+    c = d.get("c") if isinstance(d, dict) else None
+    return c.partition("@")[0] if isinstance(c, str) else c  # no version ("mod:Cls@2")
 
 
 def checkpoints(
@@ -481,7 +482,9 @@ def readable_records(
 
 def event_class(dump: J.Dump) -> str:
     """The class name an event's dump records (the Python type's name for a bare value)."""
-    return str(dump.get("c", "")) if isinstance(dump, dict) else type(dump).__name__
+    if isinstance(dump, dict):
+        return str(dump.get("c", "")).partition("@")[0]  # without a version ("mod:Cls@2")
+    return type(dump).__name__
 
 
 def note_event(r: StoredRecord, p: Any, types: dict[int, str]) -> None:

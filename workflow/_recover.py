@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ._handler import WorkflowHandler
     from ._journal import RunStarted
     from ._read import RunSummary
+    from ._verify import Problem
     from ._workflow import Workflow
 
 __all__ = [
@@ -38,7 +39,14 @@ __all__ = [
 ]
 
 # What recover() did with a run: see Recovery.
-RecoveryOutcome = Literal["resumed", "waiting", "owned", "stranded", "recovery_limit", "failed"]
+RecoveryOutcome = Literal[
+    "resumed", "waiting", "owned", "stranded", "incompatible", "recovery_limit", "failed"
+]
+
+# The problems of a static verify that keep recover(compatible_only=True) from resuming a
+# run: what it holds no longer decodes, or its pending work no longer routes. Graph and
+# output differences concern work already done and are only reported by verify.
+BLOCKING: Final = frozenset({"decode", "route"})
 
 _log: Final = logging.getLogger("workflow")
 
@@ -61,6 +69,11 @@ class Recovery:
       (:class:`WorkflowChangedError` lists them), or a class that does not resolve
       (:class:`~eventstore.UnknownClassError` names it). Nothing was changed; run code
       that fits, or resume with ``allow_stranded=True``.
+    - ``"incompatible"``: with ``compatible_only=True``, a static verify of the run
+      (:func:`workflow._verify.verify`, nothing executed) found that something it holds no
+      longer decodes or that pending work no longer routes; it was not resumed and nothing
+      of it ran. ``problems`` lists what verify found, ``error`` is the
+      :class:`WorkflowChangedError` that says it in one message.
     - ``"recovery_limit"``: an input was started ``max_recovery_attempts`` times without
       ever ending (it probably kills the process); the run is now recorded as failed.
       ``error`` is the :class:`RecoveryLimitError` that awaiting ``handler`` raises.
@@ -73,6 +86,7 @@ class Recovery:
     handler: WorkflowHandler | None = None
     error: BaseException | None = None
     waiting_for: tuple[str, ...] = ()  # ``waiting``: the awaited classes' qualified names
+    problems: tuple[Problem, ...] = ()  # ``incompatible``: what the static verify found
 
 
 def is_run_of(wf: Workflow, run: RunSummary) -> bool:
@@ -206,6 +220,8 @@ def _log_one(r: Recovery) -> None:
         _log.info("recover: run %s left to its live owner: %s", r.run_id, r.error)
     elif r.outcome == "stranded":
         _log.warning("recover: run %s not resumed, stranded: %s", r.run_id, _text(r.error))
+    elif r.outcome == "incompatible":
+        _log.warning("recover: run %s not resumed, incompatible: %s", r.run_id, _text(r.error))
     elif r.outcome == "recovery_limit":
         _log.error("recover: run %s failed: %s", r.run_id, _text(r.error))
     else:
@@ -217,14 +233,37 @@ def _text(exc: BaseException | None) -> str:
     return "" if exc is None else f"{type(exc).__name__}: {exc}"
 
 
-def recover(wf: Workflow) -> Recoveries:
-    """Resumes every pending run of ``wf``; one :class:`Recovery` per run, each logged."""
+def _incompatible(wf: Workflow, run_id: str) -> Recovery | None:
+    """The ``incompatible`` outcome of a run that a static verify finds blocking problems
+    in (None: it fits this code); nothing of the run is executed."""
+    from ._verify import verify
+
+    try:
+        report = verify(wf, [run_id])
+    except Exception as exc:  # a damaged log: the resume says what, as without the check
+        _log.debug("recover: verify of %s raised %r", run_id, exc)
+        return None
+    problems = tuple(p for p in report.problems if p.kind in BLOCKING)
+    if not problems:
+        return None
+    lines = [f"{p.kind} at seq {p.seq}: {p.message}" for p in problems]
+    error = WorkflowChangedError(run_id, lines)
+    return Recovery(run_id, "incompatible", error=error, problems=problems)
+
+
+def recover(wf: Workflow, *, compatible_only: bool = False) -> Recoveries:
+    """Resumes every pending run of ``wf``; one :class:`Recovery` per run, each logged.
+
+    With ``compatible_only`` a run is resumed only when a static verify (nothing executed)
+    finds nothing it holds that no longer decodes and no pending work that no longer
+    routes; the others are ``incompatible``, with the problems, and left as they are.
+    """
     done = Recoveries()
     listed = {r.run_id: r for r in wf.runs()}
     for run_id in wf.pending_runs():
         run = listed.get(run_id)
         if run is None or has_work(wf, run):
-            r = _recover_one(wf, run_id)
+            r = (_incompatible(wf, run_id) if compatible_only else None) or _recover_one(wf, run_id)
         else:
             r = Recovery(run_id, "waiting", waiting_for=run.waiting_for)
         _log_one(r)

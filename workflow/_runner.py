@@ -700,11 +700,11 @@ class Executor(ContextChanges, WaitsAndInbox):
                     _say(f"[{step}:{worker}] failed with {exc!r}, retrying in {delay} s")
                 await asyncio.sleep(delay)
             finally:
-                if att.collects:  # it did not commit (or its commit raised): undone
-                    self._collects_done(att, committed=False)
                 self._running.pop((step, worker), None)
                 if ended is None and not self._closing:
                     self._step_state(step, worker, StepState.NOT_RUNNING, d.event)
+                if att.collects:  # it did not commit (or its commit raised): undone
+                    self._collects_done(att, committed=False)
                 if att.holds_lock:
                     self.state_lock.release()
                 self._unpin(att)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from eventstore import StoredRecord, UnknownClassError, class_name
 
 from . import _journal as J
@@ -25,7 +27,7 @@ from ._context import Attempt, current_attempt
 from ._diff import apply, materialize
 from ._events import Event
 from ._fold import Folded, fold
-from ._read import commits, fold_run, run_info, start_state
+from ._read import commits, event_class, fold_run, run_info, start_state
 from ._retry import RetryClock
 
 if TYPE_CHECKING:
@@ -43,11 +45,44 @@ class Problem:
     step: str | None
     kind: str  # decode, route, output, graph, divergence
     message: str
+    # A divergence, side by side (JSON-native): what the log recorded and what today's
+    # code did, each with the record kind, the step, the input event's type and the events
+    # emitted (``type`` and ``fields``), or the context key and value written.
+    expected: dict[str, Any] | None = None
+    actual: dict[str, Any] | None = None
 
     def __str__(self) -> str:
         where = f"seq {self.seq}" if self.seq is not None else "run"
         step = f" step {self.step!r}" if self.step else ""
-        return f"{self.run_id} {where}{step}: [{self.kind}] {self.message}"
+        text = f"{self.run_id} {where}{step}: [{self.kind}] {self.message}"
+        if self.expected is not None or self.actual is not None:
+            text += f"\n    recorded: {_side(self.expected)}\n    now:      {_side(self.actual)}"
+        return text
+
+
+def _side(side: dict[str, Any] | None) -> str:
+    """One side of a divergence as a line: ``step_finished, step 'x', input A -> B(...)``."""
+    if side is None:
+        return "-"
+    parts = [str(side.get("record", "?"))]
+    if side.get("step"):
+        parts.append(f"step {side['step']!r}")
+    if side.get("input"):
+        parts.append(f"input {side['input']}")
+    if "raised" in side:
+        parts.append(f"raised {side['raised']}")
+    if "emitted" in side:
+        shown = [f"{e['type']}({_short(e['fields'])})" for e in side["emitted"]]
+        parts.append("emitted " + (", ".join(shown) or "nothing"))
+    if "key" in side:
+        value = "not written" if "value" not in side else _short(side["value"])
+        parts.append(f"{side['key']!r} = {value}")
+    return ", ".join(parts)
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass(slots=True)
@@ -62,6 +97,11 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def first_divergence(self) -> Problem | None:
+        """The earliest divergence re-execution found (by run, then seq), or None."""
+        return next((p for p in self.problems if p.kind == "divergence"), None)
 
 
 def _payload_values(r: StoredRecord) -> Iterable[tuple[str, J.Dump]]:
@@ -113,6 +153,8 @@ def _as_named_now(wf: Workflow, name: str) -> str:
 def _graph_problems(run_id: str, recorded: dict[str, Any] | None, wf: Workflow) -> list[Problem]:
     if not recorded:
         return []
+    # A step renamed since (Workflow.renamed) is the same step under its new name.
+    recorded = {wf._renames.get(k, k): v for k, v in recorded.items()}
     now = wf._graph.describe()
     out = [
         Problem(run_id, None, name, "graph", "step removed since the run was recorded")
@@ -190,7 +232,7 @@ def verify(
                     if ev_id in emitted_by:
                         continue  # the same event enqueued for several steps
                     emitted_by[ev_id] = head.step
-                    emitted = dump.get("c") if isinstance(dump, dict) else None
+                    emitted = event_class(dump) if isinstance(dump, dict) else None
                     try:
                         cls = type(load(dump))
                     except Exception:  # reported as a decode problem above
@@ -202,7 +244,8 @@ def verify(
                         )
                         problems.append(Problem(run_id, r.seq, head.step, "output", msg))
         latest = fold_run(store, run_id)
-        for step, ev_dump, ev_id, what in _pending(latest):
+        for recorded_step, ev_dump, ev_id, what in _pending(latest):
+            step = wf._renames.get(recorded_step, recorded_step)  # a resume moves its work
             if step not in steps:
                 msg = f"{what} event {ev_id} is for step {step!r}, which no longer exists"
                 problems.append(Problem(run_id, latest.seq, step, "route", msg))
@@ -331,45 +374,56 @@ def _replay_one(
         finally:
             current_attempt.reset(token)
 
+    side = {"record": head.kind, "step": step, "input": type(event).__name__}
     try:
         result = _run_isolated(call())
     except BaseException as exc:  # a raise where the record says it returned
-        return Problem(run_id, head.seq, step, "divergence", f"raised {exc!r}, recorded a return")
+        want = _emitted_dumps(commit)
+        return Problem(
+            run_id,
+            head.seq,
+            step,
+            "divergence",
+            f"raised {exc!r}, recorded a return",
+            {**side, "emitted": _events(want)},
+            {**side, "record": J.STEP_FAILED, "raised": repr(exc)},
+        )
     got_events = [dump(e) for e, _ in att.sent] + ([dump(result)] if result is not None else [])
-    want_events: list[Any] = []
-    seen: set[int] = set()
-    for r in commit[1:]:
-        if r.kind == J.ENQUEUED:
-            enqueued: J.Enqueued = r.data()
-            ev_id, ev_dump = enqueued["id"], enqueued["event"]
-        elif r.kind == J.RUN_FINISHED:
-            stopped: J.RunFinished = r.data()
-            ev_id, ev_dump = stopped["id"], stopped["result"]
-        else:
-            continue
-        if ev_id not in seen:
-            seen.add(ev_id)
-            want_events.append(ev_dump)
+    want_events = _emitted_dumps(commit)
     if sorted(map(repr, got_events)) != sorted(map(repr, want_events)):
         msg = f"emitted {_names(got_events)}, recorded {_names(want_events)}"
-        return Problem(run_id, head.seq, step, "divergence", msg)
+        return Problem(
+            run_id,
+            head.seq,
+            step,
+            "divergence",
+            msg,
+            {**side, "emitted": _events(want_events)},
+            {**side, "emitted": _events(got_events)},
+        )
     for r in commit[1:]:
         if r.kind != J.STATE_SET:
             continue
         p: J.StateSet = r.data()
         key = p["key"]
         w = att.writes.get(key)
-        if w is None:
-            return Problem(run_id, r.seq, step, "divergence", f"did not write {key!r}")
-        new = w.tracker.view if w.tracker is not None else w.value
         want = (
             p["value"]
             if "value" in p
             else dump(apply(copy.deepcopy(context[key]), _ops_from(p["patch"], wf)))
         )
-        if dump(materialize(new)) != want:
-            msg = f"wrote {key!r} = {dump(materialize(new))!r}, recorded {want!r}"
-            return Problem(run_id, r.seq, step, "divergence", msg[:300])
+        recorded = {**side, "record": J.STATE_SET, "key": key, "value": want}
+        if w is None:
+            now = {**side, "record": J.STATE_SET, "key": key}
+            return Problem(
+                run_id, r.seq, step, "divergence", f"did not write {key!r}", recorded, now
+            )
+        new = w.tracker.view if w.tracker is not None else w.value
+        got = dump(materialize(new))
+        if got != want:
+            msg = f"wrote {key!r} = {got!r}, recorded {want!r}"
+            now = {**side, "record": J.STATE_SET, "key": key, "value": got}
+            return Problem(run_id, r.seq, step, "divergence", msg[:300], recorded, now)
     return None
 
 
@@ -389,5 +443,35 @@ def _ops_from(patch: Any, wf: Workflow) -> list[Any]:
     return ops_from_json(patch, wf._codec)
 
 
+def _emitted_dumps(commit: list[StoredRecord]) -> list[Any]:
+    """The dumps of the events an attempt's commit emitted, each once, in order."""
+    out: list[Any] = []
+    seen: set[int] = set()
+    for r in commit[1:]:
+        if r.kind == J.ENQUEUED:
+            enqueued: J.Enqueued = r.data()
+            ev_id, ev_dump = enqueued["id"], enqueued["event"]
+        elif r.kind == J.RUN_FINISHED:
+            stopped: J.RunFinished = r.data()
+            ev_id, ev_dump = stopped["id"], stopped["result"]
+        else:
+            continue
+        if ev_id not in seen:
+            seen.add(ev_id)
+            out.append(ev_dump)
+    return out
+
+
+def _events(dumps: list[Any]) -> list[dict[str, Any]]:
+    """Events' dumps as one side of a divergence shows them: class name and fields."""
+    return [
+        {"type": event_class(d).split(":")[-1], "fields": d.get("v") if isinstance(d, dict) else d}
+        for d in dumps
+    ]
+
+
 def _names(dumps: list[Any]) -> list[str]:
-    return [str(d.get("c", "?")).split(":")[-1] if isinstance(d, dict) else "?" for d in dumps]
+    return [
+        str(d.get("c", "?")).partition("@")[0].split(":")[-1] if isinstance(d, dict) else "?"
+        for d in dumps
+    ]

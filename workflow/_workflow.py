@@ -9,7 +9,8 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -41,13 +42,15 @@ from ._errors import (
     WorkflowValidationError,
 )
 from ._events import Event, StartEvent, StopEvent
-from ._fold import Folded, to_run_state
+from ._fold import Folded, rename_steps, to_run_state
 from ._graph import Graph
 from ._handler import WorkflowHandler
 from ._ownership import LEASE_TTL_S, LeaseOwners, Owners
+from ._prune import PruneReport, prune_runs
 from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
 from ._recover import Recoveries, is_run_of, over_recovery_limit, same_name
 from ._recover import recover as recover_runs
+from ._renames import class_aliases, moves_for, step_renames
 from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
 from ._step import GRAPH_CHECKS, STEP_ATTR, collect_steps, graph_checks, step_functions
@@ -109,6 +112,12 @@ class Workflow:
 
     # Free functions added as steps (``add_step``, ``@step(workflow=Cls)``), per class.
     _step_functions: ClassVar[dict[str, Callable[..., Any]]] = {}
+
+    renamed: ClassVar[Mapping[str, str | type]] = {}
+    """Old names of renamed steps and moved event classes -> their new ones, so that runs
+    recorded before a deploy continue: ``{"old_step": "new_step", "old.mod:Cls": Cls}``.
+    A resume moves such a run's pending work to the new step names (and records the move);
+    old class names decode as the new class. See ``workflow/_renames.py``."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -177,6 +186,8 @@ class Workflow:
                 if issubclass(c, Workflow) and c is not Workflow
             )
         )
+        self._renames = step_renames(type(self), self._graph.steps)
+        class_aliases(type(self), self._codec)
         # Kernel locks need a file (one machine); a shared PostgreSQL store needs leases.
         self._owners: Owners | LeaseOwners
         if self._store.kind == "postgres":
@@ -497,6 +508,8 @@ class Workflow:
         if folded.status == "cancelled" and not cancelled:
             msg = f"run {run_id!r} was cancelled; resume(run_id, cancelled=True) continues it"
             raise WorkflowRuntimeError(msg)
+        renamed = moves_for(folded, self._renames)
+        rename_steps(folded, renamed)  # recorded by the resume's run_resumed record
         self._check_stranded(run_id, folded, allow_stranded)
         self._owners.acquire(run_id, info.rid)
         try:
@@ -506,7 +519,7 @@ class Workflow:
             raise
         _live[(id(self._store), run_id)] = x
         handler = WorkflowHandler(self, run_id, x.done, x, self._recorded_stream(folded))
-        x._spawn(self._continue(x, copy.deepcopy(folded), updates, resumed=True))
+        x._spawn(self._continue(x, copy.deepcopy(folded), updates, resumed=True, renamed=renamed))
         return handler
 
     def run_from(
@@ -580,7 +593,13 @@ class Workflow:
         await self._continue(x, copy.deepcopy(folded), updates, resumed=False)
 
     async def _continue(
-        self, x: Executor, folded: Folded, updates: dict[str, Any] | None, *, resumed: bool
+        self,
+        x: Executor,
+        folded: Folded,
+        updates: dict[str, Any] | None,
+        *,
+        resumed: bool,
+        renamed: dict[str, str] | None = None,
     ) -> None:
         if resumed:
             x.epoch = await self._store.claim(x.run_id)
@@ -589,13 +608,15 @@ class Workflow:
             # had not yet noticed it lost the run could commit until the claim fenced it.
             if self._store.last_seq(x.run_id) != folded.seq:
                 folded = self._fold(x.run_id, None)
+                renamed = moves_for(folded, self._renames)
+                rename_steps(folded, renamed)
                 x.reload(folded)
                 folded = copy.deepcopy(folded)
                 if folded.status == "finished":
                     x._close(result=to_run_state(folded, self._codec).result)
                     return
             await x.append(
-                [J.run_resumed(x.epoch, folded.status)],
+                [J.run_resumed(x.epoch, folded.status, renamed)],
                 status="running",
             )
         if updates:
@@ -731,7 +752,41 @@ class Workflow:
             and (id(self._store), r.run_id) not in _live
         ]
 
-    def recover(self) -> Recoveries:
+    def prune(
+        self,
+        older_than: str | float | timedelta,
+        *,
+        statuses: Iterable[str] | None = None,
+        include_waiting: bool = False,
+        dry_run: bool = False,
+    ) -> PruneReport:
+        """Deletes this workflow's runs that ended long enough ago, then reclaims the space.
+
+        :param older_than: how long ago a run's last record must be: ``"30d"`` (units s, m,
+            h, d, w), seconds, or a :class:`~datetime.timedelta`.
+        :param statuses: which runs: by default ``finished``, ``failed``, ``cancelled`` and
+            ``timed_out``; ``interrupted`` (a crashed run nobody resumed) may be named too.
+        :param include_waiting: also delete runs waiting for an event (a human's answer),
+            which are otherwise always kept.
+        :param dry_run: only report what would be deleted.
+
+        A run is deleted whole (records, inbox, snapshots, lease). A fork keeps the runs it
+        was forked from; a run an executor took up again meanwhile is kept. Returns a
+        :class:`PruneReport`.
+
+        :raises ValueError: a bad duration or status.
+        """
+        return prune_runs(
+            self._store,
+            self._owners,
+            older_than=older_than,
+            statuses=statuses,
+            include_waiting=include_waiting,
+            dry_run=dry_run,
+            only=lambda r: is_run_of(self, r),
+        )
+
+    def recover(self, *, compatible_only: bool = False) -> Recoveries:
         """Resumes every pending run (what a service does at startup); call it in async code,
         as ``await wf.recover()`` or ``wf.recover()``: the call resumes them, and awaiting its
         report gives it back as it is.
@@ -746,9 +801,15 @@ class Workflow:
         never stops the others. Each outcome is also logged on the ``workflow`` logger
         (``resumed``, ``waiting`` and ``owned`` at INFO, ``stranded`` at WARNING, the rest
         at ERROR).
+
+        With ``compatible_only=True`` (after a deploy) a run is resumed only if a static
+        verify of it passes (nothing is executed): every value it holds decodes with this
+        code (upcasters and ``renamed`` included) and its pending work routes to a step.
+        The others come back ``incompatible`` with verify's ``problems`` and are left
+        untouched, so a deploy never half-runs a run its code cannot finish.
         """
         _require_loop("recover")
-        return recover_runs(self)
+        return recover_runs(self, compatible_only=compatible_only)
 
     def send(self, run_id: str, event: Event, idempotency_key: str | None = None) -> int:
         """Records an external event for a run, whether or not a process runs it now.

@@ -285,8 +285,10 @@ def run_cancelled() -> Record:
     return _rec(RUN_CANCELLED, None, payload)
 
 
-def run_resumed(epoch: int, previous: str) -> Record:
+def run_resumed(epoch: int, previous: str, renamed: dict[str, str] | None = None) -> Record:
     payload: RunResumed = {"epoch": epoch, "previous": previous}
+    if renamed:
+        payload["renamed"] = renamed
     return _rec(RUN_RESUMED, None, payload)
 
 

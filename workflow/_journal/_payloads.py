@@ -283,10 +283,15 @@ class RunCancelled(TypedDict):
 
 
 class RunResumed(TypedDict):
-    """An executor took the run over with ``epoch``; its status had been ``previous``."""
+    """An executor took the run over with ``epoch``; its status had been ``previous``.
+
+    ``renamed`` (old step name -> new) moves the run's pending work of steps renamed since
+    (``Workflow.renamed``) to their new names, for this fold and every later one.
+    """
 
     epoch: int
     previous: str
+    renamed: NotRequired[dict[str, str]]
 
 
 class RunTimedOut(TypedDict):

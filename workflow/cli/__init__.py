@@ -15,8 +15,10 @@ from . import _graph as _graph
 from . import _history as _history
 from . import _operator as _operator
 from . import _ops as _ops
+from . import _prune as _prune
 from . import _serve as _serve
 from . import _timeline as _timeline
+from . import _trace as _trace
 from . import _transfer as _transfer
 from ._app import cli, main
 

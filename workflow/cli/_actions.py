@@ -270,7 +270,7 @@ def _recorded_by_other(run_id: str) -> Iterator[None]:
 
 
 # Recoveries that need a person: the run was not resumed, or it ended failed.
-_NOT_RESUMED: Final = frozenset({"stranded", "recovery_limit", "failed"})
+_NOT_RESUMED: Final = frozenset({"stranded", "incompatible", "recovery_limit", "failed"})
 
 
 @contextlib.contextmanager
@@ -293,16 +293,25 @@ def _error_text(exc: BaseException | None) -> str:
 @cli.command()
 @click.argument("db")
 @_workflow_required
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Resume only the runs a static verify passes (after a deploy); list the others"
+    " as incompatible, with what verify found.",
+)
 @_timeout_option
 @json_option
-def recover(db: str, workflow_spec: str, timeout: float | None, as_json: bool) -> None:
+def recover(db: str, workflow_spec: str, check: bool, timeout: float | None, as_json: bool) -> None:
     """Resume every pending run of the workflow here (wf.recover()) and wait for each.
 
     Prints a line a run: its id, what recover did (resumed, waiting, owned, stranded,
-    recovery_limit, failed) with how a resumed run ended, and its result or error. A run
-    that only waits for an event nobody sent is left as it is (waiting); one left waiting
-    after its resume stays resumable. Exit status 1 when a run is stranded, past its
-    recovery limit, failed to resume, or failed once resumed.
+    incompatible, recovery_limit, failed) with how a resumed run ended, and its result or
+    error. A run that only waits for an event nobody sent is left as it is (waiting); one
+    left waiting after its resume stays resumable. With --check
+    (wf.recover(compatible_only=True)) a run whose recorded values no longer decode or
+    whose pending work no longer routes is not resumed, and nothing of it runs
+    (incompatible). Exit status 1 when a run is stranded, incompatible, past its recovery
+    limit, failed to resume, or failed once resumed.
     """
     wf = _build(db, workflow_spec, timeout)
 
@@ -311,7 +320,7 @@ def recover(db: str, workflow_spec: str, timeout: float | None, as_json: bool) -
 
     async def go() -> tuple[list[Recovery], list[tuple[str, Any] | None]]:
         with _quiet_log():
-            found = wf.recover()
+            found = wf.recover(compatible_only=check)
         return found, list(await asyncio.gather(*map(settle, found)))
 
     try:
@@ -360,8 +369,13 @@ def _recovery_row(
         "result": None,
         "error": error or None,
         "waiting_for": [],
+        "problems": [
+            {"seq": p.seq, "step": p.step, "kind": p.kind, "message": p.message} for p in r.problems
+        ],
     }
     text = error
+    if r.outcome == "incompatible":
+        text = "; ".join(str(p) for p in r.problems)
     if r.outcome == "waiting":
         row["status"] = "waiting"
         row["waiting_for"] = list(r.waiting_for)

@@ -63,8 +63,9 @@ def is_url(db: str) -> bool:
     return db.startswith(("postgresql://", "postgres://"))
 
 
-def open_store(db: str) -> EventStore:
-    """Opens an existing store read-only: an SQLite file, or a PostgreSQL URL.
+def open_store(db: str, *, readonly: bool = True) -> EventStore:
+    """Opens an existing store read-only (or, for commands that delete, writable): an SQLite
+    file, or a PostgreSQL URL.
 
     :raises FileNotFoundError: no such file.
     :raises NotAStoreError: the file is not a store.
@@ -76,7 +77,7 @@ def open_store(db: str) -> EventStore:
             raise FileNotFoundError(msg)
         if p.is_dir():
             raise NotAStoreError(db, "it is a directory")
-    store = EventStore(db, readonly=True)
+    store = EventStore(db, readonly=readonly)
     # Closed when the command ends, also when it runs in-process (tests, a shell):
     # a PostgreSQL store holds server connections.
     ctx = click.get_current_context(silent=True)

@@ -69,6 +69,8 @@ def verify(
                         "step": p.step,
                         "kind": p.kind,
                         "message": p.message,
+                        "expected": p.expected,
+                        "actual": p.actual,
                     }
                     for p in report.problems
                 ],

@@ -639,7 +639,18 @@ const APPLY = {
   run_failed(st, s, a) { st.status = "failed"; st.error = a[0]; },
   run_cancelled(st, s, a) { st.status = "cancelled"; },
   run_timed_out(st, s, a) { st.status = "timed_out"; },
-  run_resumed(st, s, a) { st.status = "running"; st.error = null; },
+  run_resumed(st, s, a) {
+    st.status = "running"; st.error = null;
+    for (const [o, n] of a[0] || []) {  // steps renamed since: their work moves to the new name
+      const old = S[o], now = S[n];
+      if (old === now) continue;
+      const q = st.q.get(old);
+      if (q) { st.q.delete(old); st.q.set(now, (st.q.get(now) || []).concat(q)); }
+      const m = st.p.get(old);
+      if (m) { st.p.delete(old); st.p.set(now, new Map([...(st.p.get(now) || []), ...m])); }
+      for (const w of st.w.values()) if (w.s === old) w.s = now;
+    }
+  },
   run_suspended(st, s, a) { st.status = "waiting"; },
 };
 function apply(st, i) {

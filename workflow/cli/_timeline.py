@@ -242,6 +242,10 @@ class _Builder:
         elif k == J.RUN_FAILED:
             failed_run: J.RunFailed = p
             args = [f"{failed_run.get('error')}: {failed_run.get('message')}"]
+        elif k == J.RUN_RESUMED:
+            resumed: J.RunResumed = p
+            renamed = resumed.get("renamed") or {}
+            args = [[[self.step(old), self.step(new)] for old, new in renamed.items()]]
         if k in _ENDS_RUN:
             self._close_all(ci, CANCELLED)
         elif k == J.RUN_RESUMED:

@@ -1,0 +1,475 @@
+"""Deploying new code while runs are in flight: versioned classes and upcasters.
+
+Runs are recorded by a real process running one version of a workflow module (written to a
+directory of its own), which dies inside a step; the test then loads a changed version of
+the same module (an event's field renamed and one added) and resumes, forks and inspects
+the old runs with it, with and without an upcaster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any, ClassVar
+
+import pytest
+from click.testing import CliRunner
+
+from eventstore import Codec, LogCorruptedError, UpcastError, class_version, split_version, upcaster
+from workflow import WorkflowChangedError
+from workflow._verify import verify
+from workflow.cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULE = "deployflow"
+
+V1 = """
+import os
+
+from workflow import Event, StartEvent, StopEvent, Workflow, step
+
+
+class Question(Event):
+    body: str
+
+
+class Flow(Workflow):
+    @step
+    async def ask(self, ev: StartEvent) -> Question:
+        if ev.topic == "early":
+            os._exit(3)  # a run left before any Question was recorded
+        return Question(body=ev.topic)
+
+    @step
+    async def answer(self, ev: Question) -> StopEvent:
+        os._exit(3)  # this version dies here: its runs are left with a Question to answer
+"""
+
+V2 = """
+from typing import Any, ClassVar
+
+from workflow import Event, StartEvent, StopEvent, Workflow, step, upcaster
+
+
+class Question(Event):
+    __version__ = 2
+    text: str  # was "body"
+    lang: str  # new
+{upcaster}
+
+class Flow(Workflow):
+    @step
+    async def ask(self, ev: StartEvent) -> Question:
+        return Question(text=ev.topic, lang="fr")
+
+    @step
+    async def answer(self, ev: Question) -> StopEvent:
+        return StopEvent(result=f"{{ev.text}}/{{ev.lang}}")
+"""
+
+UPCASTER = """
+
+@upcaster(Question, from_version=1)
+def _question_v1(fields: dict[str, Any]) -> dict[str, Any]:
+    fields["text"] = fields.pop("body")
+    fields["lang"] = "en"
+    return fields
+"""
+
+RECORD = """
+import asyncio
+import sys
+
+from deployflow import Flow
+
+
+async def main() -> None:
+    await Flow(store=sys.argv[1]).run(topic=sys.argv[3], run_id=sys.argv[2])
+
+
+asyncio.run(main())
+"""
+
+
+def _write(root: Path, name: str, text: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{MODULE}.py"
+    path.write_text(textwrap.dedent(text))
+    return root
+
+
+def record_old_run(tmp_path: Path, run_id: str = "old", topic: str = "hi") -> Path:
+    """A run recorded by version 1 in a process that died in step ``answer`` (in ``ask``
+    for topic ``early``)."""
+    v1 = _write(tmp_path / "v1", MODULE, V1)
+    db = tmp_path / "runs.db"
+    env = {"PYTHONPATH": f"{v1}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-c", RECORD, str(db), run_id, topic],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 3, proc.stderr
+    return db
+
+
+@contextlib.contextmanager
+def loaded(root: Path) -> Iterator[ModuleType]:
+    """The module file in ``root`` imported as :data:`MODULE` (and the modules beside it
+    that it imports), for the block only."""
+    before = set(sys.modules)
+    sys.path.insert(0, str(root))
+    try:
+        yield importlib.import_module(MODULE)
+    finally:
+        sys.path.remove(str(root))
+        for name in set(sys.modules) - before:
+            if name.startswith(MODULE):
+                del sys.modules[name]
+
+
+def pending_events(wf: Any, run_id: str) -> list[Any]:
+    """The events of a run's state still to be handled, in progress or queued."""
+    state = wf.state_at(run_id)
+    events = [e.event for es in state.in_progress.values() for e in es]
+    return events + [e for es in state.queues.values() for e in es]
+
+
+def stored_payloads(db: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        return [row[0] for row in con.execute("SELECT payload FROM records ORDER BY seq")]
+
+
+async def test_an_upcaster_lets_old_runs_resume_fork_and_show_with_new_code(
+    tmp_path: Path,
+) -> None:
+    db = record_old_run(tmp_path)
+    before = stored_payloads(db)
+    assert any('"c":"deployflow:Question","v":{"body":"hi"}' in p for p in before)
+    with loaded(_write(tmp_path / "v2", MODULE, V2.format(upcaster=UPCASTER))) as mod:
+        wf = mod.Flow(store=str(db))
+        assert pending_events(wf, "old") == [mod.Question(text="hi", lang="en")]
+        cp = next(c for c in wf.checkpoints("old") if "deployflow:Question" in c.event_types)
+        assert await wf.resume("old") == "hi/en"
+        assert await wf.run_from(cp) == "hi/en"
+        # New runs write the new version, and read it back without an upcaster.
+        assert await wf.run(topic="new") == "new/fr"
+        shown = CliRunner().invoke(
+            cli, ["state", str(db), "old", "--at", str(cp.seq), "--workflow", f"{MODULE}:Flow"]
+        )
+        assert shown.exit_code == 0, shown.output
+        assert "text='hi'" in shown.output or '"text": "hi"' in shown.output, shown.output
+    after = stored_payloads(db)
+    assert after[: len(before)] == before  # the log is never rewritten
+    assert any('"c":"deployflow:Question@2","v":{"text":"new","lang":"fr"}' in p for p in after)
+
+
+async def test_without_an_upcaster_resume_refuses_and_names_what_is_missing(
+    tmp_path: Path,
+) -> None:
+    db = record_old_run(tmp_path)
+    before = stored_payloads(db)
+    with loaded(_write(tmp_path / "v2", MODULE, V2.format(upcaster=""))) as mod:
+        wf = mod.Flow(store=str(db))
+        with pytest.raises(WorkflowChangedError) as err:
+            wf.resume("old")
+        text = str(err.value)
+        assert "deployflow:Question" in text
+        assert "stored at version 1" in text
+        assert "now version 2" in text
+        assert "@upcaster(Question, from_version=1)" in text
+        # Reading the state says the same (the typed state decodes events as they are read).
+        with pytest.raises(LogCorruptedError, match="no upcaster turns version 1") as state_err:
+            pending_events(wf, "old")
+        cause = state_err.value.__cause__
+        assert isinstance(cause, UpcastError)
+        assert (cause.stored, cause.current) == (1, 2)
+        report = verify(wf)
+        assert not report.ok
+        assert any("@upcaster(Question, from_version=1)" in p.message for p in report.problems)
+    assert stored_payloads(db) == before
+
+
+# -- renamed steps and moved classes -----------------------------------------------------------
+
+EVENTS = """
+from workflow import Event
+
+
+class Ask(Event):  # was deployflow:Question
+    body: str
+"""
+
+V3 = """
+from deployflow_events import Ask
+
+from workflow import StartEvent, StopEvent, Workflow, step
+
+
+class Flow(Workflow):
+    {renamed}
+
+    @step
+    async def ask(self, ev: StartEvent) -> Ask:
+        return Ask(body=ev.topic)
+
+    @step
+    async def reply(self, ev: Ask) -> StopEvent:  # was "answer"
+        return StopEvent(result=f"replied to {{ev.body}}")
+"""
+RENAMED = 'renamed = {"answer": "reply", "deployflow:Question": Ask}'
+
+
+def _v3(tmp_path: Path, renamed: str) -> Path:
+    root = _write(tmp_path / "v3", MODULE, V3.format(renamed=renamed))
+    (root / f"{MODULE}_events.py").write_text(textwrap.dedent(EVENTS))
+    return root
+
+
+async def test_renamed_steps_and_moved_classes_take_old_work_everywhere(tmp_path: Path) -> None:
+    db = record_old_run(tmp_path, "one")
+    record_old_run(tmp_path, "two")
+    with loaded(_v3(tmp_path, RENAMED)) as mod:
+        wf = mod.Flow(store=str(db))
+        assert verify(wf).ok, verify(wf).problems
+        assert await wf.resume("one") == "replied to hi"
+        # recover (what a service's startup and `workflow recover` do) routes them too.
+        (got,) = [r for r in await wf.recover() if r.run_id == "two"]
+        assert got.outcome == "resumed"
+        assert got.handler is not None
+        assert await got.handler == "replied to hi"
+    resumed = [json.loads(p) for p in stored_payloads(db) if '"previous"' in p and '"renamed"' in p]
+    assert [p["renamed"] for p in resumed] == [{"answer": "reply"}] * 2
+    # Without the workflow's code, the command line folds the move from the log alone.
+    from eventstore import EventStore
+    from workflow._read import fold_run
+
+    with EventStore(db, readonly=True) as store:
+        assert fold_run(store, "one", cached=False).in_progress.get("answer", {}) == {}
+
+
+async def test_a_resume_with_renamed_work_is_folded_the_same_by_the_page(tmp_path: Path) -> None:
+    db = record_old_run(tmp_path, "one")
+    with loaded(_v3(tmp_path, RENAMED)) as mod:
+        wf = mod.Flow(store=str(db))
+        handler = wf.resume("one")
+        assert await handler == "replied to hi"
+    from eventstore import EventStore
+    from tests.test_page import page_fold, python_fold
+    from workflow.cli._inspect import Viewer
+    from workflow.cli._timeline import timeline_data
+
+    view = Viewer()
+    with EventStore(db, readonly=True) as store:
+        got = page_fold(timeline_data(store, "one", view), tmp_path)
+        want = python_fold(store, "one", view)
+    assert got["states"] == want
+
+
+async def test_without_renames_the_refusal_names_the_old_step_and_class(tmp_path: Path) -> None:
+    db = record_old_run(tmp_path, "one")
+    with loaded(_v3(tmp_path, "")) as mod:
+        wf = mod.Flow(store=str(db))
+        with pytest.raises(WorkflowChangedError) as err:
+            wf.resume("one")
+        text = str(err.value)
+        assert "'answer', which no longer exists" in text
+        problems = verify(wf).problems
+        assert any("deployflow:Question" in p.message for p in problems), problems
+        assert any(p.kind == "route" and p.step == "answer" for p in problems), problems
+
+
+def test_renames_that_name_no_step_are_refused_when_the_workflow_is_built(
+    tmp_path: Path,
+) -> None:
+    from workflow import StartEvent, StopEvent, Workflow, WorkflowValidationError, step
+
+    class Flow(Workflow):
+        renamed: ClassVar[dict[str, Any]] = {"old": "gone"}
+
+        @step
+        async def only(self, ev: StartEvent) -> StopEvent:
+            return StopEvent()
+
+    with pytest.raises(WorkflowValidationError, match="'gone', which is no step"):
+        Flow()
+    Flow.renamed = {"only": "only"}
+    with pytest.raises(WorkflowValidationError, match="'only' is still a step"):
+        Flow()
+    Flow.renamed = {"a": "b", "b": "only"}
+    assert Flow()._renames == {"a": "only", "b": "only"}
+    Flow.renamed = {"x:Y": 3}
+    with pytest.raises(WorkflowValidationError, match="cannot alias"):
+        Flow()
+
+
+# -- resuming only what fits -------------------------------------------------------------------
+
+
+async def test_recover_compatible_only_resumes_what_verify_passes_and_lists_the_rest(
+    tmp_path: Path,
+) -> None:
+    db = record_old_run(tmp_path, "late")  # holds a version-1 Question
+    record_old_run(tmp_path, "early", topic="early")  # holds only its start event
+    with loaded(_write(tmp_path / "v2", MODULE, V2.format(upcaster=""))) as mod:
+        wf = mod.Flow(store=str(db))
+        found = {r.run_id: r for r in await wf.recover(compatible_only=True)}
+        assert found["early"].outcome == "resumed"
+        assert found["early"].handler is not None
+        assert await found["early"].handler == "early/fr"
+        late = found["late"]
+        assert late.outcome == "incompatible"
+        assert late.handler is None
+        assert [p.kind for p in late.problems] == ["decode"] * len(late.problems)
+        assert "@upcaster(Question, from_version=1)" in str(late.error)
+        assert wf.state_at("late").status == "interrupted"
+    # Nothing of the late run ran: no resume was recorded, its log is as the old code left it.
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        late_kinds = [k for (k,) in con.execute("SELECT kind FROM records WHERE run_id = 'late'")]
+    assert "run_resumed" not in late_kinds
+
+
+def test_cli_recover_check_lists_incompatible_runs_with_the_reason(tmp_path: Path) -> None:
+    db = record_old_run(tmp_path, "late")
+    root = _write(tmp_path / "v2", MODULE, V2.format(upcaster=""))
+    env = {"PYTHONPATH": f"{root}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    args = ["-m", "workflow", "recover", str(db), "--workflow", f"{MODULE}:Flow", "--check"]
+    proc = subprocess.run(
+        [sys.executable, *args, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    (row,) = json.loads(proc.stdout)
+    assert row["outcome"] == "incompatible"
+    assert any("no upcaster turns version 1" in p["message"] for p in row["problems"]), row
+    text = subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert "incompatible" in text.stdout
+    assert "@upcaster(Question, from_version=1)" in text.stdout
+    # With an upcaster the same command resumes and finishes it.
+    _write(root, MODULE, V2.format(upcaster=UPCASTER))
+    done = subprocess.run(
+        [sys.executable, *args, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)
+    assert (row["outcome"], row["status"], row["result"]) == ("resumed", "finished", "hi/en")
+
+
+# -- the codec alone ---------------------------------------------------------------------------
+
+
+def test_unversioned_classes_are_written_as_before() -> None:
+    @dataclasses.dataclass
+    class Plain:
+        a: int
+
+    codec = Codec()
+    codec.register(Plain)
+    assert class_version(Plain) == 1
+    text = codec.encode(Plain(1))
+    assert '"c":"tests.test_deploying:test_unversioned_classes_are_written_as_before.' in text
+    assert "@" not in text
+    assert split_version("m:C") == ("m:C", 1)
+    assert split_version("m:C@12") == ("m:C", 12)
+    with pytest.raises(ValueError, match="bad version"):
+        split_version("m:C@x")
+
+
+def test_upcasters_chain_one_version_at_a_time_and_never_change_the_stored_dump() -> None:
+    @dataclasses.dataclass
+    class Item:
+        name: str
+        tags: list[str]
+
+    old = Codec()
+    old.register(Item)
+    v1 = old.dump(Item("a", ["x"]))
+
+    @dataclasses.dataclass
+    class Item:  # type: ignore[no-redef]
+        __version__ = 3
+        title: str
+        tags: list[str]
+        count: int
+
+    new_item: Any = Item  # the class of version 3, as mypy sees it
+    calls: list[int] = []
+
+    @upcaster(Item, from_version=1)
+    def _v1(f: dict[str, Any]) -> dict[str, Any]:
+        calls.append(1)
+        f["title"] = f.pop("name")
+        f["tags"].append("v1")
+        return f
+
+    @upcaster(Item, from_version=2)
+    def _v2(f: dict[str, Any]) -> dict[str, Any]:
+        calls.append(2)
+        return {**f, "count": len(f["tags"])}
+
+    new = Codec()
+    new.register(Item)
+    kept = json.dumps(v1)
+    assert new.load(v1) == new_item("a", ["x", "v1"], 2)
+    assert json.dumps(v1) == kept  # the upcaster's change of a list did not reach the dump
+    assert calls == [1, 2]
+    v3 = new.dump(new_item("b", [], 0))
+    assert v3["c"].endswith("@3")
+    v2 = {**v3, "c": v3["c"][:-2] + "@2", "v": {"title": "b", "tags": ["y"]}}
+    assert new.load(v2) == new_item("b", ["y"], 1)
+
+
+def test_bad_versions_and_upcasters_are_refused_clearly() -> None:
+    @dataclasses.dataclass
+    class Thing:
+        __version__ = 2
+        a: int
+
+    with pytest.raises(ValueError, match=r"from_version must be 1\.\.1"):
+        upcaster(Thing, from_version=2)
+
+    @upcaster(Thing, from_version=1)
+    def _one(f: dict[str, Any]) -> dict[str, Any]:
+        return f
+
+    with pytest.raises(ValueError, match="already has an upcaster from version 1"):
+        upcaster(Thing, from_version=1)(lambda f: f)
+
+    codec = Codec()
+    codec.register(Thing)
+    newer = codec.dump(Thing(1))
+    newer["c"] = newer["c"].replace("@2", "@5")
+    with pytest.raises(UpcastError, match="newer than this code's") as err:
+        codec.load(newer)
+    assert (err.value.stored, err.value.current) == (5, 2)
+
+    @dataclasses.dataclass
+    class Odd:
+        __version__ = "2"
+        a: int
+
+    with pytest.raises(TypeError, match="should be an int >= 1"):
+        class_version(Odd)
