@@ -28,6 +28,8 @@ A run that takes longer than the cap (``--cap``, default 120 s; it bounds each p
 killed and shown as "skipped: >T s"; its later repetitions and larger sizes are not tried.
 A run that fails is shown with its error. Bytes are ours only (LlamaIndex keeps nothing):
 the store file (db + wal, closed), per step, and the records' JSON per step.
+Ours is also shown as process CPU time per step (all threads, user and system, over the
+same span as the wall time), beside the floor's: the figure a loaded machine distorts least.
 
 Quick mode: N = 20, K = 10, scale N = 50, the peers only if their venv exists (never
 installed then); ``BENCH_PEERS=off`` leaves LlamaIndex out in any mode. Writes
@@ -258,6 +260,10 @@ def _us(cell: Cell, case: Case) -> str:
     return text if cell.stopped is None else f"{text}; then {cell.stopped}"
 
 
+def _cpu_us(cell: Cell, case: Case) -> list[float]:
+    return [o["cpu_s"] / case.steps() * 1e6 for o in cell.outs if o.get("cpu_s") is not None]
+
+
 def speedups(ours: Cell, llama: Cell | None) -> list[float]:
     """LlamaIndex's time over ours, per repetition (each pair measured side by side)."""
     if llama is None:
@@ -340,6 +346,7 @@ class Report:
                     case.workload,
                     names[case.workload],
                     _us(ours, case),
+                    _cell(_cpu_us(ours, case), fmt_num),
                     _us(llama, case) if llama is not None else "—",
                     _ratio(speedups(ours, llama)),
                     *_bytes_cells(ours, case),
@@ -440,8 +447,15 @@ class Report:
             ("one transaction of those 5 rows (file, WAL, synchronous=NORMAL)", "commit_us"),
             ("**the floor**: all three, per step", "floor_us"),
         ]
+        cpu = [f["floor_cpu_us"] for f in self.floors if "floor_cpu_us" in f]
         rows: list[list[Any]] = [
-            [what, _cell([f[key] for f in self.floors], fmt_num), ""] for what, key in parts
+            [
+                what,
+                _cell([f[key] for f in self.floors], fmt_num),
+                _cell(cpu, fmt_num) if key == "floor_us" else "",
+                "",
+            ]
+            for what, key in parts
         ]
         base_n = min(c.size for c in self.cases if c.section == "spellings")
         case = self.case("append", base_n)
@@ -459,6 +473,7 @@ class Report:
             [
                 f"ours, in-place `append` loop, N={base_n:,} (section 1)",
                 _cell(us, fmt_num),
+                _cell(_cpu_us(ours, case), fmt_num),
                 f"{_ratio(over)} the floor; {verdict}",
             ]
         )
@@ -473,6 +488,7 @@ class Report:
             "workload",
             "code",
             "ours µs/step",
+            "ours CPU µs/step",
             "LlamaIndex µs/step",
             "LlamaIndex time / ours",
             "ours bytes (file)",
@@ -531,7 +547,10 @@ class Report:
                 self.scale_rows(),
             ),
             "\n## 5. The design floor of a step, measured in this run (`benchmarks/_floor.py`)\n",
-            _md_table(["what", "µs/step", ""], self.floor_rows()),
+            "CPU is the process's CPU time (all threads, user and system) over the same span:"
+            " on a shared machine it is what the wall time would be without waiting for a"
+            " core.\n",
+            _md_table(["what", "µs/step", "CPU µs/step", ""], self.floor_rows()),
             "\n## Goals (issue 17)\n",
             _md_table(
                 ["goal", "met (value)"],
@@ -554,6 +573,7 @@ class Report:
                     "system": system,
                     "seconds": _stat(cell.seconds),
                     "us_per_step": _stat([s / case.steps() * 1e6 for s in cell.seconds]),
+                    "cpu_us_per_step": _stat(_cpu_us(cell, case)),
                     "stopped": cell.stopped,
                     **{k: _stat([o[k] for o in cell.outs if k in o]) for k in keys},
                     "collector_max_attempt": _stat(
@@ -561,8 +581,10 @@ class Report:
                     ),
                 }
             )
-        parts = ("queue_us", "encode_us", "commit_us", "floor_us")
-        out.append({"section": "floor"} | {k: _stat([f[k] for f in self.floors]) for k in parts})
+        parts = ("queue_us", "encode_us", "commit_us", "floor_us", "floor_cpu_us")
+        out.append(
+            {"section": "floor"} | {k: _stat([f[k] for f in self.floors if k in f]) for k in parts}
+        )
         out += [{"section": "goal"} | g for g in self.goals]
         return out
 

@@ -23,7 +23,7 @@ from ._backend import Backend, Busy
 from ._errors import StoreUnavailableError, WriterFailedError
 from ._writer import BatchWriter, Op
 
-__all__ = ["INLINE_BUSY_MS", "LAZY_FLUSH_S", "Committer"]
+__all__ = ["INLINE_BUSY_MS", "LAZY_FLUSH_S", "Committer", "Then"]
 
 T = TypeVar("T")
 
@@ -34,6 +34,8 @@ LAZY_FLUSH_S: Final = 0.05
 INLINE_BUSY_MS: Final = 20
 
 _AnyFuture = asyncio.Future[Any] | concurrent.futures.Future[Any]
+# Told an operation's outcome (ok, then its result or exception) on the submitter's loop.
+Then = Callable[[bool, Any], None]
 
 
 @dataclass(slots=True)
@@ -41,20 +43,35 @@ class _Item:
     op: Op
     future: _AnyFuture | None
     loop: asyncio.AbstractEventLoop | None
+    then: Then | None = None
 
 
 _STOP: Final = _Item(lambda w: None, None, None)
 _LAZY: Final = object()  # a wake-up for lazy items: the writer may wait a little for more
 
+# One settled async operation: its future, its ``then``, ok, and its result or exception.
+_Settled = tuple[asyncio.Future[Any], Then | None, bool, Any]
 
-def _resolve(batch: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
-    for fut, ok, value in batch:
+
+def _resolve(batch: list[_Settled]) -> None:
+    # In commit order: each ``then`` runs before the futures' waiters (woken through the
+    # loop's queue) can go on, so what they see includes every commit of the batch.
+    for fut, then, ok, value in batch:
         if fut.done() or fut.get_loop().is_closed():
             continue  # nobody can be waiting for it any more
+        if then is not None:
+            try:
+                then(ok, value)
+            except Exception as exc:  # as a done-callback's would be: reported, not fatal
+                fut.get_loop().call_exception_handler(
+                    {"message": "exception in a commit's then callback", "exception": exc}
+                )
         if ok:
             fut.set_result(value)
         else:
             fut.set_exception(value)
+            if then is not None:
+                fut.exception()  # then was told: not an exception nobody retrieved
 
 
 class Committer:
@@ -195,14 +212,14 @@ class Committer:
 
     @staticmethod
     def _settle(items: Sequence[_Item], outcomes: Sequence[tuple[bool, Any]]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Settled]] = {}
         for item, (ok, value) in zip(items, outcomes, strict=True):
             fut = item.future
             if fut is None:
                 continue
             if isinstance(fut, asyncio.Future):
                 assert item.loop is not None
-                by_loop.setdefault(item.loop, []).append((fut, ok, value))
+                by_loop.setdefault(item.loop, []).append((fut, item.then, ok, value))
             elif ok:
                 fut.set_result(value)
             else:
@@ -215,12 +232,18 @@ class Committer:
     # ------------------------------------------------------------------ submitting
 
     def submit_async(
-        self, op: Callable[[BatchWriter], T], *, lazy: bool = False
+        self, op: Callable[[BatchWriter], T], *, lazy: bool = False, then: Then | None = None
     ) -> asyncio.Future[T]:
-        """Queues ``op`` from async code; the future resolves once its batch is durable."""
+        """Queues ``op`` from async code; the future resolves once its batch is durable.
+
+        ``then``, if given, is called with (ok, result or exception) on the loop just
+        before the future resolves (not if it was cancelled): in commit order, with no
+        loop iteration of its own, unlike a done-callback. A failure told to ``then``
+        counts as retrieved: a future nobody awaits logs nothing.
+        """
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
-        item = _Item(op, fut, loop)
+        item = _Item(op, fut, loop, then)
         if not self._uses_inline(loop):
             self._check_writable()
             queued = self._handover.get(loop)
@@ -238,8 +261,15 @@ class Committer:
             self._flush_scheduled = True
             loop.call_soon(self.flush_inline)
         elif self._lazy_handle is None:
-            self._lazy_handle = loop.call_later(LAZY_FLUSH_S, self.flush_inline)
+            # Armed once and left to run out (not cancelled by the flushes before it): it
+            # flushes whatever lazy items wait then, each no later than its deadline.
+            self._lazy_handle = loop.call_later(LAZY_FLUSH_S, self._lazy_due)
         return fut
+
+    def _lazy_due(self) -> None:
+        self._lazy_handle = None
+        if self._pending and not self._flush_scheduled:
+            self.flush_inline()
 
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
         """Gives the writer thread what the loop's tasks queued in this iteration."""
@@ -250,7 +280,7 @@ class Committer:
         try:
             self._enqueue_all(items, lazy=lazy)
         except Exception as exc:  # the store was closed, or its writer failed, meanwhile
-            _resolve([(i.future, False, exc) for i in items])  # type: ignore[misc]
+            _resolve([(i.future, i.then, False, exc) for i in items])  # type: ignore[misc]
 
     def submit_sync(self, op: Callable[[BatchWriter], T]) -> T:
         """Runs ``op`` from synchronous code on the writer thread; blocks until durable."""
@@ -266,15 +296,13 @@ class Committer:
             return True
         if bound is None or (bound.is_closed() and not self._pending):
             self._inline_loop = loop
+            self._lazy_handle = None  # a closed loop's timer never runs
             return True
         return False
 
     def flush_inline(self) -> None:
         """Writes what the event loop's tasks queued, on the loop's own thread."""
         self._flush_scheduled = False
-        if self._lazy_handle is not None:
-            self._lazy_handle.cancel()
-            self._lazy_handle = None
         items, self._pending = self._pending, []
         if not items:
             return
@@ -298,7 +326,10 @@ class Committer:
             self.operations += len(items)
             self.transactions += 1
         _resolve(
-            [(item.future, ok, value) for item, (ok, value) in zip(items, outcomes, strict=True)]  # type: ignore[misc]
+            [
+                (item.future, item.then, ok, value)  # type: ignore[misc]
+                for item, (ok, value) in zip(items, outcomes, strict=True)
+            ]
         )
 
     # ------------------------------------------------------------------ closing
@@ -307,6 +338,9 @@ class Committer:
         """Writes what is queued, stops the writer thread and closes the write connections."""
         if self._pending:
             self.flush_inline()
+        if self._lazy_handle is not None:
+            self._lazy_handle.cancel()
+            self._lazy_handle = None
         if self._inline_writer is not None:
             self._inline_writer.close()
         for loop in list(self._handover):

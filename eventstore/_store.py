@@ -12,7 +12,7 @@ from typing import Any, Final, Literal
 
 from . import _sql
 from ._backend import Backend, Connection
-from ._committer import Committer
+from ._committer import Committer, Then
 from ._errors import (
     LogCorruptedError,
     ReadOnlyStoreError,
@@ -146,25 +146,32 @@ class EventStore:
 
     # ------------------------------------------------------------------ writing
 
-    def submit(self, commit: Commit, *, lazy: bool = False) -> asyncio.Future[AppendResult]:
+    def submit(
+        self, commit: Commit, *, lazy: bool = False, then: Then | None = None
+    ) -> asyncio.Future[AppendResult]:
         """Queues a commit from async code; the future resolves once it is durable.
 
         ``lazy=True`` lets the commit wait (briefly) for the next one to share its
-        transaction: for records that only say work began.
+        transaction: for records that only say work began. ``then(ok, result or
+        exception)`` is called on the loop just before the future resolves, in commit
+        order (cheaper than a done-callback, which costs a loop iteration of its own).
         """
-        return self._committer.submit_async(lambda w: w.append(commit), lazy=lazy)
+        return self._committer.submit_async(lambda w: w.append(commit), lazy=lazy, then=then)
 
     def submit_many(
-        self, commits: Sequence[Commit], *, lazy: bool = False
+        self, commits: Sequence[Commit], *, lazy: bool = False, then: Then | None = None
     ) -> asyncio.Future[list[AppendResult]]:
         """Queues several commits, in order, as one operation: all are written or none.
 
         Each stays a commit of its own (its own seqs and commit boundary); the future
-        resolves with their results once they are durable. One submission instead of one
-        per commit, for an executor that records a dequeue and an attempt's start at once.
+        resolves with their results once they are durable (``then`` as for
+        :meth:`submit`). One submission instead of one per commit, for an executor that
+        records a dequeue and an attempt's start at once.
         """
         batch = list(commits)
-        return self._committer.submit_async(lambda w: [w.append(c) for c in batch], lazy=lazy)
+        return self._committer.submit_async(
+            lambda w: [w.append(c) for c in batch], lazy=lazy, then=then
+        )
 
     async def append(self, commit: Commit) -> AppendResult:
         """Appends a commit atomically; returns its seqs once it is durable.

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
 import stat
 import threading
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 
@@ -178,6 +180,51 @@ async def test_lazy_commit_is_flushed_on_its_own(store: EventStore) -> None:
     await store.append(Commit("r1", [rec("run_started", None)], create=NewRun()))
     res = await asyncio.wait_for(store.submit(Commit("r1", [rec("dequeued")]), lazy=True), 5)
     assert res.last_seq == 2
+
+
+async def test_a_lazy_commit_after_a_flush_is_still_written_on_its_own(
+    store: EventStore,
+) -> None:
+    """A lazy commit queued after an earlier lazy one rode with a flush is written too."""
+    await store.append(Commit("r1", [rec("run_started", None)], create=NewRun()))
+    store.submit(Commit("r1", [rec("dequeued")]), lazy=True)
+    await store.append(Commit("r1", [rec("step_finished")]))
+    res = await asyncio.wait_for(store.submit(Commit("r1", [rec("again")]), lazy=True), 5)
+    assert res.last_seq == 4
+
+
+@pytest.mark.parametrize("durability", ["normal", "full"])
+async def test_then_is_told_each_outcome_in_commit_order_before_waiters(
+    tmp_path: Path, durability: Literal["normal", "full"]
+) -> None:
+    """then(ok, value) runs for each commit in commit order, before any waiter goes on; a
+    failure it was told is not reported as an exception nobody retrieved."""
+    told: list[tuple[bool, Any]] = []
+    unretrieved: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: unretrieved.append(ctx))
+
+    def refuse() -> None:
+        raise ConcurrencyError("refused by check", run_id="r1")
+
+    with EventStore(tmp_path / "then.db", durability=durability) as store:
+        await store.append(Commit("r1", [rec("run_started", None)], create=NewRun()))
+
+        def tell(ok: bool, value: Any) -> None:
+            told.append((ok, value))
+
+        store.submit(Commit("r1", [rec("a")]), lazy=True, then=tell)
+        store.submit(Commit("r1", [rec("b")], check=refuse), then=tell)
+        last = store.submit_many([Commit("r1", [rec("c")]), Commit("r1", [rec("d")])], then=tell)
+        results = await last
+        assert len(told) == 3  # every then ran before this waiter went on
+        assert [ok for ok, _ in told] == [True, False, True]
+        assert told[0][1].last_seq == 2
+        assert isinstance(told[1][1], ConcurrencyError)
+        assert told[2][1] == results
+        assert [r.kind for r in store.records("r1")] == ["run_started", "a", "c", "d"]
+    told.clear()  # the refusal's traceback holds the futures: let them go
+    gc.collect()
+    assert unretrieved == []
 
 
 def test_read_ranges_kinds_and_pages(store: EventStore) -> None:

@@ -481,21 +481,17 @@ class Executor(ContextChanges, WaitsAndInbox):
     def _submit(
         self, records: list[Record], *, lazy: bool = False, **kw: Any
     ) -> asyncio.Future[Any]:
-        fut = self.store.submit(self._commit(records, **kw), lazy=lazy)
-        # Registered before anyone awaits the future, so commits are absorbed in seq order
-        # and before the code that waits for them goes on.
-        fut.add_done_callback(lambda f: self._absorb(records, f))
-        return fut
+        def absorb(ok: bool, res: Any) -> None:
+            """Keeps a durable commit to fold into the executor's copy of the folded state.
 
-    def _absorb(self, records: list[Record], fut: asyncio.Future[Any]) -> None:
-        """Keeps a durable commit to fold into the executor's copy of the folded state.
+            Folded lazily (:attr:`_folded`): only a snapshot and recovery read that copy, so
+            a commit costs its fold once per snapshot's worth of records, not a fold each.
+            """
+            if ok:
+                self._keep(records, res)
 
-        Folded lazily (:attr:`_folded`): only a snapshot and recovery read that copy, so a
-        commit costs its fold once per snapshot's worth of records, not a fold call each.
-        """
-        if fut.cancelled() or fut.exception() is not None:
-            return
-        self._keep(records, fut.result())
+        # Absorbed in seq order, before the code that waits for the commit goes on.
+        return self.store.submit(self._commit(records, **kw), lazy=lazy, then=absorb)
 
     def _keep(self, records: list[Record], res: Any) -> None:
         self._unfolded.append((records, res))
@@ -546,36 +542,28 @@ class Executor(ContextChanges, WaitsAndInbox):
         return fut
 
     def _lazy(self, records: list[Record]) -> None:
-        fut = self.store.submit(self._commit(records), lazy=True)
-        fut.add_done_callback(lambda f: self._lazy_done(records, f))
+        def done(ok: bool, res: Any) -> None:
+            if ok:
+                self._keep(records, res)
+            elif not self._closing:
+                self._end_with(res)
+
+        self.store.submit(self._commit(records), lazy=True, then=done)
 
     def _lazy_pair(self, first: list[Record], second: list[Record]) -> None:
         """Two commits that only say work began (a dequeue, an attempt's start), submitted
         as one operation: one future and one callback for both."""
-        fut = self.store.submit_many([self._commit(first), self._commit(second)], lazy=True)
 
-        def done(f: asyncio.Future[Any]) -> None:
-            if f.cancelled():
-                return
-            exc = f.exception()
-            if exc is not None:
+        def done(ok: bool, res: Any) -> None:
+            if not ok:
                 if not self._closing:
-                    self._end_with(exc)
+                    self._end_with(res)
                 return
-            a, b = f.result()
+            a, b = res
             self._keep(first, a)
             self._keep(second, b)
 
-        fut.add_done_callback(done)
-
-    def _lazy_done(self, records: list[Record], fut: asyncio.Future[Any]) -> None:
-        if fut.cancelled():
-            return
-        exc = fut.exception()
-        if exc is None:
-            self._absorb(records, fut)
-        elif not self._closing:
-            self._end_with(exc)
+        self.store.submit_many([self._commit(first), self._commit(second)], lazy=True, then=done)
 
     async def append(self, records: list[Record], **kw: Any) -> int:
         res = await self._submit(records, **kw)

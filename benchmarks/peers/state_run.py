@@ -8,7 +8,8 @@
   peers venv.
 
 ``SIZE`` is N (steps of a loop) or K (events of the fan-out). Output: ``seconds`` (``run``
-to result, and for ours every record written), ``import_s``; for ours also ``bytes`` (db +
+to result, and for ours every record written), ``cpu_s`` (the process's CPU time over the
+same span: all threads, user and system), ``import_s``; for ours also ``bytes`` (db +
 wal with the store closed), ``payload_bytes`` (the records' JSON), ``records`` and
 ``payload`` per kind, ``conflicts`` (``step_conflicted`` records), ``collector_attempts``
 and ``collector_max_attempt`` (``step_started`` of the fan-in's ``gather`` step).
@@ -67,16 +68,18 @@ async def _run(engine: str, workload: str, size: int, db: str | None) -> dict[st
     flow, arg, per = state_flows.WORKLOADS[workload]
     wf: Any = flow(store=db, timeout=None) if engine == "workflow" else flow(timeout=None)
     imported = time.perf_counter()
+    cpu = time.process_time()
     handler = wf.run(**{arg: size})
     result = await handler
     if engine == "workflow":
         await wf.store.flush()
     seconds = time.perf_counter() - imported
+    cpu_s = time.process_time() - cpu
     expected = size * per
     if result != expected:
         msg = f"{workload} returned {result!r}, expected {expected}"
         raise AssertionError(msg)
-    out: dict[str, Any] = {"seconds": seconds, "import_s": imported - _START}
+    out: dict[str, Any] = {"seconds": seconds, "cpu_s": cpu_s, "import_s": imported - _START}
     if engine == "workflow":
         try:
             out |= _log_stats(wf, handler.run_id)
