@@ -178,7 +178,8 @@ asyncio.run(main())
 
 def test_cancel_a_run_another_process_executes(tmp_path: Path) -> None:
     """A run executing in another process is cancelled from outside: the step it was in
-    finishes afterwards, but its commit never lands, and that process ends with an error."""
+    finishes afterwards, but its commit never lands, and that process's handler raises
+    WorkflowCancelledByUser, as for a cancel of its own (not "lost the run")."""
     db, started, gate = tmp_path / "live.db", tmp_path / "started", tmp_path / "gate"
     script = tmp_path / "gated.py"
     script.write_text(GATED)
@@ -203,8 +204,8 @@ def test_cancel_a_run_another_process_executes(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert stdout.startswith("ERROR"), (stdout, stderr)
-    assert "lost the run" in stdout
+    assert stdout.startswith("ERROR WorkflowCancelledByUser"), (stdout, stderr)
+    assert "was cancelled" in stdout
     kinds = [r["kind"] for r in json.loads(ok("history", db, "live", "--json"))]
     assert kinds[-1] == "run_cancelled"
     assert "step_finished" not in kinds

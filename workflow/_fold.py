@@ -394,13 +394,6 @@ def _run_failed(s: Folded, r: StoredRecord, p: J.RunFailed) -> None:
     s.error = {"step": r.step, "error": p.get("error"), "message": p.get("message")}
 
 
-def _run_resumed(s: Folded, r: StoredRecord, p: J.RunResumed) -> None:
-    s.status = "running"
-    s.error = None
-    if p.get("previous") == "timed_out":
-        s.exec_us = 0  # resuming a timed-out run starts a fresh timeout budget
-
-
 def _status(status: str) -> Callable[[Folded, StoredRecord, Any], None]:
     def apply(s: Folded, r: StoredRecord, p: Any) -> None:
         s.status = status
@@ -427,6 +420,8 @@ def rename_steps(s: Folded, renamed: Mapping[str, str]) -> None:
 def _run_resumed(s: Folded, r: StoredRecord, p: J.RunResumed) -> None:
     s.status = "running"
     s.error = None
+    if p.get("previous") == "timed_out":
+        s.exec_us = 0  # resuming a timed-out run starts a fresh timeout budget
     renamed = p.get("renamed")
     if renamed:
         rename_steps(s, renamed)

@@ -1182,9 +1182,26 @@ class Executor(ContextChanges, WaitsAndInbox):
         if isinstance(exc, _Sealed):
             return  # the run already ended; the commit that lost the race is moot
         if isinstance(exc, ConcurrencyError) and not isinstance(exc, _Conflict):
+            if self._cancelled_elsewhere():
+                # `workflow cancel` (or another process's cancel) took the run over to end
+                # it: this handler's run was cancelled, not lost to another executor.
+                self.status = "cancelled"
+                self._close(exc=WorkflowCancelledByUser(f"run {self.run_id!r} was cancelled"))
+                return
             exc = RunLostError(self.run_id, str(exc))
         self.status = "failed"
         self._close(exc=exc)
+
+    def _cancelled_elsewhere(self) -> bool:
+        """Whether the run's log ends with a ``run_cancelled`` another process appended."""
+        try:
+            last = self.store.last_seq(self.run_id)
+            if last is None:
+                return False
+            tail = list(self.store.records(self.run_id, after=int(last) - 1))
+        except EventStoreError:
+            return False
+        return bool(tail) and tail[-1].kind == "run_cancelled"
 
     def _last_event(self, exc: BaseException) -> StopEvent | None:
         """The stream's last event for a run that ended with ``exc`` (as LlamaIndex's)."""
