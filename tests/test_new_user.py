@@ -260,3 +260,62 @@ async def test_send_refuses_what_is_not_an_event(tmp_path: Path) -> None:
     with pytest.raises(WorkflowRuntimeError, match="send takes an Event, not dict"):
         wf.send(run_id, {"response": "x"})  # type: ignore[arg-type]
     assert wf.store.inbox(run_id) == []
+
+
+STRANDING_V1 = """
+from workflow import Event, StartEvent, StopEvent, Workflow, step
+
+class Mid(Event):
+    n: int = 1
+
+class Flow(Workflow):
+    @step
+    async def start(self, ev: StartEvent) -> Mid:
+        return Mid()
+
+    @step
+    async def finish(self, ev: Mid) -> StopEvent:
+        raise RuntimeError("v1 fails here")
+"""
+
+STRANDING_V2 = """
+from workflow import Event, StartEvent, StopEvent, Workflow, step
+
+class Mid(Event):
+    n: int = 1
+
+class Flow(Workflow):
+    @step
+    async def start(self, ev: StartEvent) -> StopEvent:
+        return StopEvent(result="v2")
+"""
+
+
+def test_cli_resume_of_stranded_work_names_its_flag(tmp_path: Path) -> None:
+    """`workflow resume` of a run whose pending work has no step now says to pass
+    --allow-stranded (the command's own flag, not the Python keyword), and that flag
+    proceeds."""
+    db = tmp_path / "runs.db"
+    for version, text in (("v1", STRANDING_V1), ("v2", STRANDING_V2)):
+        (tmp_path / version).mkdir()
+        (tmp_path / version / "stranding.py").write_text(text)
+
+    def workflow_cli(version: str, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PYTHONPATH": str(tmp_path / version)}
+        return subprocess.run(
+            [sys.executable, "-m", "workflow", *args, "--workflow", "stranding:Flow"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    ran = workflow_cli("v1", "run", str(db), "--run-id", "r1")
+    assert "v1 fails here" in ran.stdout + ran.stderr
+    refused = workflow_cli("v2", "resume", str(db), "r1")
+    assert refused.returncode == 1, refused
+    assert "pass --allow-stranded to proceed" in refused.stderr
+    assert "allow_stranded=True" not in refused.stderr
+    proceeded = workflow_cli("v2", "resume", str(db), "r1", "--allow-stranded", "--timeout", "1")
+    assert "stranded" not in proceeded.stderr, proceeded.stderr

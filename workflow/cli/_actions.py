@@ -225,6 +225,12 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
 @_workflow_required
 @_sets_option
 @click.option("--cancelled", is_flag=True, help="Also continue a cancelled run.")
+@click.option(
+    "--allow-stranded",
+    is_flag=True,
+    help="Continue even though some of the run's pending work has no step to take it now"
+    " (that work is left undone).",
+)
 @_timeout_option
 @json_option
 def resume(
@@ -233,6 +239,7 @@ def resume(
     workflow_spec: str,
     sets: tuple[str, ...],
     cancelled: bool,
+    allow_stranded: bool,
     timeout: float | None,
     as_json: bool,
 ) -> None:
@@ -242,8 +249,10 @@ def resume(
     updates = {k: wf._codec.load(v) for k, v in raw.items()}
 
     async def go() -> tuple[str, Any]:
-        with _recorded_by_other(run):
-            handler = wf.resume(run, updates=updates or None, cancelled=cancelled)
+        with _recorded_by_other(run, "--allow-stranded"):
+            handler = wf.resume(
+                run, updates=updates or None, cancelled=cancelled, allow_stranded=allow_stranded
+            )
         return await _outcome(handler, wf.store)
 
     try:
@@ -255,13 +264,20 @@ def resume(
 
 
 @contextlib.contextmanager
-def _recorded_by_other(run_id: str) -> Iterator[None]:
+def _recorded_by_other(run_id: str, stranded_flag: str | None = None) -> Iterator[None]:
     """Says which ``--workflow`` to pass when the run is another workflow class's."""
     try:
         yield
     except WorkflowChangedError as exc:
-        if not exc.recorded_by:
+        if not exc.recorded_by and stranded_flag is None:
             raise
+        if not exc.recorded_by:
+            msg = (
+                f"run {run_id!r} cannot continue with this workflow:"
+                f" {'; '.join(exc.problems)}; pass {stranded_flag} to proceed and leave that"
+                " work undone"
+            )
+            raise WorkflowRuntimeError(msg) from None
         msg = (
             f"run {run_id!r} was recorded by {exc.recorded_by}, and this workflow cannot"
             f" continue it ({'; '.join(exc.problems)}): pass --workflow {exc.recorded_by}"
