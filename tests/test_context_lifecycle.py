@@ -656,3 +656,29 @@ async def test_the_dict_says_whether_its_run_was_under_way(store: EventStore) ->
     async with asyncio.timeout(BOUND):
         assert await handler == "hello gu from you"
     assert handler.ctx.to_dict()["is_running"] is False
+
+
+class Counting(Workflow):
+    """A one-step run that counts its turns in the context."""
+
+    @step
+    async def a(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        turns = await ctx.store.get("turns", default=0) + 1
+        await ctx.store.set("turns", turns)
+        return StopEvent(result=turns)
+
+
+@pytest.mark.parametrize("include_state", [True, False])
+async def test_a_finished_run_s_dict_in_another_store_runs_a_next_turn(
+    include_state: bool,
+) -> None:
+    """A dict of a finished run, restored on a store that lacks the run, and run with no
+    start fields, starts a next turn there (it used to import a run with nothing to do,
+    which idled until its timeout); without its state the turn starts from none."""
+    wf = Counting(store=None, timeout=10)
+    ctx: Context[Any] = Context(wf)
+    assert await wf.run(ctx=ctx) == 1
+    data = json.loads(json.dumps(ctx.to_dict(include_state=include_state)))
+    other = Counting(store=None, timeout=10)
+    restored: Context[Any] = Context.from_dict(other, data)
+    assert await asyncio.wait_for(other.run(ctx=restored), 10) == (2 if include_state else 1)

@@ -563,7 +563,8 @@ def run_with_context(
             imported.context.clear()
     handler: WorkflowHandler
     if imported is not None:
-        if starting:
+        if starting or imported.status == "finished":
+            # As for a finished run of this store: a new run linked to it (a next turn).
             start = wf._start_event(start_event, fields)
             handler = _run_linked(wf, _state_dumps(ctx, imported), start, origin, run_id)
         else:
@@ -687,6 +688,13 @@ def _run_imported(
 ) -> WorkflowHandler:
     """A new run that goes on from an imported state: its queued work runs, waits wait."""
     wf._check_stranded(origin[0] if origin else "(imported)", f, False)
+    if not (any(f.queues.values()) or any(f.in_progress.values()) or f.waiters):
+        # Nothing would ever run: refuse loudly rather than start a run that idles.
+        msg = (
+            f"this context's run (status {f.status!r}) has no work left to continue;"
+            " pass start fields to run(ctx=...) to start a new run from its state"
+        )
+        raise WorkflowRuntimeError(msg)
     records = _import_records(wf, f, origin)
     x, handler = _new_executor(wf, run_id)
     x._reasks = None  # its waits' questions are asked again, as on a resume
