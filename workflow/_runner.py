@@ -1193,15 +1193,11 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._close(exc=exc)
 
     def _cancelled_elsewhere(self) -> bool:
-        """Whether the run's log ends with a ``run_cancelled`` another process appended."""
+        """Whether another process cancelled the run (its runs row says so)."""
         try:
-            last = self.store.last_seq(self.run_id)
-            if last is None:
-                return False
-            tail = list(self.store.records(self.run_id, after=int(last) - 1))
+            return self.store.run(self.run_id).status == "cancelled"
         except EventStoreError:
             return False
-        return bool(tail) and tail[-1].kind == "run_cancelled"
 
     def _last_event(self, exc: BaseException) -> StopEvent | None:
         """The stream's last event for a run that ended with ``exc`` (as LlamaIndex's)."""
