@@ -32,7 +32,7 @@ from ._patch import apply_copied
 if TYPE_CHECKING:
     from eventstore import Codec
 
-    from ._context import Attempt
+    from ._attempt import Attempt
 
 __all__ = [
     "ABSENT",
@@ -258,7 +258,7 @@ class ContextChanges:
     committed: dict[str, Any]
     versions: dict[str, int]
     _wversions: dict[str, int]
-    _keylog: dict[str, list[int]]
+    keylog: dict[str, list[int]]
     _pins: dict[str, int]
     state_lock: asyncio.Lock
 
@@ -311,7 +311,7 @@ class ContextChanges:
                 continue
             if ch.ops is not None:
                 assert ch.ops_json is not None
-                log = self._keylog.get(ch.key)
+                log = self.keylog.get(ch.key)
                 if log is not None and log[1] + len(ch.ops_json) < max(log[0], MIN_FULL_BYTES):
                     rec = J.state_set_patch(step, ch.key, orjson.Fragment(ch.ops_json))
                     ch.size = len(rec.payload)
@@ -333,7 +333,7 @@ class ContextChanges:
             self.versions[key] = seq
             if ch.deleted:
                 self.committed.pop(key, None)
-                self._keylog.pop(key, None)
+                self.keylog.pop(key, None)
                 continue
             size = ch.size
             if ch.ops is not None:
@@ -342,11 +342,11 @@ class ContextChanges:
                     # Another live attempt reads this value: never change it under it.
                     current = copy.deepcopy(current)
                 self.committed[key] = apply(current, ch.ops)
-                log = self._keylog.setdefault(key, [size, 0])
+                log = self.keylog.setdefault(key, [size, 0])
                 log[1] += size
             else:
                 self.committed[key] = ch.full  # plain: no view is ever written whole
-                self._keylog[key] = [size, 0]
+                self.keylog[key] = [size, 0]
 
     async def operator_update(
         self, updates: Mapping[str, Any], deletes: list[str] | None = None

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Container, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._context import Attempt
+from ._attempt import Attempt
 from ._errors import WorkflowRuntimeError
 
 if TYPE_CHECKING:

@@ -39,16 +39,10 @@ from eventstore import (
 )
 
 from . import _journal as J
+from ._attempt import Attempt, WaitSuspend, current_attempt
 from ._catch_error import StepFailedEvent
 from ._changes import ContextChanges, KeyChange, refused
-from ._context import (
-    COLLECT_PREFIX,
-    Attempt,
-    Context,
-    WaitSuspend,
-    current_attempt,
-    current_context,
-)
+from ._context import COLLECT_PREFIX, Context, current_context
 from ._errors import (
     RunAbandonedError,
     RunLostError,
@@ -170,7 +164,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         self.committed: dict[str, Any] = {}
         self.versions: dict[str, int] = {}
         self._wversions: dict[str, int] = {}
-        self._keylog: dict[str, list[int]] = {}
+        self.keylog: dict[str, list[int]] = {}
         self._pins: dict[str, int] = {}
         self.state_lock = asyncio.Lock()
         self.queues: dict[str, asyncio.Queue[Delivery]] = {
@@ -233,7 +227,7 @@ class Executor(ContextChanges, WaitsAndInbox):
     def reload(self, folded: Folded) -> None:
         """Starts over from a newer fold of the log (before any work was delivered)."""
         self.committed.clear()
-        self._keylog.clear()
+        self.keylog.clear()
         self.buffers.clear()
         self.waiters.clear()
         self.answers.clear()
@@ -253,7 +247,7 @@ class Executor(ContextChanges, WaitsAndInbox):
             except CodecError as exc:  # refused with the record named, before any work
                 msg = f"record seq {entry.seq} of run {f.run_id!r}: context key {key!r}: {exc}"
                 raise LogCorruptedError(msg, seq=entry.seq) from exc
-            self._keylog[key] = [entry.full_bytes, entry.patch_bytes]
+            self.keylog[key] = [entry.full_bytes, entry.patch_bytes]
         for buf, by_type in f.buffers.items():
             self.buffers[buf] = {t: [(e.id, load(e.dump)) for e in es] for t, es in by_type.items()}
         for wid, w in f.waiters.items():

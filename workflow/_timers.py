@@ -16,7 +16,7 @@ import asyncio
 import math
 from typing import Any, Final
 
-from ._context import Attempt, WaitSuspend
+from ._attempt import Attempt, WaitSuspend
 from ._errors import WorkflowRuntimeError
 from ._events import Event
 

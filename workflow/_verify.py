@@ -23,7 +23,7 @@ import orjson
 from eventstore import StoredRecord, UnknownClassError, class_name
 
 from . import _journal as J
-from ._context import Attempt, current_attempt
+from ._attempt import Attempt, current_attempt
 from ._diff import apply, materialize
 from ._errors import WorkflowRuntimeError
 from ._events import Event
@@ -290,7 +290,7 @@ class _Replay:
         self.graph = wf._graph
         self.committed = context
         self.versions: dict[str, int] = {}
-        self._keylog: dict[str, list[int]] = {}  # sizes of values: none known here
+        self.keylog: dict[str, list[int]] = {}  # sizes of values: none known here
         self.buffers: dict[str, dict[str, list[tuple[int, Event]]]] = {}
         self.answers: dict[str, Any] = {}
         self.state_lock = asyncio.Lock()

@@ -29,7 +29,7 @@ from ._fold import Failure
 if TYPE_CHECKING:
     from eventstore import Codec
 
-    from ._context import Attempt
+    from ._attempt import Attempt
     from ._graph import Graph
 
 __all__ = ["INBOX_POLL_S", "Delivery", "WaitInfo", "WaitsAndInbox"]

@@ -33,7 +33,7 @@ from eventstore import (
 from . import _journal as J
 from ._catch_error import catchers
 from ._changes import encode_updates
-from ._context import StateDict
+from ._context_store import StateDict
 from ._diff import register_views
 from ._errors import (
     RunFinishedError,
