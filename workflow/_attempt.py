@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from eventstore import class_name
+
 from ._diff import Tracker
 from ._events import Event
 
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from ._changes import KeyChange
     from ._retry import RetryClock
 
-__all__ = ["MISSING", "Attempt", "WaitSuspend", "Write", "current_attempt"]
+__all__ = ["MISSING", "Attempt", "WaitRequest", "WaitSuspend", "Write", "current_attempt"]
 
 # What a read finds where there is no value (never a value of the run's).
 MISSING: Any = object()
@@ -30,12 +32,29 @@ current_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar
 )
 
 
+@dataclass(frozen=True, slots=True)
+class WaitRequest:
+    """What an attempt waits for: ``wait_for_event``'s arguments, checked, or a durable
+    sleep's (``timeout`` its seconds, an ``awaited`` class nobody sends)."""
+
+    waiter_id: str
+    awaited: type[Event]
+    requirements: dict[str, Any]
+    timeout: float | None
+    waiter_event: Event | None = None  # the question streamed to ask for the answer
+
+    @property
+    def awaited_name(self) -> str:
+        """The awaited class's recorded name."""
+        return class_name(self.awaited)
+
+
 class WaitSuspend(BaseException):
     """Ends an attempt that waits for an event (a BaseException: user code must not catch it)."""
 
-    def __init__(self, waiter: dict[str, Any]) -> None:
-        self.waiter = waiter
-        super().__init__(waiter["waiter_id"])
+    def __init__(self, request: WaitRequest) -> None:
+        self.request = request
+        super().__init__(request.waiter_id)
 
 
 @dataclass(slots=True)

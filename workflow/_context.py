@@ -20,7 +20,7 @@ from typing_extensions import TypeVar
 
 from eventstore import EncodeError, class_name
 
-from ._attempt import MISSING, Attempt, WaitSuspend, current_attempt
+from ._attempt import MISSING, Attempt, WaitRequest, WaitSuspend, current_attempt
 from ._buffers import buffer_key, default_buffer_id
 from ._changes import refused
 from ._context_store import ContextStore, StoreHost
@@ -344,13 +344,7 @@ class Context(Generic[S]):
         if waiter_event is not None:
             att.keep_json(waiter_event, self._encode_event(waiter_event, "ctx.wait_for_event"))
         raise WaitSuspend(
-            {
-                "waiter_id": wid,
-                "awaited": event_type,
-                "requirements": dict(requirements or {}),
-                "timeout": timeout,
-                "waiter_event": waiter_event,
-            }
+            WaitRequest(wid, event_type, dict(requirements or {}), timeout, waiter_event)
         )
 
     async def memo(

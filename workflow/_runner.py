@@ -17,13 +17,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, cast
 
-import orjson
-
 from eventstore import (
     CodecError,
     Commit,
     ConcurrencyError,
-    EncodeError,
     EventStoreError,
     LogCorruptedError,
     NewRun,
@@ -41,7 +38,17 @@ from eventstore import (
 from . import _journal as J
 from ._attempt import Attempt, WaitSuspend, current_attempt
 from ._catch_error import StepFailedEvent
-from ._changes import ContextChanges, KeyChange, refused
+from ._changes import ContextChanges, KeyChange
+from ._commit import (
+    Outcome,
+    Planned,
+    Raised,
+    Returned,
+    Waited,
+    commit_of,
+    failure_record,
+    streamed_records,
+)
 from ._context import COLLECT_PREFIX, Context, current_context
 from ._errors import (
     RunAbandonedError,
@@ -101,18 +108,9 @@ _STORE_FAILURES: Final = (
 )
 
 
-# A durable commit of a returned attempt, for _took_effect: its changes, seq, event ids,
-# emitted events with their targets, deliveries, questions asked, and its StopEvent (id,
-# event, dump).
-_Written = tuple[
-    list[KeyChange],
-    int,
-    list[int],
-    list[tuple[Event, "str | None"]],
-    list[tuple[str, Delivery]],
-    list[Event],
-    "tuple[int, StopEvent, Any] | None",
-]
+# A durable commit of a returned attempt, for _took_effect: what it planned, its context
+# changes, and its seq.
+_Written = tuple[Planned, list[KeyChange], int]
 
 
 class _Sealed(ConcurrencyError):
@@ -658,33 +656,33 @@ class Executor(ContextChanges, WaitsAndInbox):
                 att.holds_lock = True
             try:
                 outcome = await self._invoke(spec, att)
-                if outcome[0] == "ok":
+                if isinstance(outcome, Returned):
                     try:
-                        written = await self._commit_success(att, outcome[1])
+                        written = await self._commit_success(att, outcome)
                     except _STORE_FAILURES:
                         raise
                     except Exception as err:
                         # What the attempt produced cannot be written (a value the log
                         # cannot hold, a commit the store refused): that is its failure.
-                        outcome = ("error", err, traceback.format_exc())
+                        outcome = Raised(err, traceback.format_exc())
                     else:
                         if written is not None:
-                            ended = outcome[1]
+                            ended = outcome.result
                             self._step_state(step, worker, StepState.NOT_RUNNING, d.event, ended)
                             self._took_effect(att, *written)
                             return
                         conflicts += 1
                         continue
-                if outcome[0] == "wait":
+                elif isinstance(outcome, Waited):
                     try:
-                        await self._commit_wait(att, outcome[1])
+                        await self._commit_wait(att, outcome.request)
                     except _STORE_FAILURES:
                         raise
                     except Exception as err:
-                        outcome = ("error", err, traceback.format_exc())
+                        outcome = Raised(err, traceback.format_exc())
                     else:
                         return
-                exc, tb = outcome[1], outcome[2]
+                exc = outcome.error
                 stale = self._stale(att)
                 if stale:
                     # It failed on reads that another attempt had already changed: that
@@ -698,8 +696,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                 recovery = None if delay is not None else self._recovery(att, exc, clock, elapsed)
                 await self._commit_failure(
                     att,
-                    exc,
-                    tb,
+                    outcome,
                     delay,
                     retry_at,
                     elapsed,
@@ -726,7 +723,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                     self.state_lock.release()
                 self._unpin(att)
 
-    async def _invoke(self, spec: StepSpec, att: Attempt) -> tuple[Any, ...]:
+    async def _invoke(self, spec: StepSpec, att: Attempt) -> Outcome:
         kwargs: dict[str, Any] = {spec.event_param: att.event}
         if spec.ctx_param is not None:
             kwargs[spec.ctx_param] = self.ctx
@@ -743,11 +740,11 @@ class Executor(ContextChanges, WaitsAndInbox):
                 # be interrupted, so if the run ends first its late outcome is dropped.
                 result = await asyncio.to_thread(spec.func, *args, **kwargs)
         except WaitSuspend as ws:
-            return ("wait", ws.waiter)
+            return Waited(ws.request)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            return ("error", exc, traceback.format_exc())
+            return Raised(exc, traceback.format_exc())
         finally:
             current_context.reset(ctx_token)
             current_attempt.reset(token)
@@ -756,50 +753,15 @@ class Executor(ContextChanges, WaitsAndInbox):
                 f"Step function {spec.name} returned {type(result).__name__} instead of an"
                 " Event instance."
             )
-            return ("error", wrong, "")
-        return ("ok", result)
+            return Raised(wrong, "")
+        return Returned(result)
 
     def _stale(self, att: Attempt) -> list[str]:
         w = self._wversions
         return [k for k, v in att.reads.items() if w.get(k, 0) != v]
 
     def _streamed(self, att: Attempt) -> list[Record]:
-        records = []
-        for e in att.streamed:
-            text = None if att.encoded is None else att.encoded.get(id(e))
-            if text is None:
-                text = self._event_json(e, "refused by ctx.write_event_to_stream")
-            records.append(J.streamed(att.step, att.event_id, att.attempt, text))
-        return records
-
-    def _event_json(self, ev: Event, how: str) -> orjson.Fragment:
-        """An event's JSON for a record, checked: what the log cannot hold is refused."""
-        try:
-            return orjson.Fragment(self.codec.encode(ev, name=type(ev).__name__))
-        except EncodeError as exc:
-            raise refused(exc, how) from None
-
-    def _event_dump(self, att: Attempt, ev: Event, returned: bool | None) -> Any:
-        """An event's dump for a record of the attempt's commit, which it returned, sent or
-        (``returned`` None) collected; its strings are checked as the record is serialized
-        (:meth:`_refuse_text`)."""
-        try:
-            return self.codec.dump(ev, name=type(ev).__name__)
-        except EncodeError as exc:
-            verb = "collected" if returned is None else "returned" if returned else "sent"
-            raise refused(exc, f"step {att.step!r} {verb} it") from None
-
-    def _refuse_text(
-        self, att: Attempt, emitted: list[tuple[Event, str | None]], result: Event | None
-    ) -> None:
-        """Raises the refusal of the event whose record orjson could not serialize."""
-        events = [(put[1], "collected") for _, _, put, _ in att.collects if put is not None]
-        events += [(ev, "returned" if ev is result else "sent") for ev, _ in emitted]
-        for ev, verb in events:
-            try:
-                self.codec.encode(ev, name=type(ev).__name__)
-            except EncodeError as exc:
-                raise refused(exc, f"step {att.step!r} {verb} it") from None
+        return streamed_records(self.codec, att)
 
     def _recovery(
         self, att: Attempt, exc: Exception, clock: RetryClock, elapsed: float
@@ -840,8 +802,7 @@ class Executor(ContextChanges, WaitsAndInbox):
     async def _commit_failure(
         self,
         att: Attempt,
-        exc: BaseException,
-        tb: str,
+        outcome: Raised,
         delay: float | None,
         retry_at: float | None,
         elapsed: float,
@@ -853,17 +814,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         same commit, so the handler's input and the recovery count are durable together.
         """
         extra = [] if recovery is None else [recovery]
-        failed = J.step_failed(
-            att.step,
-            att.event_id,
-            att.attempt,
-            exc,
-            tb,
-            delay is not None,
-            delay,
-            retry_at,
-            elapsed,
-        )
+        failed = failure_record(att, outcome, delay=delay, retry_at=retry_at, elapsed=elapsed)
         try:
             streamed = self._streamed(att)
         except CodecError:
@@ -874,16 +825,8 @@ class Executor(ContextChanges, WaitsAndInbox):
             raise
         except Exception:
             # Refused for its size or content: the failure alone, without its traceback.
-            bare = J.step_failed(
-                att.step,
-                att.event_id,
-                att.attempt,
-                exc,
-                "",
-                delay is not None,
-                delay,
-                retry_at,
-                elapsed,
+            bare = failure_record(
+                att, outcome, delay=delay, retry_at=retry_at, elapsed=elapsed, with_traceback=False
             )
             await self.append([bare, *extra])
 
@@ -893,79 +836,24 @@ class Executor(ContextChanges, WaitsAndInbox):
             [J.step_conflicted(att.step, att.event_id, att.attempt, shown), *self._streamed(att)]
         )
 
-    async def _commit_success(self, att: Attempt, result: Event | None) -> _Written | None:
+    async def _commit_success(self, att: Attempt, outcome: Returned) -> _Written | None:
         """Writes a returned attempt's commit; returns what :meth:`_took_effect` needs to
         make it take effect, or None when its reads went stale (it must re-run).
 
         When it raises, the commit was not written and nothing of it took effect.
         """
-        step = att.step
-        emitted: list[tuple[Event, str | None]] = list(att.sent)
-        if result is not None:
-            emitted.append((result, None))
         changes = self._key_changes(att)
-        records: list[Record] = []
-        ids: list[int] = []
-        deliveries: list[tuple[str, Delivery]] = []
-        stop: tuple[int, StopEvent, Any] | None = None
-        # Questions no step takes: streamed once this commit is durable, as it records them.
-        asked: list[tuple[Event, orjson.Fragment]] = []
-        body: list[Record] = self._state_records(step, changes)
-        dump = self.codec.dump
-        try:  # events are dumped (checked but for their strings) and serialized once, here
-            for _, buf, put, take in att.collects:
-                put_json: J.EventRef | None = None
-                if put is not None:
-                    put_json = {"id": put[0], "event": self._event_dump(att, put[1], None)}
-                body.append(J.collected(step, buf, put_json, take))
-            for ev, target in emitted:
-                ev_id = self.new_event_id()
-                ids.append(ev_id)
-                if isinstance(ev, StopEvent):
-                    if stop is None:
-                        stop = (ev_id, ev, self._event_dump(att, ev, ev is result))
-                    continue
-                if (
-                    isinstance(ev, InputRequiredEvent)
-                    and target is None
-                    and not self.graph.route(type(ev))
-                ):
-                    verb = "returned" if ev is result else "sent"
-                    asked.append((ev, self._event_json(ev, f"step {step!r} {verb} it")))
-                    continue
-                try:
-                    d = dump(ev)
-                except EncodeError:
-                    d = self._event_dump(att, ev, ev is result)  # raises, naming the event
-                targets = (target,) if target is not None else self.graph.route(type(ev))
-                if not targets:
-                    body.append(J.enqueued(None, ev_id, d, [att.event_id, att.attempt]))
-                    continue
-                for t in targets:
-                    body.append(J.enqueued(t, ev_id, d, [att.event_id, att.attempt]))
-                    deliveries.append((t, Delivery(ev_id, ev)))
-            records.append(
-                J.step_finished(
-                    att.step,
-                    att.event_id,
-                    att.attempt,
-                    ids,
-                    max(max(att.reads.values(), default=0), att.collect_base),
-                    att.answers_used,
-                )
-            )
-            records.extend(body)
-            records.extend(self._streamed(att))
-            # Recorded as streamed by this commit only: a conflicted or failed attempt never
-            # asked them.
-            records.extend(
-                J.streamed(att.step, att.event_id, att.attempt, text) for _, text in asked
-            )
-            if stop is not None:
-                records.append(J.run_finished(stop[2], stop[0]))
-        except orjson.JSONEncodeError:
-            self._refuse_text(att, emitted, result)
-            raise
+        first_id = self.next_id
+        # One id per emitted event, taken whether or not the commit is written.
+        self.next_id += len(att.sent) + (outcome.result is not None)
+        planned = commit_of(
+            att,
+            outcome,
+            self._state_records(att.step, changes),
+            codec=self.codec,
+            route=self.graph.route,
+            first_id=first_id,
+        )
         written = [c.key for c in changes]
         taken_keys = sorted({COLLECT_PREFIX + k for k, _ in att.taken})
         owners = [o for o in att.deps if not o.put_written]
@@ -998,10 +886,10 @@ class Executor(ContextChanges, WaitsAndInbox):
             await self.state_lock.acquire()
         try:
             seq = await self.append(
-                records,
+                planned.records,
                 check=check if att.reads or owners else None,
                 on_written=on_written if written or att.collects else None,
-                status="finished" if stop is not None else None,
+                status="finished" if planned.stop is not None else None,
             )
         except _Conflict as exc:
             await self._commit_conflict(att, exc.keys)
@@ -1009,18 +897,10 @@ class Executor(ContextChanges, WaitsAndInbox):
         finally:
             if hold:
                 self.state_lock.release()
-        return (changes, seq, ids, emitted, deliveries, [q for q, _ in asked], stop)
+        return planned, changes, seq
 
     def _took_effect(
-        self,
-        att: Attempt,
-        changes: list[KeyChange],
-        seq: int,
-        ids: list[int],
-        emitted: list[tuple[Event, str | None]],
-        deliveries: list[tuple[str, Delivery]],
-        asked: list[Event],
-        stop: tuple[int, StopEvent, Any] | None,
+        self, att: Attempt, planned: Planned, changes: list[KeyChange], seq: int
     ) -> None:
         """A returned attempt's commit is durable: now it takes effect.
 
@@ -1034,20 +914,20 @@ class Executor(ContextChanges, WaitsAndInbox):
             self._collects_done(att, committed=True, seq=seq)
         for wid in att.answers_used:
             self.answers.pop(wid, None)
-        for ev_id, (ev, target) in zip(ids, emitted, strict=True):
+        for ev_id, (ev, target) in zip(planned.ids, planned.emitted, strict=True):
             if (
                 target is None
                 and not isinstance(ev, StopEvent | InputRequiredEvent)
                 and not self.graph.route(type(ev))
             ):
                 self.park(ev_id, ev)  # it may answer a wait of another step
-        for step, d in deliveries:
-            self.deliver(step, d)
-        for ev in asked:
+        for step, ev_id, ev in planned.deliveries:
+            self.deliver(step, Delivery(ev_id, ev))
+        for ev in planned.asked:
             self.stream_now(ev, att)
         self._observe(seq)
-        if stop is not None:
-            self._finish(stop[1])
+        if planned.stop is not None:
+            self._finish(planned.stop[1])
 
     def _observe(self, seq: int) -> None:
         hook = self.wf._commit_hook

@@ -16,7 +16,7 @@ import asyncio
 import math
 from typing import Any, Final
 
-from ._attempt import Attempt, WaitSuspend
+from ._attempt import Attempt, WaitRequest, WaitSuspend
 from ._errors import WorkflowRuntimeError
 from ._events import Event
 
@@ -49,12 +49,4 @@ async def durable_sleep(x: Any, att: Attempt, seconds: float) -> None:
     if seconds < threshold:
         await asyncio.sleep(seconds)
         return
-    raise WaitSuspend(
-        {
-            "waiter_id": wid,
-            "awaited": DurableSleep,
-            "requirements": {},
-            "timeout": float(seconds),
-            "waiter_event": None,
-        }
-    )
+    raise WaitSuspend(WaitRequest(wid, DurableSleep, {}, float(seconds)))

@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Any, Final
 from eventstore import ConcurrencyError, EventStore, Record, class_name
 
 from . import _journal as J
+from ._commit import wait_records
 from ._events import Event
 from ._fold import Failure
 
 if TYPE_CHECKING:
     from eventstore import Codec
 
-    from ._attempt import Attempt
+    from ._attempt import Attempt, WaitRequest
     from ._graph import Graph
 
 __all__ = ["INBOX_POLL_S", "Delivery", "WaitInfo", "WaitsAndInbox"]
@@ -127,24 +128,23 @@ class WaitsAndInbox:
 
     # ------------------------------------------------------------------ waits
 
-    async def _commit_wait(self, att: Attempt, info: dict[str, Any]) -> None:
+    async def _commit_wait(self, att: Attempt, request: WaitRequest) -> None:
         """Ends an attempt in a wait; the wait is matched from the moment its commit is queued.
 
         The question (the waiter event) is streamed once the wait is durable, unless the
         wait was answered by then.
         """
-        dump = self.codec.dump
-        awaited: type[Event] = info["awaited"]
-        question: Event | None = info["waiter_event"]
-        deadline = None if info["timeout"] is None else time.time() + float(info["timeout"])
+        question = request.waiter_event
+        timeout = request.timeout
+        deadline = None if timeout is None else time.time() + float(timeout)
         w = WaitInfo(
-            info["waiter_id"],
+            request.waiter_id,
             att.step,
             att.event_id,
             att.event,
-            awaited,
-            class_name(awaited),
-            info["requirements"],
+            request.awaited,
+            request.awaited_name,
+            request.requirements,
             deadline,
             question,
             written=False,
@@ -154,19 +154,7 @@ class WaitsAndInbox:
         ask = question if early is None else None
         if ask is not None:
             att.streamed.insert(0, ask)
-        records = [
-            J.waiting(
-                att.step,
-                att.event_id,
-                att.attempt,
-                w.waiter_id,
-                w.awaited_name,
-                dump(info["requirements"]),
-                deadline,
-                None if question is None else dump(question),
-            ),
-            *self._streamed(att),
-        ]
+        records = wait_records(self.codec, att, request, deadline)
 
         def written(seq: Any) -> None:
             w.written = True
