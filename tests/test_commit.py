@@ -66,9 +66,13 @@ def test_a_returned_event_is_finished_then_enqueued_for_each_step_that_takes_it(
     kinds = [(k, s) for k, s, _ in _shape(planned.records)]
     assert kinds == [("step_finished", "work"), ("enqueued", "a"), ("enqueued", "b")]
     finished = _shape(planned.records)[0][2]
-    assert finished["id"] == 5 and finished["attempt"] == 2 and finished["emitted"] == [10]
+    assert finished["id"] == 5
+    assert finished["attempt"] == 2
+    assert finished["emitted"] == [10]
     assert [(s, i) for s, i, _ in planned.deliveries] == [("a", 10), ("b", 10)]
-    assert planned.ids == [10] and planned.stop is None and planned.asked == []
+    assert planned.ids == [10]
+    assert planned.stop is None
+    assert planned.asked == []
 
 
 def test_sent_events_come_before_the_returned_one_with_ids_in_order() -> None:
@@ -88,7 +92,8 @@ def test_a_stop_event_finishes_the_run_in_the_same_commit() -> None:
     )
     kinds = [k for k, _, _ in _shape(planned.records)]
     assert kinds == ["step_finished", "run_finished"]
-    assert planned.stop is not None and planned.stop[0] == 4
+    assert planned.stop is not None
+    assert planned.stop[0] == 4
     assert _shape(planned.records)[1][2]["id"] == 4
 
 
@@ -107,7 +112,8 @@ def test_an_event_no_step_takes_is_enqueued_nowhere_and_a_question_is_streamed()
         ("enqueued", None),
         ("streamed", "work"),
     ]
-    assert planned.deliveries == [] and [type(q) for q in planned.asked] == [Ask]
+    assert planned.deliveries == []
+    assert [type(q) for q in planned.asked] == [Ask]
 
 
 def test_context_records_and_streams_are_kept_in_place_and_the_input_list_is_untouched() -> None:
@@ -125,7 +131,7 @@ def test_an_event_the_codec_cannot_store_is_refused_naming_the_step() -> None:
         pass
 
     held = Ping(n=1)
-    held.extra = Opaque()  # an event field of a plain class: not storable without pickle
+    held.extra = Opaque()  # type: ignore[attr-defined]  # an event field of a plain class: not storable without pickle
     with pytest.raises(EncodeError, match="step 'work' returned it"):
         commit_of(_attempt(), Returned(held), [], codec=_codec(), route=_route({}), first_id=1)
     surrogate = Answer(text="\ud800")  # orjson refuses it as the record is serialized
@@ -148,8 +154,10 @@ def test_a_failure_is_one_record_with_or_without_its_traceback() -> None:
     )
     full, short = orjson.loads(rec.payload), orjson.loads(bare.payload)
     assert rec.kind == bare.kind == "step_failed"
-    assert "here" in rec.payload and "here" not in bare.payload
-    assert full["retry"] is True and short["retry"] is False
+    assert "here" in rec.payload
+    assert "here" not in bare.payload
+    assert full["retry"] is True
+    assert short["retry"] is False
 
 
 def test_a_wait_records_what_it_awaits_then_what_the_attempt_streamed() -> None:
@@ -159,5 +167,6 @@ def test_a_wait_records_what_it_awaits_then_what_the_attempt_streamed() -> None:
     shape = _shape(records)
     assert [k for k, _, _ in shape] == ["waiting", "streamed"]
     waiting = shape[0][2]
-    assert waiting["waiter"] == "w1" and waiting["deadline"] == 1234.5
+    assert waiting["waiter"] == "w1"
+    assert waiting["deadline"] == 1234.5
     assert waiting["awaited"] == request.awaited_name
