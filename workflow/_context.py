@@ -42,7 +42,6 @@ __all__ = ["Attempt", "Context", "ContextStore", "WaitSuspend", "current_attempt
 # Context[Any] under mypy --strict too, by PEP 696's default.
 S = TypeVar("S", default=Any)
 T = TypeVar("T")
-COLLECT_PREFIX = "\x00collect:"
 
 # The context of the step attempt running in this task (or its worker thread).
 current_context: contextvars.ContextVar[Context[Any] | None] = contextvars.ContextVar(
@@ -136,7 +135,7 @@ class Context(Generic[S]):
     def _live(self) -> Executor | None:
         """The executor running this context's run in this process, if it still runs it."""
         x = self._x
-        if x is None or x._closing or self.store.host is not x:
+        if x is None or x.closing or self.store.host is not x:
             return None
         return x
 

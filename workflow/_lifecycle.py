@@ -631,7 +631,7 @@ def _run_linked(
         x.ready.set()
         for t in targets:
             x.deliver(t, Delivery(1, start_event))
-        x.start_taking()
+        x.waits.start_taking()
         x.start_tasks()
 
     x._spawn(begin())

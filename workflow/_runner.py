@@ -13,7 +13,7 @@ import logging
 import time
 import traceback
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -38,7 +38,8 @@ from eventstore import (
 from . import _journal as J
 from ._attempt import Attempt, WaitSuspend, current_attempt
 from ._catch_error import StepFailedEvent
-from ._changes import ContextChanges, KeyChange
+from ._changes import KeyChange, encode_updates
+from ._collects import COLLECT_PREFIX, CollectBuffers
 from ._commit import (
     Outcome,
     Planned,
@@ -49,7 +50,7 @@ from ._commit import (
     failure_record,
     streamed_records,
 )
-from ._context import COLLECT_PREFIX, Context, current_context
+from ._context import Context, current_context
 from ._errors import (
     RunAbandonedError,
     RunLostError,
@@ -71,10 +72,11 @@ from ._events import (
     WorkflowTimedOutEvent,
 )
 from ._fold import FOLD_VERSION, Folded, MemoRec, fold, result_of
+from ._live_context import LiveContext
 from ._ownership import LeaseOwners
 from ._retry import RetryClock
 from ._snapshot import dump_folded
-from ._waits import Delivery, WaitInfo, WaitsAndInbox
+from ._waits import Delivery, WaitInfo, Waits
 
 if TYPE_CHECKING:
     from ._step import StepSpec
@@ -138,7 +140,7 @@ def _say(line: str) -> None:
         print(line)  # noqa: T201
 
 
-class Executor(ContextChanges, WaitsAndInbox):
+class Executor:
     """Runs one run in this process until it finishes, fails, is cancelled or suspended."""
 
     def __init__(
@@ -159,30 +161,32 @@ class Executor(ContextChanges, WaitsAndInbox):
         self.rid = rid
         self.epoch = epoch
         self.ctx: Context[Any] = Context._bound(self, wf._state_type)
-        self.committed: dict[str, Any] = {}
-        self.versions: dict[str, int] = {}
-        self._wversions: dict[str, int] = {}
-        self.keylog: dict[str, list[int]] = {}
-        self._pins: dict[str, int] = {}
-        self.state_lock = asyncio.Lock()
+        # The context's values (the same objects as the component's: the context's store
+        # reads them through the executor).
+        self.live = live = LiveContext(self.codec)
+        self.committed = live.committed
+        self.versions = live.versions
+        self.keylog = live.keylog
+        self.state_lock = live.state_lock
+        self.pin = live.pin
         self.queues: dict[str, asyncio.Queue[Delivery]] = {
             name: asyncio.Queue() for name in self.graph.steps
         }
-        self.buffers: dict[str, dict[str, list[tuple[int, Event]]]] = {}
-        # Puts into live buffers not committed yet, by event id, and the puts undone while
-        # another attempt held them taken (by id of the entry, which that attempt holds).
-        self._put_owner: dict[int, Attempt] = {}
-        self._dead_puts: set[int] = set()
-        self.waiters: dict[str, WaitInfo] = {}
-        self.answers: dict[str, tuple[int, Event] | None] = {}
-        self.unclaimed: dict[int, Event] = {}
-        self._early: list[tuple[Event, Any]] = []
-        self._taking = False
+        self.collects = CollectBuffers(live.versions)
+        self.buffers = self.collects.buffers
+        self.live_buffer = self.collects.live_buffer
+        self.collect_put = self.collects.put
+        self.collect_take = self.collects.take
+        # Waits and events from outside (their dicts are read by the context and timers).
+        self.waits = waits = Waits(self)
+        self.waiters = waits.waiters
+        self.answers = waits.answers
+        self.unclaimed = waits.unclaimed
         self.next_id = 1
         self.done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.status = "running"
         self._sealed = False
-        self._closing = False
+        self.closing = False
         self._settler: asyncio.Task[None] | None = None
         # Set once the executor holds its epoch: before that, its commits would be refused.
         self.ready = asyncio.Event()
@@ -193,8 +197,6 @@ class Executor(ContextChanges, WaitsAndInbox):
         self._handling = 0
         self._failing = False
         self._drained = asyncio.Event()
-        self._poke = asyncio.Event()
-        self._taken_inbox: set[int] = set()
         self._subscribers: list[asyncio.Queue[Event | None]] = []
         # Consumers of the engine's own events (stream_events(expose_internal=True)):
         # these are never journaled nor kept, so a run no one watches pays nothing for them.
@@ -227,9 +229,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         self.committed.clear()
         self.keylog.clear()
         self.buffers.clear()
-        self.waiters.clear()
-        self.answers.clear()
-        self.unclaimed.clear()
+        self.waits.clear()
         self._history.clear()
         self._folded = folded
         self._load(copy.deepcopy(folded))
@@ -263,11 +263,49 @@ class Executor(ContextChanges, WaitsAndInbox):
             )
         for wid, ans in f.answers.items():
             self.answers[wid] = None if ans is None else (ans.id, load(ans.dump))
-        self.unclaimed = {i: load(e.dump) for i, e in f.unclaimed.items()}
+        self.unclaimed.update((i, load(e.dump)) for i, e in f.unclaimed.items())
         self.next_id = f.next_id
         self._exec_before = f.exec_us / 1e6
 
     # ------------------------------------------------------------------ helpers for Context
+
+    def poke(self) -> None:
+        """Takes in the inbox now (something was posted to it)."""
+        self.waits.poke()
+
+    def send_external_nowait(self, event: Event) -> None:
+        """Takes an event from outside any step now (``ctx.send_event`` on ``handler.ctx``)."""
+        self.waits.send_external_nowait(event)
+
+    async def operator_update(
+        self, updates: Mapping[str, Any], deletes: list[str] | None = None
+    ) -> int:
+        """Records operator writes (``updates`` of ``resume``/``run_from``, ``handler.ctx``).
+
+        :raises EncodeError: a value cannot be stored (nothing is recorded then).
+        """
+        live = self.live
+        encoded = encode_updates(self.codec, updates)  # all refused before any is written
+        await self.wait_ready()
+        changes: list[KeyChange] = []
+        for key, new in encoded.items():
+            change = live.update_change(key, new)
+            if change is not None:
+                changes.append(change)
+        changes.extend(KeyChange(k, deleted=True) for k in deletes or () if k in self.committed)
+        if not changes:
+            return 0
+        records = live.state_records(None, changes)
+        written = [c.key for c in changes]
+
+        def on_written(seq: Any) -> None:
+            live.mark_written(written, int(seq))
+
+        async with self.state_lock:
+            seq = await self.append(records, on_written=on_written)
+        live.apply(changes, seq)
+        self._observe(seq)
+        return seq
 
     replaying: Final = False  # memoized calls are made (``_memo.MemoHost``)
 
@@ -278,79 +316,6 @@ class Executor(ContextChanges, WaitsAndInbox):
     def new_event_id(self) -> int:
         self.next_id += 1
         return self.next_id - 1
-
-    def pin(self, key: str) -> None:
-        self._pins[key] = self._pins.get(key, 0) + 1
-
-    def _unpin(self, att: Attempt) -> None:
-        for key in att.reads:
-            n = self._pins.get(key, 0) - 1
-            if n > 0:
-                self._pins[key] = n
-            else:
-                self._pins.pop(key, None)
-
-    def live_buffer(self, buf_key: str) -> dict[str, list[tuple[int, Event]]]:
-        """The live collect buffer ``buf_key``, which collect_events changes in place."""
-        buf = self.buffers.get(buf_key)
-        if buf is None:
-            buf = self.buffers[buf_key] = {}
-        return buf
-
-    def collect_put(self, att: Attempt, buf_key: str, entry: tuple[int, Event]) -> None:
-        """An attempt put ``entry`` in a live buffer; it is pending until the attempt commits."""
-        att.collect_base = max(att.collect_base, self.versions.get(COLLECT_PREFIX + buf_key, 0))
-        if att.outcome is None:
-            att.outcome = asyncio.get_running_loop().create_future()
-        self._put_owner[entry[0]] = att
-
-    def collect_take(self, att: Attempt, buf_key: str, taken: list[tuple[int, Event]]) -> None:
-        """An attempt took ``taken`` out of a live buffer: its commit must follow the commits
-        of the attempts that put them, and it cannot commit if one of those is undone."""
-        att.taken.append((buf_key, taken))
-        for ev_id, _ in taken:
-            owner = self._put_owner.get(ev_id)
-            if owner is None or owner is att or owner.outcome is None:
-                continue
-            # Two attempts that each took what the other put (two buffers, two calls each)
-            # would wait for each other: that rare order is committed as it comes.
-            if att in owner.deps:
-                continue
-            att.deps.append(owner)
-
-    def _collects_done(self, att: Attempt, *, committed: bool, seq: int = 0) -> None:
-        """Settles an attempt's collects: kept when it committed (at ``seq``), else undone
-        in reverse."""
-        for key, _, put, _ in att.collects:
-            if put is not None and self._put_owner.get(put[0]) is att:
-                del self._put_owner[put[0]]
-            if committed:
-                self.versions[COLLECT_PREFIX + key] = seq
-        if not committed:
-            for key, entries in reversed(att.taken):
-                buf = self.live_buffer(key)
-                for entry in reversed(entries):
-                    if id(entry) in self._dead_puts:  # its put was undone: it is gone
-                        self._dead_puts.discard(id(entry))
-                        continue
-                    buf.setdefault(type(entry[1]).__qualname__, []).insert(0, entry)
-            for key, _, put, _ in reversed(att.collects):
-                if put is None:
-                    continue
-                events = self.live_buffer(key).get(type(put[1]).__qualname__)
-                i = next((i for i, e in enumerate(events or ()) if e is put), None)
-                if events is not None and i is not None:
-                    del events[i]
-                    if not events:
-                        del self.buffers[key][type(put[1]).__qualname__]
-                else:  # taken by an attempt not yet committed, which must not commit now
-                    self._dead_puts.add(id(put))
-        att.collects.clear()
-        att.taken.clear()
-        att.deps.clear()
-        if att.outcome is not None and not att.outcome.done():
-            att.outcome.set_result(committed)
-        att.outcome = None
 
     def stream_now(self, event: Event, att: Attempt | None) -> None:
         if att is not None:
@@ -379,7 +344,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                     q.put_nowait(ev)
         for ev in self._history:
             q.put_nowait(ev)
-        if self._closing:
+        if self.closing:
             q.put_nowait(None)
         else:
             self._subscribers.append(q)
@@ -470,7 +435,7 @@ class Executor(ContextChanges, WaitsAndInbox):
             create=create,
         )
 
-    def _submit(
+    def submit(
         self, records: list[Record], *, lazy: bool = False, **kw: Any
     ) -> asyncio.Future[Any]:
         def absorb(ok: bool, res: Any) -> None:
@@ -537,8 +502,8 @@ class Executor(ContextChanges, WaitsAndInbox):
         def done(ok: bool, res: Any) -> None:
             if ok:
                 self._keep(records, res)
-            elif not self._closing:
-                self._end_with(res)
+            elif not self.closing:
+                self.end_with(res)
 
         self.store.submit(self._commit(records), lazy=True, then=done)
 
@@ -548,8 +513,8 @@ class Executor(ContextChanges, WaitsAndInbox):
 
         def done(ok: bool, res: Any) -> None:
             if not ok:
-                if not self._closing:
-                    self._end_with(res)
+                if not self.closing:
+                    self.end_with(res)
                 return
             a, b = res
             self._keep(first, a)
@@ -558,7 +523,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         self.store.submit_many([self._commit(first), self._commit(second)], lazy=True, then=done)
 
     async def append(self, records: list[Record], **kw: Any) -> int:
-        res = await self._submit(records, **kw)
+        res = await self.submit(records, **kw)
         return int(res.last_seq)
 
     # ------------------------------------------------------------------ the run
@@ -568,7 +533,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         for name, spec in self.graph.steps.items():
             for worker in range(spec.num_workers):
                 self._spawn(self._worker(name, spec, worker))
-        self._spawn(self._inbox_loop())
+        self._spawn(self.waits.inbox_loop())
         if self.wf._timeout is not None:
             self._spawn(self._watchdog(self.wf._timeout))
         owners = self.wf._owners
@@ -588,8 +553,8 @@ class Executor(ContextChanges, WaitsAndInbox):
         if task.cancelled():
             return
         exc = task.exception()
-        if exc is not None and not self._closing:
-            self._end_with(exc)
+        if exc is not None and not self.closing:
+            self.end_with(exc)
 
     def deliver(self, step: str, d: Delivery) -> None:
         self._busy += 1
@@ -675,7 +640,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                         continue
                 elif isinstance(outcome, Waited):
                     try:
-                        await self._commit_wait(att, outcome.request)
+                        await self.waits.commit_wait(att, outcome.request)
                     except _STORE_FAILURES:
                         raise
                     except Exception as err:
@@ -683,7 +648,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                     else:
                         return
                 exc = outcome.error
-                stale = self._stale(att)
+                stale = self.live.stale(att)
                 if stale:
                     # It failed on reads that another attempt had already changed: that
                     # is a conflict, not the step's failure.
@@ -715,13 +680,13 @@ class Executor(ContextChanges, WaitsAndInbox):
                     return  # another step is failing the run: its retry waits for a resume
             finally:
                 self._running.pop((step, worker), None)
-                if ended is None and not self._closing:
+                if ended is None and not self.closing:
                     self._step_state(step, worker, StepState.NOT_RUNNING, d.event)
                 if att.collects:  # it did not commit (or its commit raised): undone
-                    self._collects_done(att, committed=False)
+                    self.collects.settle(att, committed=False)
                 if att.holds_lock:
                     self.state_lock.release()
-                self._unpin(att)
+                self.live.unpin(att)
 
     async def _invoke(self, spec: StepSpec, att: Attempt) -> Outcome:
         kwargs: dict[str, Any] = {spec.event_param: att.event}
@@ -755,10 +720,6 @@ class Executor(ContextChanges, WaitsAndInbox):
             )
             return Raised(wrong, "")
         return Returned(result)
-
-    def _stale(self, att: Attempt) -> list[str]:
-        w = self._wversions
-        return [k for k, v in att.reads.items() if w.get(k, 0) != v]
 
     def _streamed(self, att: Attempt) -> list[Record]:
         return streamed_records(self.codec, att)
@@ -842,14 +803,14 @@ class Executor(ContextChanges, WaitsAndInbox):
 
         When it raises, the commit was not written and nothing of it took effect.
         """
-        changes = self._key_changes(att)
+        changes = self.live.key_changes(att)
         first_id = self.next_id
         # One id per emitted event, taken whether or not the commit is written.
         self.next_id += len(att.sent) + (outcome.result is not None)
         planned = commit_of(
             att,
             outcome,
-            self._state_records(att.step, changes),
+            self.live.state_records(att.step, changes),
             codec=self.codec,
             route=self.graph.route,
             first_id=first_id,
@@ -869,7 +830,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         # the lock to commit): its commit is refused unless those puts are written by then.
 
         def check() -> None:
-            stale = self._stale(att)
+            stale = self.live.stale(att)
             if stale:
                 raise _Conflict(stale)
             if owners and not all(o.put_written for o in owners):
@@ -877,8 +838,7 @@ class Executor(ContextChanges, WaitsAndInbox):
 
         def on_written(seq: Any) -> None:
             att.put_written = True
-            for k in written:
-                self._wversions[k] = int(seq)
+            self.live.mark_written(written, int(seq))
 
         # A commit that changes state waits for an exclusive (edit_state) attempt to end.
         hold = bool(written) and not att.holds_lock and self.state_lock.locked()
@@ -907,11 +867,11 @@ class Executor(ContextChanges, WaitsAndInbox):
         The attempt's own reads end here, so only other live readers of a key make
         applying its patch copy the value.
         """
-        self._unpin(att)
+        self.live.unpin(att)
         att.reads.clear()
-        self._apply_changes(changes, seq)
+        self.live.apply(changes, seq)
         if att.collects:
-            self._collects_done(att, committed=True, seq=seq)
+            self.collects.settle(att, committed=True, seq=seq)
         for wid in att.answers_used:
             self.answers.pop(wid, None)
         for ev_id, (ev, target) in zip(planned.ids, planned.emitted, strict=True):
@@ -920,7 +880,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                 and not isinstance(ev, StopEvent | InputRequiredEvent)
                 and not self.graph.route(type(ev))
             ):
-                self.park(ev_id, ev)  # it may answer a wait of another step
+                self.waits.park(ev_id, ev)  # it may answer a wait of another step
         for step, ev_id, ev in planned.deliveries:
             self.deliver(step, Delivery(ev_id, ev))
         for ev in planned.asked:
@@ -961,7 +921,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         while True:
             await asyncio.sleep(ttl / 3)
             if not await renew(self.run_id):
-                self._end_with(RunLostError(self.run_id, "its lease lapsed before renewal"))
+                self.end_with(RunLostError(self.run_id, "its lease lapsed before renewal"))
                 return
 
     def abandon(self) -> None:
@@ -969,7 +929,7 @@ class Executor(ContextChanges, WaitsAndInbox):
 
         What this executor was running is re-run by the next one (graceful shutdown).
         """
-        self._end_with(RunAbandonedError(self.run_id))
+        self.end_with(RunAbandonedError(self.run_id))
 
     async def _watchdog(self, timeout: float) -> None:  # noqa: ASYNC109 - the run's budget
         while True:
@@ -1013,10 +973,10 @@ class Executor(ContextChanges, WaitsAndInbox):
             await self.append([J.run_failed(step, exc)], status="failed")
         except _Sealed:
             return  # something else ended the run first
-        self._end_with(exc)
+        self.end_with(exc)
 
     async def _end_run(self, record: Record, exc: BaseException) -> None:
-        if self._closing:
+        if self.closing:
             return
         status = {
             J.RUN_CANCELLED: "cancelled",
@@ -1027,7 +987,7 @@ class Executor(ContextChanges, WaitsAndInbox):
             await self.append([record], status=status)
         except _Sealed:
             return
-        self._end_with(exc)
+        self.end_with(exc)
 
     async def wait_ready(self) -> None:
         """Waits until the executor holds the run (or has already ended)."""
@@ -1052,7 +1012,7 @@ class Executor(ContextChanges, WaitsAndInbox):
             q.put_nowait(stop)
         self._close(result=result_of(stop))
 
-    def _end_with(self, exc: BaseException) -> None:
+    def end_with(self, exc: BaseException) -> None:
         if isinstance(exc, _Sealed):
             return  # the run already ended; the commit that lost the race is moot
         if isinstance(exc, ConcurrencyError) and not isinstance(exc, _Conflict):
@@ -1090,9 +1050,9 @@ class Executor(ContextChanges, WaitsAndInbox):
         )
 
     def _close(self, *, result: Any = None, exc: BaseException | None = None) -> None:
-        if self._closing:
+        if self.closing:
             return
-        self._closing = True
+        self.closing = True
         # Every task of the run stops (the caller's own at its next await); the handler
         # resolves once they all have, so nothing of the run outlives awaiting it.
         tasks = list(self._tasks)

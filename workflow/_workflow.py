@@ -496,7 +496,7 @@ class Workflow:
         x.ready.set()
         for t in self._graph.route(type(start_event)):
             x.deliver(t, Delivery(1, start_event))
-        x.start_taking()
+        x.waits.start_taking()
         x.start_tasks()
 
     def _posted(self, run_id: str) -> None:
@@ -706,7 +706,7 @@ class Workflow:
         exc = over_recovery_limit(x.run_id, folded, steps, self._max_recovery)
         if exc is not None:
             await x.append([J.run_failed(exc.step, exc)], status="failed")
-            x._end_with(exc)
+            x.end_with(exc)
             return
         for step, progs in folded.in_progress.items():
             if step not in steps:
@@ -729,9 +729,9 @@ class Workflow:
             for ev in queue.values():
                 x.deliver(step, Delivery(ev.id, self._codec.load(ev.dump), durable=resumed))
         for w in x.waiters.values():
-            x._arm(w)
-        x.take_inbox()
-        x.start_taking()  # what was sent as the run resumed follows its inbox
+            x.waits.arm(w)
+        x.waits.take_inbox()
+        x.waits.start_taking()  # what was sent as the run resumed follows its inbox
         x.ask_again()
         x.start_tasks()
 
