@@ -83,12 +83,14 @@ class Context(Generic[S]):
             restore_into(self, previous_context, serializer)
 
     @classmethod
-    def _bound(cls, executor: Executor, state_type: type[Any] | None) -> Context[Any]:
+    def _bound(
+        cls, executor: Executor, workflow: Workflow, state_type: type[Any] | None
+    ) -> Context[Any]:
         """The context of a run this process executes (its steps' ``ctx``)."""
         from ._lifecycle import Idle
 
         ctx: Context[Any] = object.__new__(cls)
-        ctx._wf = executor.wf
+        ctx._wf = workflow
         ctx._x = executor
         ctx._run = executor.run_id
         ctx.store = ContextStore(executor, state_type)
@@ -103,7 +105,7 @@ class Context(Generic[S]):
         from ._lifecycle import Idle
 
         executor.ctx = self
-        self._wf = executor.wf
+        self._wf = executor.config.instance
         self._x = executor
         self._run = executor.run_id
         self.store.bind(executor)

@@ -13,7 +13,7 @@ import logging
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -52,6 +52,7 @@ from ._commit import (
 )
 from ._context import Context, current_context
 from ._errors import (
+    RecoveryLimitError,
     RunAbandonedError,
     RunLostError,
     RunSuspendedError,
@@ -63,6 +64,7 @@ from ._errors import (
 from ._events import (
     Event,
     InputRequiredEvent,
+    StartEvent,
     StepState,
     StepStateChanged,
     StopEvent,
@@ -71,16 +73,19 @@ from ._events import (
     WorkflowIdleEvent,
     WorkflowTimedOutEvent,
 )
-from ._fold import FOLD_VERSION, Folded, MemoRec, fold, result_of
+from ._fold import FOLD_VERSION, Folded, MemoRec, fold, rename_steps, result_of, to_run_state
 from ._live_context import LiveContext
+from ._live_runs import own, release
 from ._ownership import LeaseOwners
+from ._read import fold_run
+from ._renames import moves_for
 from ._retry import RetryClock
 from ._snapshot import dump_folded
 from ._waits import Delivery, WaitInfo, Waits
 
 if TYPE_CHECKING:
+    from ._run_config import RunConfig
     from ._step import StepSpec
-    from ._workflow import Workflow
 
 __all__ = ["Delivery", "Executor"]
 
@@ -115,6 +120,20 @@ _STORE_FAILURES: Final = (
 _Written = tuple[Planned, list[KeyChange], int]
 
 
+def over_recovery_limit(
+    run_id: str, folded: Folded, steps: Mapping[str, object], limit: int
+) -> RecoveryLimitError | None:
+    """The error that ends a run whose in-progress input was started ``limit`` times
+    without ending (each start a process died in), or None."""
+    for step, progs in folded.in_progress.items():
+        if step not in steps:
+            continue  # stranded work the caller chose to leave undone
+        for p in progs.values():
+            if p.crashes >= limit:
+                return RecoveryLimitError(run_id, step, p.crashes, limit)
+    return None
+
+
 class _Sealed(ConcurrencyError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id!r} has ended; nothing more is recorded", run_id=run_id)
@@ -145,7 +164,7 @@ class Executor:
 
     def __init__(
         self,
-        wf: Workflow,
+        config: RunConfig,
         run_id: str,
         rid: int,
         epoch: int,
@@ -153,14 +172,14 @@ class Executor:
         *,
         stream_from: int = 0,
     ) -> None:
-        self.wf = wf
-        self.graph = wf._graph
-        self.codec = wf._codec
-        self.store = wf._store
+        self.config = config
+        self.graph = config.graph
+        self.codec = config.codec
+        self.store = config.store
         self.run_id = run_id
         self.rid = rid
         self.epoch = epoch
-        self.ctx: Context[Any] = Context._bound(self, wf._state_type)
+        self.ctx: Context[Any] = Context._bound(self, config.instance, config.state_type)
         # The context's values (the same objects as the component's: the context's store
         # reads them through the executor).
         self.live = live = LiveContext(self.codec)
@@ -231,7 +250,7 @@ class Executor:
         self.buffers.clear()
         self.waits.clear()
         self._history.clear()
-        self._folded = folded
+        self.folded = folded
         self._load(copy.deepcopy(folded))
 
     def _load(self, f: Folded) -> None:
@@ -311,7 +330,7 @@ class Executor:
 
     def memos_of(self, step: str, event_id: int) -> dict[str, MemoRec]:
         """The memoized calls recorded for ``step``'s input ``event_id`` (the live fold's)."""
-        return self._folded.memos.get(step, {}).get(event_id, {})
+        return self.folded.memos.get(step, {}).get(event_id, {})
 
     def new_event_id(self) -> int:
         self.next_id += 1
@@ -356,7 +375,7 @@ class Executor:
         self, step: str, worker: int, state: StepState, given: Event, output: Event | None = None
     ) -> None:
         """Tells internal-event consumers (and, verbose, the console) an attempt's state."""
-        verbose = self.wf._verbose
+        verbose = self.config.verbose
         if not self._internal and not verbose:
             return
         name_in = type(given).__name__
@@ -457,7 +476,7 @@ class Executor:
             self.write_snapshot()
 
     @property
-    def _folded(self) -> Folded:
+    def folded(self) -> Folded:
         """The folded state of every durable commit of this executor's run."""
         pending = self._unfolded
         if pending:
@@ -472,8 +491,8 @@ class Executor:
             fold(self._fold_state, stored)
         return self._fold_state
 
-    @_folded.setter
-    def _folded(self, folded: Folded) -> None:
+    @folded.setter
+    def folded(self, folded: Folded) -> None:
         self._unfolded = []
         self._fold_state = folded
 
@@ -486,7 +505,7 @@ class Executor:
         its size, unless it is the ``last`` of this executor's (the next reader of the
         latest state then folds nothing).
         """
-        s = self._folded
+        s = self.folded
         data = dump_folded(s).decode()
         self._snapshot_bytes = len(data)
         if not last and self._since_snapshot < SNAPSHOT_FACTOR * len(data):
@@ -526,6 +545,204 @@ class Executor:
         res = await self.submit(records, **kw)
         return int(res.last_seq)
 
+    # ------------------------------------------------------------------ entry points
+
+    # Each entry point starts the run's first task and returns at once; the handler made
+    # beside the executor follows the run from there.
+
+    def launch(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Runs ``work`` as a task of the run (cancelled with it)."""
+        self._spawn(work)
+
+    def start(
+        self, records: list[Record], start_event: StartEvent, *, with_context: bool = False
+    ) -> None:
+        """Starts a new run: its first commit (``records``: run_started, any context, the
+        start event enqueued) creates it, then the start event reaches its steps.
+
+        ``with_context``: the first commit writes context values (a run from a context),
+        which the live state loads from the commit just folded.
+        """
+        self._spawn(self._start(records, start_event, with_context))
+
+    def start_imported(self, records: list[Record], updates: dict[str, Any]) -> None:
+        """Starts a new run whose first commit (``records``) holds a state from elsewhere (a
+        context dict of another store); its queued work runs, its waits wait and ask again."""
+        self._reasks = None  # its waits' questions are asked again, as on a resume
+        self._spawn(self._start_imported(records, updates))
+
+    def fork(
+        self,
+        folded: Folded,
+        parent: tuple[str, int],
+        updates: dict[str, Any] | None,
+        deletes: list[str] | None = None,
+    ) -> None:
+        """Starts a fork of ``parent`` (run id, seq) whose state there is ``folded``."""
+        self._spawn(self._fork(folded, parent, updates, deletes))
+
+    def resume(
+        self,
+        folded: Folded,
+        updates: dict[str, Any] | None,
+        *,
+        renamed: dict[str, str] | None = None,
+        deletes: list[str] | None = None,
+    ) -> None:
+        """Continues the run from ``folded``, the fold of its log (its owner lock is held):
+        claims it (fencing any previous owner), records the resume, and goes on."""
+        self._spawn(self._resume(folded, updates, renamed, deletes))
+
+    async def _start(
+        self, records: list[Record], start_event: StartEvent, with_context: bool
+    ) -> None:
+        config = self.config
+        await config.slot(self.done)  # a new run: num_concurrent_runs counts it
+        await self.append(records, create=config.new_run())
+        self._hold(self.store.run(self.run_id).rid)
+        if with_context:
+            self._load(copy.deepcopy(self.folded))
+        self.ready.set()
+        for t in self.graph.route(type(start_event)):
+            self.deliver(t, Delivery(1, start_event))
+        self.waits.start_taking()
+        self.start_tasks()
+
+    async def _start_imported(self, records: list[Record], updates: dict[str, Any]) -> None:
+        config = self.config
+        await config.slot(self.done)
+        await self.append(records, create=config.new_run())
+        self._hold(self.store.run(self.run_id).rid)
+        self._load(copy.deepcopy(self.folded))
+        self.ready.set()
+        await self._go_on(copy.deepcopy(self.folded), updates, resumed=False)
+
+    async def _fork(
+        self,
+        folded: Folded,
+        parent: tuple[str, int],
+        updates: dict[str, Any] | None,
+        deletes: list[str] | None,
+    ) -> None:
+        config = self.config
+        # Read before the fork's first commit is folded into the same state.
+        ended = folded.result if folded.status == "finished" else None
+        await self.append(
+            [
+                J.run_started(
+                    config.name,
+                    self.graph.fingerprint(),
+                    0,
+                    None,
+                    parent,
+                    self.codec,
+                    self.graph.describe(),
+                )
+            ],
+            create=NewRun(
+                meta={"workflow": config.name},
+                parent_run_id=parent[0],
+                parent_seq=parent[1],
+                status="running",
+            ),
+        )
+        self._hold(self.store.run(self.run_id).rid)
+        self.ready.set()
+        if ended is not None:
+            # Forked where the parent had finished: nothing is left to run, so the fork
+            # ends at once with the parent's result at that point (after any updates).
+            if updates or deletes:
+                await self.operator_update(updates or {}, deletes)
+            stop = self.codec.load(ended)
+            await self.append([J.run_finished(ended, folded.next_id)], status="finished")
+            self._finish(stop)
+            return
+        await self._go_on(copy.deepcopy(folded), updates, resumed=False, deletes=deletes)
+
+    async def _resume(
+        self,
+        folded: Folded,
+        updates: dict[str, Any] | None,
+        renamed: dict[str, str] | None,
+        deletes: list[str] | None,
+    ) -> None:
+        self.epoch = await self.store.claim(self.run_id)
+        self.ready.set()
+        # The log as read before the claim may have grown since: a previous owner that
+        # had not yet noticed it lost the run could commit until the claim fenced it.
+        if self.store.last_seq(self.run_id) != folded.seq:
+            folded = fold_run(self.store, self.run_id, None)
+            renamed = moves_for(folded, self.config.renames)
+            rename_steps(folded, renamed)
+            self.reload(folded)
+            folded = copy.deepcopy(folded)
+            if folded.status == "finished":
+                self._close(result=to_run_state(folded, self.codec).result)
+                return
+        await self.append([J.run_resumed(self.epoch, folded.status, renamed)], status="running")
+        if folded.status == "timed_out":
+            self._exec_before = 0.0  # a fresh timeout budget (the fold resets it too)
+        await self._go_on(folded, updates, resumed=True, deletes=deletes)
+
+    def recovery_limit(self) -> RecoveryLimitError | None:
+        """The error that ends this run at its resume if its in-progress input was started
+        ``max_recovery_attempts`` times without ending, or None."""
+        return over_recovery_limit(
+            self.run_id, self.folded, self.graph.steps, self.config.max_recovery
+        )
+
+    def _hold(self, rid: int) -> None:
+        """The run's row exists (id ``rid``): this executor owns it from now on."""
+        self.rid = rid
+        own(self.store, self.config.owners, self.run_id, rid, self)
+
+    async def _go_on(
+        self,
+        folded: Folded,
+        updates: dict[str, Any] | None,
+        *,
+        resumed: bool,
+        deletes: list[str] | None = None,
+    ) -> None:
+        """Goes on from ``folded``: operator updates first, then the work it left, in-progress
+        events first (attempt counts kept), then the queues; waits are armed again."""
+        if updates or deletes:
+            await self.operator_update(updates or {}, deletes)
+        failed = folded.status == "failed"
+        steps = self.graph.steps
+        exc = over_recovery_limit(self.run_id, folded, steps, self.config.max_recovery)
+        if exc is not None:
+            await self.append([J.run_failed(exc.step, exc)], status="failed")
+            self.end_with(exc)
+            return
+        load = self.codec.load
+        for step, progs in folded.in_progress.items():
+            if step not in steps:
+                continue  # stranded, and the caller said to proceed without it
+            for p in progs.values():
+                self.deliver(
+                    step,
+                    Delivery(
+                        p.ev.id,
+                        load(p.ev.dump),
+                        attempts=p.attempt,
+                        failures=0 if failed else p.failures,
+                        redelivered=True,
+                        failure=None if failed else p.failure,
+                    ),
+                )
+        for step, queue in folded.queues.items():
+            if step not in steps:
+                continue
+            for ev in queue.values():
+                self.deliver(step, Delivery(ev.id, load(ev.dump), durable=resumed))
+        for w in self.waiters.values():
+            self.waits.arm(w)
+        self.waits.take_inbox()
+        self.waits.start_taking()  # what was sent as the run resumed follows its inbox
+        self.ask_again()
+        self.start_tasks()
+
     # ------------------------------------------------------------------ the run
 
     def start_tasks(self) -> None:
@@ -534,9 +751,9 @@ class Executor:
             for worker in range(spec.num_workers):
                 self._spawn(self._worker(name, spec, worker))
         self._spawn(self.waits.inbox_loop())
-        if self.wf._timeout is not None:
-            self._spawn(self._watchdog(self.wf._timeout))
-        owners = self.wf._owners
+        if self.config.timeout is not None:
+            self._spawn(self._watchdog(self.config.timeout))
+        owners = self.config.owners
         if isinstance(owners, LeaseOwners):
             self._spawn(self._heartbeat(owners.renew, owners.ttl))
         self._clock_start = time.monotonic()
@@ -559,7 +776,7 @@ class Executor:
     def deliver(self, step: str, d: Delivery) -> None:
         self._busy += 1
         queue = self.queues[step]
-        if (self._internal or self.wf._verbose) and self._tasks:
+        if (self._internal or self.config.verbose) and self._tasks:
             # Every worker of the step is taken: the event waits for one (LlamaIndex's
             # PREPARING). Only counted when someone watches.
             running = sum(1 for s, _ in self._running if s == step)
@@ -673,7 +890,7 @@ class Executor:
                 if delay is None:
                     await self._fail_run(step, exc, clock.failures, elapsed)
                     return
-                if self.wf._verbose:
+                if self.config.verbose:
                     _say(f"[{step}:{worker}] failed with {exc!r}, retrying in {delay} s")
                 await asyncio.sleep(delay)
                 if self._failing:
@@ -692,12 +909,12 @@ class Executor:
         kwargs: dict[str, Any] = {spec.event_param: att.event}
         if spec.ctx_param is not None:
             kwargs[spec.ctx_param] = self.ctx
-        args = (self.wf,) if spec.bound else ()
+        args = (self.config.instance,) if spec.bound else ()
         token = current_attempt.set(att)
         ctx_token = current_context.set(self.ctx)
         try:
             if spec.resources:  # built (or taken from the cache) for each attempt, never logged
-                kwargs.update(await self.wf._resource_manager.inject(spec.resources))
+                kwargs.update(await self.config.resources.inject(spec.resources))
             if spec.is_async:
                 result = await spec.func(*args, **kwargs)
             else:
@@ -733,11 +950,11 @@ class Executor:
         None when no handler covers the step, or its ``max_recoveries`` along this event's
         lineage are used up (the run fails then).
         """
-        route = self.wf._catchers.get(att.step)
+        route = self.config.catchers.get(att.step)
         if route is None:
             return None
         handler, limit = route
-        counts = self._folded.recoveries.get(att.event_id, {})
+        counts = self.folded.recoveries.get(att.event_id, {})
         n = counts.get(handler, 0) + 1
         if n > limit:
             return None
@@ -890,7 +1107,7 @@ class Executor:
             self._finish(planned.stop[1])
 
     def _observe(self, seq: int) -> None:
-        hook = self.wf._commit_hook
+        hook = self.config.commit_hook
         if hook is not None:
             hook(self, seq)
 
@@ -965,7 +1182,7 @@ class Executor:
         self._failed_step = (step, attempts, elapsed)
         # Attempts of other steps still running get the grace period to commit, so that a
         # resume does not pay for them again; past it they are cancelled with the run.
-        grace = float(getattr(self.wf, "failure_grace", DEFAULT_FAILURE_GRACE))
+        grace = self.config.failure_grace
         if self._handling > 1 and grace > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._drained.wait(), grace)
@@ -1004,7 +1221,7 @@ class Executor:
         await self._end_run(J.run_suspended(), exc)
 
     def _finish(self, stop: StopEvent) -> None:
-        if self.wf._verbose:
+        if self.config.verbose:
             _say(f"[result] {stop!r}")
         self.status = "finished"
         self._history.append(stop)
@@ -1036,7 +1253,7 @@ class Executor:
     def _last_event(self, exc: BaseException) -> StopEvent | None:
         """The stream's last event for a run that ended with ``exc`` (as LlamaIndex's)."""
         if isinstance(exc, WorkflowTimeoutError):
-            timeout = self.wf._timeout or 0.0
+            timeout = self.config.timeout or 0.0
             return WorkflowTimedOutEvent(
                 timeout=timeout, active_steps=sorted({s for s, _ in self._running})
             )
@@ -1096,4 +1313,4 @@ class Executor:
                     if fut is not None:
                         last_snapshot.append(fut)
         finally:
-            self.wf._release(self)
+            release(self.store, self.config.owners, self.run_id, self.rid, self)

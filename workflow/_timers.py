@@ -45,7 +45,7 @@ async def durable_sleep(x: Any, att: Attempt, seconds: float) -> None:
     if wid in x.answers:  # its deadline passed before this re-run: slept already
         att.answers_used.append(wid)
         return
-    threshold = getattr(x.wf, "sleep_threshold", DEFAULT_SLEEP_THRESHOLD)
+    threshold = x.config.sleep_threshold
     if seconds < threshold:
         await asyncio.sleep(seconds)
         return

@@ -286,6 +286,7 @@ class _Replay:
 
         self._memos = memos
         self.wf = wf
+        self.config = wf._run_config()  # the settings a run started now would have
         self.codec = wf._codec
         self.graph = wf._graph
         self.committed = context
@@ -295,7 +296,7 @@ class _Replay:
         self.answers: dict[str, Any] = {}
         self.state_lock = asyncio.Lock()
         self.run_id = "verify"
-        self.ctx: Context[Any] = Context._bound(self, wf._state_type)  # type: ignore[arg-type]
+        self.ctx: Context[Any] = Context._bound(self, wf, wf._state_type)  # type: ignore[arg-type]
         self._next = 10**9
 
     def pin(self, key: str) -> None:
