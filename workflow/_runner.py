@@ -9,27 +9,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import logging
 import time
 import traceback
-import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from eventstore import (
     CodecError,
-    Commit,
     ConcurrencyError,
     EventStoreError,
     LogCorruptedError,
     NewRun,
     ReadOnlyStoreError,
     Record,
-    Seq,
-    Snapshot,
     StoreClosedError,
-    StoredRecord,
     StoreUnavailableError,
     UnknownClassError,
     WriterFailedError,
@@ -66,21 +60,20 @@ from ._events import (
     InputRequiredEvent,
     StartEvent,
     StepState,
-    StepStateChanged,
     StopEvent,
     WorkflowCancelledEvent,
     WorkflowFailedEvent,
-    WorkflowIdleEvent,
     WorkflowTimedOutEvent,
 )
-from ._fold import FOLD_VERSION, Folded, MemoRec, fold, rename_steps, result_of, to_run_state
+from ._fold import Folded, MemoRec, rename_steps, result_of, to_run_state
 from ._live_context import LiveContext
 from ._live_runs import own, release
 from ._ownership import LeaseOwners
 from ._read import fold_run
 from ._renames import moves_for
 from ._retry import RetryClock
-from ._snapshot import dump_folded
+from ._run_log import RunLog, Sealed
+from ._stream import RunStream, say
 from ._waits import Delivery, WaitInfo, Waits
 
 if TYPE_CHECKING:
@@ -101,8 +94,6 @@ SNAPSHOT_MIN_BYTES: Final = 32 * 1024
 # run (``Workflow.failure_grace``).
 DEFAULT_FAILURE_GRACE: Final = 2.0
 
-
-_ENDING: Final = frozenset({"finished", "failed", "cancelled", "timed_out", "waiting"})
 # Why a commit may fail that is not the attempt's doing: the store cannot write (I/O, closed,
 # read-only, unreachable) or the run is no longer this executor's. Any other failure to
 # write an attempt's records is that attempt's failure, recorded as one.
@@ -134,29 +125,10 @@ def over_recovery_limit(
     return None
 
 
-class _Sealed(ConcurrencyError):
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id!r} has ended; nothing more is recorded", run_id=run_id)
-
-
 class _Conflict(ConcurrencyError):
     def __init__(self, keys: list[str]) -> None:
         self.keys = keys
         super().__init__(f"stale reads of {keys}")
-
-
-_verbose_log = logging.getLogger("workflow.verbose")
-
-
-def _say(line: str) -> None:
-    """A ``verbose=True`` line: to the ``workflow.verbose`` logger when it is enabled for
-    DEBUG or INFO (as LlamaIndex's ``workflows.verbose``), else printed."""
-    if _verbose_log.isEnabledFor(logging.DEBUG):
-        _verbose_log.debug(line)
-    elif _verbose_log.isEnabledFor(logging.INFO):
-        _verbose_log.info(line)
-    else:
-        print(line)  # noqa: T201
 
 
 class Executor:
@@ -178,7 +150,6 @@ class Executor:
         self.store = config.store
         self.run_id = run_id
         self.rid = rid
-        self.epoch = epoch
         self.ctx: Context[Any] = Context._bound(self, config.instance, config.state_type)
         # The context's values (the same objects as the component's: the context's store
         # reads them through the executor).
@@ -204,7 +175,6 @@ class Executor:
         self.next_id = 1
         self.done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.status = "running"
-        self._sealed = False
         self.closing = False
         self._settler: asyncio.Task[None] | None = None
         # Set once the executor holds its epoch: before that, its commits would be refused.
@@ -216,26 +186,27 @@ class Executor:
         self._handling = 0
         self._failing = False
         self._drained = asyncio.Event()
-        self._subscribers: list[asyncio.Queue[Event | None]] = []
-        # Consumers of the engine's own events (stream_events(expose_internal=True)):
-        # these are never journaled nor kept, so a run no one watches pays nothing for them.
-        self._internal: list[asyncio.Queue[Event | None]] = []
-        self._history: list[Event] = []
+        self.stream = stream = RunStream(verbose=config.verbose, resumed=folded is not None)
+        self.stream_now = stream.stream_now
+        self.subscribe = stream.subscribe
+        self.origins = stream.origins
         # What ended the run, for the stream's last event: (step, attempts, elapsed seconds).
         self._failed_step: tuple[str, int | None, float | None] | None = None
         self._running: dict[tuple[str, int], int] = {}  # (step, worker) -> attempts running
-        # The questions a resumed run asks again (None until the inbox is taken in), and
-        # the consumers subscribed before that, who are to be asked.
-        self._reasks: list[Event] | None = None if folded is not None else []
-        self._askees: list[asyncio.Queue[Event | None]] = []
-        self.origins: dict[int, tuple[weakref.ref[Event], tuple[str, int, int]]] = {}
         self._exec_before = 0.0
         self._clock_start: float | None = None
         self._stream_from = stream_from
-        self._unfolded: list[tuple[list[Record], Any]] = []  # durable, not folded yet
-        self._fold_state = folded if folded is not None else Folded(run_id)
-        self._since_snapshot = 0
-        self._snapshot_bytes = 0
+        # The executor's commits, and its copy of their fold.
+        self.log = RunLog(
+            self.store,
+            run_id,
+            epoch,
+            folded,
+            self._on_lazy_failure,
+            snapshot_factor=SNAPSHOT_FACTOR,
+            snapshot_min_bytes=SNAPSHOT_MIN_BYTES,
+        )
+        self.submit = self.log.submit
         if folded is not None:
             # Live values must never share objects with the fold's JSON, which the
             # executor goes on folding its commits into (the codec does not copy).
@@ -249,8 +220,8 @@ class Executor:
         self.keylog.clear()
         self.buffers.clear()
         self.waits.clear()
-        self._history.clear()
-        self.folded = folded
+        self.stream.forget()
+        self.log.restart(folded)
         self._load(copy.deepcopy(folded))
 
     def _load(self, f: Folded) -> None:
@@ -336,212 +307,20 @@ class Executor:
         self.next_id += 1
         return self.next_id - 1
 
-    def stream_now(self, event: Event, att: Attempt | None) -> None:
-        if att is not None:
-            # Kept beside the event, not on it: an attribute would be logged as a field.
-            ref = weakref.ref(event, lambda _: self.origins.pop(key, None))
-            key = id(event)
-            self.origins[key] = (ref, (att.step, att.event_id, att.attempt))
-        self._history.append(event)
-        for q in self._subscribers:
-            q.put_nowait(event)
-
-    def subscribe(
-        self, *, replay: bool = False, internal: bool = False
-    ) -> asyncio.Queue[Event | None]:
-        """A queue of the run's stream from this executor's start, then live events.
-
-        Without ``replay`` (whose recorded stream holds them already) a consumer of a
-        resumed run is first asked the questions still unanswered (:meth:`ask_again`).
-        """
-        q: asyncio.Queue[Event | None] = asyncio.Queue()
-        if not replay:
-            if self._reasks is None:
-                self._askees.append(q)
-            else:
-                for ev in self._reasks:
-                    q.put_nowait(ev)
-        for ev in self._history:
-            q.put_nowait(ev)
-        if self.closing:
-            q.put_nowait(None)
-        else:
-            self._subscribers.append(q)
-            if internal:
-                self._internal.append(q)
-        return q
-
-    def _step_state(
-        self, step: str, worker: int, state: StepState, given: Event, output: Event | None = None
-    ) -> None:
-        """Tells internal-event consumers (and, verbose, the console) an attempt's state."""
-        verbose = self.config.verbose
-        if not self._internal and not verbose:
-            return
-        name_in = type(given).__name__
-        name_out = None if output is None else type(output).__name__
-        if verbose:
-            if state is StepState.PREPARING:
-                _say(f"[{step}] enqueued (waiting for capacity)")
-            elif state is StepState.RUNNING:
-                _say(f"[{step}:{worker}] started from {name_in}")
-            else:
-                result = f"with {name_out}" if name_out else "with no result"
-                _say(f"[{step}:{worker}] complete {result}")
-        if self._internal:
-            ev = StepStateChanged(
-                name=step,
-                step_state=state,
-                worker_id="<enqueued>" if state is StepState.PREPARING else str(worker),
-                input_event_name=name_in,
-                output_event_name=name_out,
-            )
-            for q in self._internal:
-                q.put_nowait(ev)
-
-    def ask_again(self) -> None:
-        """Asks the questions of waits still unanswered once the inbox is taken in (resume).
-
-        A wait answered by the inbox, or by an event sent as the run resumed, is not asked.
-        """
-        now = time.time()
-        self._reasks = [
-            w.question
-            for w in self.waiters.values()
-            if w.question is not None and (w.deadline is None or w.deadline > now)
-        ]
-        for q in self._askees:
-            for ev in self._reasks:
-                q.put_nowait(ev)
-        self._askees.clear()
-
     # ------------------------------------------------------------------ committing
-
-    def _commit(
-        self,
-        records: list[Record],
-        *,
-        status: str | None = None,
-        check: Callable[[], None] | None = None,
-        on_written: Callable[[Any], None] | None = None,
-        inbox_taken: list[int] | None = None,
-        create: NewRun | None = None,
-    ) -> Commit:
-        # Once a commit that ends the run is written, nothing of this executor may follow
-        # it: the guard runs in the writer, in seq order, so no commit in flight can.
-        def guard() -> None:
-            if self._sealed:
-                raise _Sealed(self.run_id)
-            if check is not None:
-                check()
-
-        sealing = status in _ENDING
-        written = on_written
-
-        def seal(seq: Any) -> None:
-            self._sealed = True
-            if written is not None:
-                written(seq)
-
-        return Commit(
-            self.run_id,
-            records,
-            epoch=self.epoch,
-            status=status,
-            check=guard,
-            on_written=seal if sealing else on_written,
-            inbox_taken=inbox_taken or (),
-            create=create,
-        )
-
-    def submit(
-        self, records: list[Record], *, lazy: bool = False, **kw: Any
-    ) -> asyncio.Future[Any]:
-        def absorb(ok: bool, res: Any) -> None:
-            """Keeps a durable commit to fold into the executor's copy of the folded state.
-
-            Folded lazily (:attr:`_folded`): only a snapshot and recovery read that copy, so
-            a commit costs its fold once per snapshot's worth of records, not a fold each.
-            """
-            if ok:
-                self._keep(records, res)
-
-        # Absorbed in seq order, before the code that waits for the commit goes on.
-        return self.store.submit(self._commit(records, **kw), lazy=lazy, then=absorb)
-
-    def _keep(self, records: list[Record], res: Any) -> None:
-        self._unfolded.append((records, res))
-        self._since_snapshot += sum(len(r.payload) for r in records)
-        if self._since_snapshot >= max(SNAPSHOT_MIN_BYTES, SNAPSHOT_FACTOR * self._snapshot_bytes):
-            self.write_snapshot()
 
     @property
     def folded(self) -> Folded:
         """The folded state of every durable commit of this executor's run."""
-        pending = self._unfolded
-        if pending:
-            self._unfolded = []
-            run_id, stored = self.run_id, list[StoredRecord]()
-            for records, res in pending:
-                first, last, ts = int(res.first_seq), Seq(int(res.last_seq)), res.ts
-                stored.extend(
-                    StoredRecord(Seq(first + i), run_id, r.kind, r.step, r.payload, last, ts)
-                    for i, r in enumerate(records)
-                )
-            fold(self._fold_state, stored)
-        return self._fold_state
+        return self.log.folded
 
-    @folded.setter
-    def folded(self, folded: Folded) -> None:
-        self._unfolded = []
-        self._fold_state = folded
-
-    def write_snapshot(
-        self, *, lazy: bool = True, last: bool = False
-    ) -> asyncio.Future[Any] | None:
-        """Writes a snapshot of the folded state (lazily: it rides with the next commit).
-
-        One is written only once the log since the last weighs ``SNAPSHOT_FACTOR`` times
-        its size, unless it is the ``last`` of this executor's (the next reader of the
-        latest state then folds nothing).
-        """
-        s = self.folded
-        data = dump_folded(s).decode()
-        self._snapshot_bytes = len(data)
-        if not last and self._since_snapshot < SNAPSHOT_FACTOR * len(data):
-            return None  # the state grew faster than its log: the next one waits for more log
-        self._since_snapshot = 0
-        snap = Snapshot(s.seq, data, FOLD_VERSION, s.records)
-        commit = Commit(self.run_id, [], epoch=self.epoch, snapshot=snap)
-        fut = self.store.submit(commit, lazy=lazy)
-        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
-        return fut
-
-    def _lazy(self, records: list[Record]) -> None:
-        def done(ok: bool, res: Any) -> None:
-            if ok:
-                self._keep(records, res)
-            elif not self.closing:
-                self.end_with(res)
-
-        self.store.submit(self._commit(records), lazy=True, then=done)
-
-    def _lazy_pair(self, first: list[Record], second: list[Record]) -> None:
-        """Two commits that only say work began (a dequeue, an attempt's start), submitted
-        as one operation: one future and one callback for both."""
-
-        def done(ok: bool, res: Any) -> None:
-            if not ok:
-                if not self.closing:
-                    self.end_with(res)
-                return
-            a, b = res
-            self._keep(first, a)
-            self._keep(second, b)
-
-        self.store.submit_many([self._commit(first), self._commit(second)], lazy=True, then=done)
+    def _on_lazy_failure(self, exc: Any) -> None:
+        if not self.closing:
+            self.end_with(exc)
 
     async def append(self, records: list[Record], **kw: Any) -> int:
+        """Commits ``records`` (``kw``: :meth:`RunLog.commit`'s) and returns the last seq
+        once it is durable."""
         res = await self.submit(records, **kw)
         return int(res.last_seq)
 
@@ -568,7 +347,7 @@ class Executor:
     def start_imported(self, records: list[Record], updates: dict[str, Any]) -> None:
         """Starts a new run whose first commit (``records``) holds a state from elsewhere (a
         context dict of another store); its queued work runs, its waits wait and ask again."""
-        self._reasks = None  # its waits' questions are asked again, as on a resume
+        self.stream.will_ask_again()  # its waits' questions are asked again, as on a resume
         self._spawn(self._start_imported(records, updates))
 
     def fork(
@@ -666,7 +445,7 @@ class Executor:
         renamed: dict[str, str] | None,
         deletes: list[str] | None,
     ) -> None:
-        self.epoch = await self.store.claim(self.run_id)
+        self.log.epoch = await self.store.claim(self.run_id)
         self.ready.set()
         # The log as read before the claim may have grown since: a previous owner that
         # had not yet noticed it lost the run could commit until the claim fenced it.
@@ -679,7 +458,7 @@ class Executor:
             if folded.status == "finished":
                 self._close(result=to_run_state(folded, self.codec).result)
                 return
-        await self.append([J.run_resumed(self.epoch, folded.status, renamed)], status="running")
+        await self.append([J.run_resumed(self.log.epoch, folded.status, renamed)], status="running")
         if folded.status == "timed_out":
             self._exec_before = 0.0  # a fresh timeout budget (the fold resets it too)
         await self._go_on(folded, updates, resumed=True, deletes=deletes)
@@ -740,7 +519,7 @@ class Executor:
             self.waits.arm(w)
         self.waits.take_inbox()
         self.waits.start_taking()  # what was sent as the run resumed follows its inbox
-        self.ask_again()
+        self.stream.ask_again(self.waiters.values())
         self.start_tasks()
 
     # ------------------------------------------------------------------ the run
@@ -776,12 +555,12 @@ class Executor:
     def deliver(self, step: str, d: Delivery) -> None:
         self._busy += 1
         queue = self.queues[step]
-        if (self._internal or self.config.verbose) and self._tasks:
+        if self.stream.watched and self._tasks:
             # Every worker of the step is taken: the event waits for one (LlamaIndex's
             # PREPARING). Only counted when someone watches.
             running = sum(1 for s, _ in self._running if s == step)
             if running + queue.qsize() >= self.graph.steps[step].num_workers:
-                self._step_state(step, -1, StepState.PREPARING, d.event)
+                self.stream.step_state(step, -1, StepState.PREPARING, d.event)
         queue.put_nowait(d)
 
     async def _worker(self, step: str, spec: StepSpec, worker: int) -> None:
@@ -824,13 +603,13 @@ class Executor:
                 await self.append(started)
                 durable_start = False
             elif dequeued is not None:
-                self._lazy_pair(dequeued, started)
+                self.log.lazy_pair(dequeued, started)
                 dequeued = None
             else:
-                self._lazy(started)
+                self.log.lazy(started)
             att = Attempt(step, d.event_id, attempt, d.event, host=self)
             att.retry = clock
-            self._step_state(step, worker, StepState.RUNNING, d.event)
+            self.stream.step_state(step, worker, StepState.RUNNING, d.event)
             self._running[(step, worker)] = attempt
             ended: Event | None = None  # what the attempt returned, once that took effect
             if conflicts >= CONFLICTS_BEFORE_LOCK:
@@ -850,7 +629,9 @@ class Executor:
                     else:
                         if written is not None:
                             ended = outcome.result
-                            self._step_state(step, worker, StepState.NOT_RUNNING, d.event, ended)
+                            self.stream.step_state(
+                                step, worker, StepState.NOT_RUNNING, d.event, ended
+                            )
                             self._took_effect(att, *written)
                             return
                         conflicts += 1
@@ -891,14 +672,14 @@ class Executor:
                     await self._fail_run(step, exc, clock.failures, elapsed)
                     return
                 if self.config.verbose:
-                    _say(f"[{step}:{worker}] failed with {exc!r}, retrying in {delay} s")
+                    say(f"[{step}:{worker}] failed with {exc!r}, retrying in {delay} s")
                 await asyncio.sleep(delay)
                 if self._failing:
                     return  # another step is failing the run: its retry waits for a resume
             finally:
                 self._running.pop((step, worker), None)
                 if ended is None and not self.closing:
-                    self._step_state(step, worker, StepState.NOT_RUNNING, d.event)
+                    self.stream.step_state(step, worker, StepState.NOT_RUNNING, d.event)
                 if att.collects:  # it did not commit (or its commit raised): undone
                     self.collects.settle(att, committed=False)
                 if att.holds_lock:
@@ -1122,10 +903,7 @@ class Executor:
         if paused and self._clock_start is not None:
             self._exec_before += now - self._clock_start
             self._clock_start = None
-            if self._internal:  # nothing to do but wait for an event: idle
-                idle = WorkflowIdleEvent()
-                for q in self._internal:
-                    q.put_nowait(idle)
+            self.stream.idle()  # nothing to do but wait for an event
         elif not paused and self._clock_start is None:
             self._clock_start = now
 
@@ -1188,7 +966,7 @@ class Executor:
                 await asyncio.wait_for(self._drained.wait(), grace)
         try:
             await self.append([J.run_failed(step, exc)], status="failed")
-        except _Sealed:
+        except Sealed:
             return  # something else ended the run first
         self.end_with(exc)
 
@@ -1202,7 +980,7 @@ class Executor:
         }[record.kind]
         try:
             await self.append([record], status=status)
-        except _Sealed:
+        except Sealed:
             return
         self.end_with(exc)
 
@@ -1221,16 +999,12 @@ class Executor:
         await self._end_run(J.run_suspended(), exc)
 
     def _finish(self, stop: StopEvent) -> None:
-        if self.config.verbose:
-            _say(f"[result] {stop!r}")
         self.status = "finished"
-        self._history.append(stop)
-        for q in self._subscribers:
-            q.put_nowait(stop)
+        self.stream.finish(stop)
         self._close(result=result_of(stop))
 
     def end_with(self, exc: BaseException) -> None:
-        if isinstance(exc, _Sealed):
+        if isinstance(exc, Sealed):
             return  # the run already ended; the commit that lost the race is moot
         if isinstance(exc, ConcurrencyError) and not isinstance(exc, _Conflict):
             if self._cancelled_elsewhere():
@@ -1296,20 +1070,13 @@ class Executor:
         for w in self.waiters.values():
             if w.timer is not None:
                 w.timer.cancel()
-        last = None if exc is None else self._last_event(exc)
-        if last is not None:
-            self._history.append(last)
-        for q in self._subscribers:
-            if last is not None:
-                q.put_nowait(last)
-            q.put_nowait(None)
-        self._subscribers.clear()
+        self.stream.end(None if exc is None else self._last_event(exc))
         try:
-            if self._since_snapshot and not self.store._closed and self.store._failed is None:
+            if self.log.unsnapshotted and not self.store._closed and self.store._failed is None:
                 # The next reader of the latest state folds nothing. A cache is never worth
                 # failing the run's ending over.
                 with contextlib.suppress(EventStoreError):
-                    fut = self.write_snapshot(lazy=False, last=True)
+                    fut = self.log.write_snapshot(lazy=False, last=True)
                     if fut is not None:
                         last_snapshot.append(fut)
         finally:
