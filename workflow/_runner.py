@@ -10,9 +10,7 @@ import asyncio
 import contextlib
 import copy
 import time
-import traceback
 from collections.abc import Callable, Coroutine, Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from eventstore import (
@@ -21,30 +19,15 @@ from eventstore import (
     EventStoreError,
     LogCorruptedError,
     NewRun,
-    ReadOnlyStoreError,
     Record,
-    StoreClosedError,
-    StoreUnavailableError,
     UnknownClassError,
-    WriterFailedError,
 )
 
 from . import _journal as J
-from ._attempt import Attempt, WaitSuspend, current_attempt
-from ._catch_error import StepFailedEvent
+from ._attempts import Conflict, StepRunner
 from ._changes import KeyChange, encode_updates
-from ._collects import COLLECT_PREFIX, CollectBuffers
-from ._commit import (
-    Outcome,
-    Planned,
-    Raised,
-    Returned,
-    Waited,
-    commit_of,
-    failure_record,
-    streamed_records,
-)
-from ._context import Context, current_context
+from ._collects import CollectBuffers
+from ._context import Context
 from ._errors import (
     RecoveryLimitError,
     RunAbandonedError,
@@ -52,14 +35,11 @@ from ._errors import (
     RunSuspendedError,
     WorkflowCancelledByUser,
     WorkflowCancelledError,
-    WorkflowRuntimeError,
     WorkflowTimeoutError,
 )
 from ._events import (
     Event,
-    InputRequiredEvent,
     StartEvent,
-    StepState,
     StopEvent,
     WorkflowCancelledEvent,
     WorkflowFailedEvent,
@@ -71,19 +51,15 @@ from ._live_runs import own, release
 from ._ownership import LeaseOwners
 from ._read import fold_run
 from ._renames import moves_for
-from ._retry import RetryClock
 from ._run_log import RunLog, Sealed
-from ._stream import RunStream, say
+from ._stream import RunStream
 from ._waits import Delivery, WaitInfo, Waits
 
 if TYPE_CHECKING:
     from ._run_config import RunConfig
-    from ._step import StepSpec
 
 __all__ = ["Delivery", "Executor"]
 
-# After this many conflicts in a row an attempt runs holding the run's state lock.
-CONFLICTS_BEFORE_LOCK: Final = 3
 # A snapshot of the folded state is written once the run's log bytes since the last one
 # reach SNAPSHOT_FACTOR times its size (and at least SNAPSHOT_MIN_BYTES): snapshots then
 # weigh at most a tenth of the log, and a read at any seq replays at most ten times the
@@ -93,22 +69,6 @@ SNAPSHOT_MIN_BYTES: Final = 32 * 1024
 # Seconds that attempts still running get to commit when another step's failure fails the
 # run (``Workflow.failure_grace``).
 DEFAULT_FAILURE_GRACE: Final = 2.0
-
-# Why a commit may fail that is not the attempt's doing: the store cannot write (I/O, closed,
-# read-only, unreachable) or the run is no longer this executor's. Any other failure to
-# write an attempt's records is that attempt's failure, recorded as one.
-_STORE_FAILURES: Final = (
-    WriterFailedError,
-    ConcurrencyError,
-    StoreClosedError,
-    StoreUnavailableError,
-    ReadOnlyStoreError,
-)
-
-
-# A durable commit of a returned attempt, for _took_effect: what it planned, its context
-# changes, and its seq.
-_Written = tuple[Planned, list[KeyChange], int]
 
 
 def over_recovery_limit(
@@ -123,12 +83,6 @@ def over_recovery_limit(
             if p.crashes >= limit:
                 return RecoveryLimitError(run_id, step, p.crashes, limit)
     return None
-
-
-class _Conflict(ConcurrencyError):
-    def __init__(self, keys: list[str]) -> None:
-        self.keys = keys
-        super().__init__(f"stale reads of {keys}")
 
 
 class Executor:
@@ -159,9 +113,6 @@ class Executor:
         self.keylog = live.keylog
         self.state_lock = live.state_lock
         self.pin = live.pin
-        self.queues: dict[str, asyncio.Queue[Delivery]] = {
-            name: asyncio.Queue() for name in self.graph.steps
-        }
         self.collects = CollectBuffers(live.versions)
         self.buffers = self.collects.buffers
         self.live_buffer = self.collects.live_buffer
@@ -180,19 +131,13 @@ class Executor:
         # Set once the executor holds its epoch: before that, its commits would be refused.
         self.ready = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._busy = 0  # deliveries queued or running
-        # Attempts being handled; once a failure is to end the run (``_failing``), no new
-        # one starts, and ``_drained`` is set when the failing one is the last.
-        self._handling = 0
-        self._failing = False
-        self._drained = asyncio.Event()
+        # The step workers and their attempts.
+        self.steps = StepRunner(self)
+        self.deliver = self.steps.deliver
         self.stream = stream = RunStream(verbose=config.verbose, resumed=folded is not None)
         self.stream_now = stream.stream_now
         self.subscribe = stream.subscribe
         self.origins = stream.origins
-        # What ended the run, for the stream's last event: (step, attempts, elapsed seconds).
-        self._failed_step: tuple[str, int | None, float | None] | None = None
-        self._running: dict[tuple[str, int], int] = {}  # (step, worker) -> attempts running
         self._exec_before = 0.0
         self._clock_start: float | None = None
         self._stream_from = stream_from
@@ -294,7 +239,7 @@ class Executor:
         async with self.state_lock:
             seq = await self.append(records, on_written=on_written)
         live.apply(changes, seq)
-        self._observe(seq)
+        self.observe(seq)
         return seq
 
     replaying: Final = False  # memoized calls are made (``_memo.MemoHost``)
@@ -434,7 +379,7 @@ class Executor:
                 await self.operator_update(updates or {}, deletes)
             stop = self.codec.load(ended)
             await self.append([J.run_finished(ended, folded.next_id)], status="finished")
-            self._finish(stop)
+            self.finish(stop)
             return
         await self._go_on(copy.deepcopy(folded), updates, resumed=False, deletes=deletes)
 
@@ -528,7 +473,7 @@ class Executor:
         """Starts the workers of every step, the inbox poller and the timeout watchdog."""
         for name, spec in self.graph.steps.items():
             for worker in range(spec.num_workers):
-                self._spawn(self._worker(name, spec, worker))
+                self._spawn(self.steps.work(name, spec, worker))
         self._spawn(self.waits.inbox_loop())
         if self.config.timeout is not None:
             self._spawn(self._watchdog(self.config.timeout))
@@ -536,7 +481,7 @@ class Executor:
         if isinstance(owners, LeaseOwners):
             self._spawn(self._heartbeat(owners.renew, owners.ttl))
         self._clock_start = time.monotonic()
-        self._update_clock()
+        self.update_clock()
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -552,342 +497,13 @@ class Executor:
         if exc is not None and not self.closing:
             self.end_with(exc)
 
-    def deliver(self, step: str, d: Delivery) -> None:
-        self._busy += 1
-        queue = self.queues[step]
-        if self.stream.watched and self._tasks:
-            # Every worker of the step is taken: the event waits for one (LlamaIndex's
-            # PREPARING). Only counted when someone watches.
-            running = sum(1 for s, _ in self._running if s == step)
-            if running + queue.qsize() >= self.graph.steps[step].num_workers:
-                self.stream.step_state(step, -1, StepState.PREPARING, d.event)
-        queue.put_nowait(d)
+    @property
+    def started(self) -> bool:
+        """Whether the run's tasks (its step workers) have started."""
+        return bool(self._tasks)
 
-    async def _worker(self, step: str, spec: StepSpec, worker: int) -> None:
-        queue = self.queues[step]
-        while True:
-            d = await queue.get()
-            if self._failing:  # the run is failing: what is queued stays queued
-                self._busy -= 1
-                continue
-            self._handling += 1
-            try:
-                await self._handle(step, spec, d, worker)
-            finally:
-                self._busy -= 1
-                self._handling -= 1
-                if self._failing and self._handling <= 1:
-                    self._drained.set()
-                self._update_clock()
-
-    async def _handle(self, step: str, spec: StepSpec, d: Delivery, worker: int) -> None:
-        durable_start = d.redelivered or d.durable
-        dequeued: list[Record] | None = None
-        if not d.redelivered:
-            dequeued = [J.dequeued(step, d.event_id, worker)]
-            if durable_start:
-                await self.append(dequeued)
-                dequeued = None  # else submitted with the attempt's start, just below
-        attempt = d.attempts
-        clock = RetryClock.resume(d.failures, d.failure)
-        if clock.retry_at is not None:
-            # Resumed mid-backoff: the retry is due when the failure's record says.
-            await clock.wait_due()
-        conflicts = 0
-        while True:
-            attempt += 1
-            started = [J.step_started(step, d.event_id, attempt)]
-            if durable_start:
-                # An input delivered by a resume may be what killed the process before:
-                # its start is made durable first, so every such death is counted.
-                await self.append(started)
-                durable_start = False
-            elif dequeued is not None:
-                self.log.lazy_pair(dequeued, started)
-                dequeued = None
-            else:
-                self.log.lazy(started)
-            att = Attempt(step, d.event_id, attempt, d.event, host=self)
-            att.retry = clock
-            self.stream.step_state(step, worker, StepState.RUNNING, d.event)
-            self._running[(step, worker)] = attempt
-            ended: Event | None = None  # what the attempt returned, once that took effect
-            if conflicts >= CONFLICTS_BEFORE_LOCK:
-                await self.state_lock.acquire()
-                att.holds_lock = True
-            try:
-                outcome = await self._invoke(spec, att)
-                if isinstance(outcome, Returned):
-                    try:
-                        written = await self._commit_success(att, outcome)
-                    except _STORE_FAILURES:
-                        raise
-                    except Exception as err:
-                        # What the attempt produced cannot be written (a value the log
-                        # cannot hold, a commit the store refused): that is its failure.
-                        outcome = Raised(err, traceback.format_exc())
-                    else:
-                        if written is not None:
-                            ended = outcome.result
-                            self.stream.step_state(
-                                step, worker, StepState.NOT_RUNNING, d.event, ended
-                            )
-                            self._took_effect(att, *written)
-                            return
-                        conflicts += 1
-                        continue
-                elif isinstance(outcome, Waited):
-                    try:
-                        await self.waits.commit_wait(att, outcome.request)
-                    except _STORE_FAILURES:
-                        raise
-                    except Exception as err:
-                        outcome = Raised(err, traceback.format_exc())
-                    else:
-                        return
-                exc = outcome.error
-                stale = self.live.stale(att)
-                if stale:
-                    # It failed on reads that another attempt had already changed: that
-                    # is a conflict, not the step's failure.
-                    await self._commit_conflict(att, stale)
-                    conflicts += 1
-                    continue
-                delay, retry_at, elapsed = clock.decide(
-                    spec.retry_policy, exc, (self.run_id, step, d.event_id, attempt)
-                )
-                recovery = None if delay is not None else self._recovery(att, exc, clock, elapsed)
-                await self._commit_failure(
-                    att,
-                    outcome,
-                    delay,
-                    retry_at,
-                    elapsed,
-                    None if recovery is None else recovery[2],
-                )
-                if recovery is not None:
-                    self.deliver(recovery[0], recovery[1])  # its commit is durable
-                    return
-                if delay is None:
-                    await self._fail_run(step, exc, clock.failures, elapsed)
-                    return
-                if self.config.verbose:
-                    say(f"[{step}:{worker}] failed with {exc!r}, retrying in {delay} s")
-                await asyncio.sleep(delay)
-                if self._failing:
-                    return  # another step is failing the run: its retry waits for a resume
-            finally:
-                self._running.pop((step, worker), None)
-                if ended is None and not self.closing:
-                    self.stream.step_state(step, worker, StepState.NOT_RUNNING, d.event)
-                if att.collects:  # it did not commit (or its commit raised): undone
-                    self.collects.settle(att, committed=False)
-                if att.holds_lock:
-                    self.state_lock.release()
-                self.live.unpin(att)
-
-    async def _invoke(self, spec: StepSpec, att: Attempt) -> Outcome:
-        kwargs: dict[str, Any] = {spec.event_param: att.event}
-        if spec.ctx_param is not None:
-            kwargs[spec.ctx_param] = self.ctx
-        args = (self.config.instance,) if spec.bound else ()
-        token = current_attempt.set(att)
-        ctx_token = current_context.set(self.ctx)
-        try:
-            if spec.resources:  # built (or taken from the cache) for each attempt, never logged
-                kwargs.update(await self.config.resources.inject(spec.resources))
-            if spec.is_async:
-                result = await spec.func(*args, **kwargs)
-            else:
-                # A plain def runs in a worker thread (which sees this attempt): it cannot
-                # be interrupted, so if the run ends first its late outcome is dropped.
-                result = await asyncio.to_thread(spec.func, *args, **kwargs)
-        except WaitSuspend as ws:
-            return Waited(ws.request)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            return Raised(exc, traceback.format_exc())
-        finally:
-            current_context.reset(ctx_token)
-            current_attempt.reset(token)
-        if result is not None and not isinstance(result, Event):
-            wrong = WorkflowRuntimeError(
-                f"Step function {spec.name} returned {type(result).__name__} instead of an"
-                " Event instance."
-            )
-            return Raised(wrong, "")
-        return Returned(result)
-
-    def _streamed(self, att: Attempt) -> list[Record]:
-        return streamed_records(self.codec, att)
-
-    def _recovery(
-        self, att: Attempt, exc: Exception, clock: RetryClock, elapsed: float
-    ) -> tuple[str, Delivery, Record] | None:
-        """The ``@catch_error`` handler that takes over a step out of retries, if any: its
-        name, the delivery of its StepFailedEvent and that event's ``enqueued`` record.
-
-        None when no handler covers the step, or its ``max_recoveries`` along this event's
-        lineage are used up (the run fails then).
-        """
-        route = self.config.catchers.get(att.step)
-        if route is None:
-            return None
-        handler, limit = route
-        counts = self.folded.recoveries.get(att.event_id, {})
-        n = counts.get(handler, 0) + 1
-        if n > limit:
-            return None
-        failed_at = clock.last_failed_at if clock.last_failed_at is not None else time.time()
-        ev = StepFailedEvent(
-            step_name=att.step,
-            input_event=att.event,
-            exception=exc,
-            attempts=clock.failures,
-            elapsed_seconds=elapsed,
-            failed_at=datetime.fromtimestamp(failed_at, tz=UTC),
-        )
-        ev_id = self.new_event_id()
-        record = J.enqueued_recovery(
-            handler,
-            ev_id,
-            self.codec.dump(ev),
-            [att.event_id, att.attempt],
-            {**counts, handler: n},
-        )
-        return handler, Delivery(ev_id, ev), record
-
-    async def _commit_failure(
-        self,
-        att: Attempt,
-        outcome: Raised,
-        delay: float | None,
-        retry_at: float | None,
-        elapsed: float,
-        recovery: Record | None = None,
-    ) -> None:
-        """Records an attempt's failure; a failure is recorded whatever it carries.
-
-        ``recovery`` (the StepFailedEvent a ``@catch_error`` handler is given) is in the
-        same commit, so the handler's input and the recovery count are durable together.
-        """
-        extra = [] if recovery is None else [recovery]
-        failed = failure_record(att, outcome, delay=delay, retry_at=retry_at, elapsed=elapsed)
-        try:
-            streamed = self._streamed(att)
-        except CodecError:
-            streamed = []  # what it streamed cannot be stored, unlike its failure
-        try:
-            await self.append([failed, *extra, *streamed])
-        except _STORE_FAILURES:
-            raise
-        except Exception:
-            # Refused for its size or content: the failure alone, without its traceback.
-            bare = failure_record(
-                att, outcome, delay=delay, retry_at=retry_at, elapsed=elapsed, with_traceback=False
-            )
-            await self.append([bare, *extra])
-
-    async def _commit_conflict(self, att: Attempt, keys: list[str]) -> None:
-        shown = [k.replace(COLLECT_PREFIX, "collect:") for k in keys]
-        await self.append(
-            [J.step_conflicted(att.step, att.event_id, att.attempt, shown), *self._streamed(att)]
-        )
-
-    async def _commit_success(self, att: Attempt, outcome: Returned) -> _Written | None:
-        """Writes a returned attempt's commit; returns what :meth:`_took_effect` needs to
-        make it take effect, or None when its reads went stale (it must re-run).
-
-        When it raises, the commit was not written and nothing of it took effect.
-        """
-        changes = self.live.key_changes(att)
-        first_id = self.next_id
-        # One id per emitted event, taken whether or not the commit is written.
-        self.next_id += len(att.sent) + (outcome.result is not None)
-        planned = commit_of(
-            att,
-            outcome,
-            self.live.state_records(att.step, changes),
-            codec=self.codec,
-            route=self.graph.route,
-            first_id=first_id,
-        )
-        written = [c.key for c in changes]
-        taken_keys = sorted({COLLECT_PREFIX + k for k, _ in att.taken})
-        owners = [o for o in att.deps if not o.put_written]
-        if owners and not att.holds_lock:
-            # Its take is written after the puts it took (so the log folds to the live
-            # buffer), or not at all if one of those attempts does not commit.
-            outcomes = [o.outcome for o in owners if o.outcome is not None]
-            if not all(await asyncio.gather(*outcomes)):
-                await self._commit_conflict(att, taken_keys)
-                return None
-            owners = []
-        # An attempt holding the state lock never waits for another (which may wait for
-        # the lock to commit): its commit is refused unless those puts are written by then.
-
-        def check() -> None:
-            stale = self.live.stale(att)
-            if stale:
-                raise _Conflict(stale)
-            if owners and not all(o.put_written for o in owners):
-                raise _Conflict(taken_keys)
-
-        def on_written(seq: Any) -> None:
-            att.put_written = True
-            self.live.mark_written(written, int(seq))
-
-        # A commit that changes state waits for an exclusive (edit_state) attempt to end.
-        hold = bool(written) and not att.holds_lock and self.state_lock.locked()
-        if hold:
-            await self.state_lock.acquire()
-        try:
-            seq = await self.append(
-                planned.records,
-                check=check if att.reads or owners else None,
-                on_written=on_written if written or att.collects else None,
-                status="finished" if planned.stop is not None else None,
-            )
-        except _Conflict as exc:
-            await self._commit_conflict(att, exc.keys)
-            return None
-        finally:
-            if hold:
-                self.state_lock.release()
-        return planned, changes, seq
-
-    def _took_effect(
-        self, att: Attempt, planned: Planned, changes: list[KeyChange], seq: int
-    ) -> None:
-        """A returned attempt's commit is durable: now it takes effect.
-
-        The attempt's own reads end here, so only other live readers of a key make
-        applying its patch copy the value.
-        """
-        self.live.unpin(att)
-        att.reads.clear()
-        self.live.apply(changes, seq)
-        if att.collects:
-            self.collects.settle(att, committed=True, seq=seq)
-        for wid in att.answers_used:
-            self.answers.pop(wid, None)
-        for ev_id, (ev, target) in zip(planned.ids, planned.emitted, strict=True):
-            if (
-                target is None
-                and not isinstance(ev, StopEvent | InputRequiredEvent)
-                and not self.graph.route(type(ev))
-            ):
-                self.waits.park(ev_id, ev)  # it may answer a wait of another step
-        for step, ev_id, ev in planned.deliveries:
-            self.deliver(step, Delivery(ev_id, ev))
-        for ev in planned.asked:
-            self.stream_now(ev, att)
-        self._observe(seq)
-        if planned.stop is not None:
-            self._finish(planned.stop[1])
-
-    def _observe(self, seq: int) -> None:
+    def observe(self, seq: int) -> None:
+        """The commit at ``seq`` that changed state took effect (the test hook is told)."""
         hook = self.config.commit_hook
         if hook is not None:
             hook(self, seq)
@@ -895,9 +511,9 @@ class Executor:
     # ------------------------------------------------------------------ time
 
     def only_waiters(self) -> bool:
-        return bool(self.waiters) and self._busy == 0
+        return bool(self.waiters) and self.steps.idle
 
-    def _update_clock(self) -> None:
+    def update_clock(self) -> None:
         now = time.monotonic()
         paused = self.only_waiters()
         if paused and self._clock_start is not None:
@@ -928,10 +544,10 @@ class Executor:
 
     async def _watchdog(self, timeout: float) -> None:  # noqa: ASYNC109 - the run's budget
         while True:
-            self._update_clock()
+            self.update_clock()
             remaining = timeout - self.exec_time()
             if remaining <= 0:
-                active = sorted({s for s, _ in self._running})
+                active = self.steps.active_steps()
                 steps = (
                     "Currently active steps: " + ", ".join(active) if active else "No steps active"
                 )
@@ -946,29 +562,6 @@ class Executor:
             await asyncio.sleep(min(remaining, 0.5) if self._clock_start is not None else 0.05)
 
     # ------------------------------------------------------------------ ending
-
-    async def _fail_run(
-        self,
-        step: str,
-        exc: BaseException,
-        attempts: int | None = None,
-        elapsed: float | None = None,
-    ) -> None:
-        if self._failing:
-            return  # another failure is ending the run: this one is recorded as a step's
-        self._failing = True
-        self._failed_step = (step, attempts, elapsed)
-        # Attempts of other steps still running get the grace period to commit, so that a
-        # resume does not pay for them again; past it they are cancelled with the run.
-        grace = self.config.failure_grace
-        if self._handling > 1 and grace > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._drained.wait(), grace)
-        try:
-            await self.append([J.run_failed(step, exc)], status="failed")
-        except Sealed:
-            return  # something else ended the run first
-        self.end_with(exc)
 
     async def _end_run(self, record: Record, exc: BaseException) -> None:
         if self.closing:
@@ -998,7 +591,7 @@ class Executor:
         await self.wait_ready()
         await self._end_run(J.run_suspended(), exc)
 
-    def _finish(self, stop: StopEvent) -> None:
+    def finish(self, stop: StopEvent) -> None:
         self.status = "finished"
         self.stream.finish(stop)
         self._close(result=result_of(stop))
@@ -1006,7 +599,7 @@ class Executor:
     def end_with(self, exc: BaseException) -> None:
         if isinstance(exc, Sealed):
             return  # the run already ended; the commit that lost the race is moot
-        if isinstance(exc, ConcurrencyError) and not isinstance(exc, _Conflict):
+        if isinstance(exc, ConcurrencyError) and not isinstance(exc, Conflict):
             if self._cancelled_elsewhere():
                 # `workflow cancel` (or another process's cancel) took the run over to end
                 # it: this handler's run was cancelled, not lost to another executor.
@@ -1028,14 +621,12 @@ class Executor:
         """The stream's last event for a run that ended with ``exc`` (as LlamaIndex's)."""
         if isinstance(exc, WorkflowTimeoutError):
             timeout = self.config.timeout or 0.0
-            return WorkflowTimedOutEvent(
-                timeout=timeout, active_steps=sorted({s for s, _ in self._running})
-            )
+            return WorkflowTimedOutEvent(timeout=timeout, active_steps=self.steps.active_steps())
         if isinstance(exc, WorkflowCancelledError):
             return WorkflowCancelledEvent()
         if isinstance(exc, RunSuspendedError | RunAbandonedError):
             return None  # the run goes on elsewhere, or later
-        step, attempts, elapsed = self._failed_step or ("", None, None)
+        step, attempts, elapsed = self.steps.failed_step or ("", None, None)
         return WorkflowFailedEvent(
             step_name=step, exception=exc, attempts=attempts, elapsed_seconds=elapsed
         )
