@@ -512,7 +512,7 @@ class Workflow:
     def _release(self, x: Executor) -> None:
         if _live.get((id(self._store), x.run_id)) is x:
             del _live[(id(self._store), x.run_id)]
-            self._owners.release(x.rid, x.run_id)
+            self._owners.release(x.run_id, x.rid)
 
     # ------------------------------------------------------------------ resume and fork
 
@@ -575,7 +575,7 @@ class Workflow:
         try:
             x = Executor(self, run_id, info.rid, 0, folded)
         except BaseException:
-            self._owners.release(info.rid, run_id)
+            self._owners.release(run_id, info.rid)
             raise
         _live[(id(self._store), run_id)] = x
         handler = WorkflowHandler(self, run_id, x.done, x, self._recorded_stream(folded))
