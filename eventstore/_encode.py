@@ -264,28 +264,28 @@ class Encoder:
         text = next((s for s in _texts(self._dump(value, depth)) if _surrogate_at(s) >= 0), None)
         return None if text is None else ([], text)
 
-    def _dump(self, v: Any, depth: int) -> Any:
-        # depth: the level of v (the root value is 1); a non-JSON-native value past the
+    def _dump(self, value: Any, depth: int) -> Any:
+        # depth: the level of value (the root value is 1); a non-JSON-native value past the
         # limit is refused before anything else, which also ends the walk of a cyclic value.
-        t = type(v)
-        if t is str or t is bool or v is None:
-            return v
+        t = type(value)
+        if t is str or t is bool or value is None:
+            return value
         if t is int:
-            if v in _I64:
-                return v
+            if value in _I64:
+                return value
             # str() refuses ints past 4300 digits (~14284 bits); hex has no limit
-            return {TAG: "int", "v": str(v) if v.bit_length() < 14000 else hex(v)}
+            return {TAG: "int", "v": str(value) if value.bit_length() < 14000 else hex(value)}
         if t is float:
-            if math.isfinite(v):
-                return v
-            return {TAG: "float", "v": "nan" if v != v else "inf" if v > 0 else "-inf"}
+            if math.isfinite(value):
+                return value
+            return {TAG: "float", "v": "nan" if value != value else "inf" if value > 0 else "-inf"}
         if depth > MAX_DEPTH:
-            raise _too_deep(v)
+            raise _too_deep(value)
         if t is dict:
-            return self._dump_items(v, v.items(), depth)
+            return self._dump_items(value, value.items(), depth)
         if t is list:
-            return self._dump_items(v, enumerate(v), depth)
-        return (self._encoders.get(t) or self._encoder_for(t))(v, depth)
+            return self._dump_items(value, enumerate(value), depth)
+        return (self._encoders.get(t) or self._encoder_for(t))(value, depth)
 
     def _dump_items(
         self, container: Any, items: Iterable[Any], depth: int, *, fields: bool = False
@@ -351,15 +351,15 @@ class Encoder:
                 out.sort(key=orjson.dumps)
         return {TAG: tag, "v": out}
 
-    def _encoder_for(self, t: type) -> _Handler:
-        kind = kind_of(t)
+    def _encoder_for(self, cls: type) -> _Handler:
+        kind = kind_of(cls)
         enc: _Handler = self._pickle
         if kind is None and not self._pickles.allowed:
-            raise _Unencodable(t, UNSUPPORTED.format(how=self._pickles.how_to_allow))
+            raise _Unencodable(cls, UNSUPPORTED.format(how=self._pickles.how_to_allow))
         if kind is not None:
-            self._allowlist.admit(t)  # so that this process decodes what it encoded
-            enc = self._class_encoder(t, kind)
-        self._encoders[t] = enc
+            self._allowlist.admit(cls)  # so that this process decodes what it encoded
+            enc = self._class_encoder(cls, kind)
+        self._encoders[cls] = enc
         return enc
 
     def _class_encoder(self, cls: type, kind: str) -> _Handler:

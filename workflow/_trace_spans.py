@@ -99,8 +99,8 @@ def trace_id_of(run_id: str) -> str:
     return hashlib.sha256(f"trace:{run_id}".encode()).hexdigest()[:32]
 
 
-def _span_id(run_id: str, n: int) -> str:
-    digest = hashlib.sha256(f"span:{run_id}:{n}".encode()).hexdigest()[:16]
+def _span_id(run_id: str, index: int) -> str:
+    digest = hashlib.sha256(f"span:{run_id}:{index}".encode()).hexdigest()[:16]
     return digest if digest != "0" * 16 else "1" * 16  # all zeros is an invalid span id
 
 
