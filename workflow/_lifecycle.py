@@ -168,7 +168,7 @@ def run_is_live(ctx: Context[Any]) -> bool:
     info = wf._store.get_run(run)
     if info is None or (info.status or "running") in TERMINAL:
         return False
-    return wf._owners.is_owned(info.rid, run)
+    return wf._owners.is_owned(run, info.rid)
 
 
 # ---------------------------------------------------------------------- to_dict / from_dict

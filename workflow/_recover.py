@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from eventstore import LogCorruptedError, UnknownClassError, class_name
-from eventstore._codec import _main_names
+from eventstore._allowlist import main_names
 
 from ._errors import RunOwnedError, WorkflowChangedError
 from ._fold import payload_of
@@ -115,7 +115,7 @@ def same_name(recorded: str, cls: type) -> bool:
     module, _, qualname = recorded.rpartition(":")
     if qualname != cls.__qualname__:
         return False
-    return module == "__main__" or (cls.__module__ == "__main__" and module in _main_names())
+    return module == "__main__" or (cls.__module__ == "__main__" and module in main_names())
 
 
 def _shares_a_step(wf: Workflow, run: RunSummary) -> bool:

@@ -582,7 +582,7 @@ class Workflow:
         try:
             x = self._executor(run_id, folded, info.rid, 0)
         except BaseException:
-            self._owners.release(info.rid, run_id)
+            self._owners.release(run_id, info.rid)
             raise
         register(self._store, run_id, x)
         handler = WorkflowHandler(self, run_id, x.done, x, self._recorded_stream(folded))
