@@ -41,6 +41,7 @@ from pydantic import BaseModel
 
 from eventstore import Codec, default_codec
 
+from ._identity import AtomMemo, same_items
 from ._patch import (
     TAG,
     KeyRef,
@@ -79,6 +80,8 @@ _FROZEN: Final = (complex, range, Decimal, UUID, dt.date, dt.time, dt.timedelta,
 _PYDANTIC_EXTRAS: Final = ("__pydantic_extra__", "__pydantic_private__")
 _MISSING: Final[Any] = object()
 _REPLACE_OVERHEAD: Final = len(b'[["replace",[],]]')  # a whole-value patch, its value aside
+# Committed lists (and dicts' values) seen holding atoms only: a view of one wraps nothing.
+_MEMO: Final = AtomMemo(_ATOMS)
 
 
 _Node: TypeAlias = "TrackedList | TrackedDict | _Copy"  # what records one mutable part
@@ -325,19 +328,22 @@ class TrackedList(list):  # type: ignore[type-arg]
             return new
         new._kids, new._shared, new._wrapped = {}, {}, False
         memo = {} if memo is None else memo
-        for i, x in enumerate(list.__iter__(self)):
-            if type(x) in _ATOMS:
-                continue
-            if self._own or i >= self._n or i in self._set:
+        # Committed items not read yet stay shared: the new view wraps them when read.
+        n = list.__len__(self)
+        mine: Iterable[int] = (
+            range(n) if self._own else itertools.chain(self._set, range(self._n, n))
+        )
+        for i in mine:
+            x = list.__getitem__(self, i)
+            if type(x) not in _ATOMS:
                 list.__setitem__(new, i, copy.deepcopy(x, memo))
-            elif i in self._kids:  # a wrapper: its copy is a view of the same committed item
-                y = copy.deepcopy(x, memo)
-                list.__setitem__(new, i, y)
-                node = y if _tracked(y) else None
-                if node is not None:
-                    new._kids[i] = node
-                else:
-                    new._set[i] = None
+        for i in self._kids:  # a wrapper: its copy is a view of the same committed item
+            y = copy.deepcopy(list.__getitem__(self, i), memo)
+            list.__setitem__(new, i, y)
+            if _tracked(y):
+                new._kids[i] = y
+            else:
+                new._set[i] = None
         if self._own:
             new._wrapped = True
         return new
@@ -356,13 +362,27 @@ class TrackedList(list):  # type: ignore[type-arg]
         return view
 
     def _wrap_all(self) -> None:
-        """Wraps every committed mutable item (one C-speed look when there is none)."""
+        """Wraps every committed mutable item (one C-speed look when there is none).
+
+        The committed items still shown are the committed list's, at their index: when
+        that list holds atoms only there is nothing to wrap (the memo looks only at the
+        items added since it last looked).
+        """
         if self._wrapped:
             return
-        if not set(map(type, list.__iter__(self))) <= _ATOMS:
+        if self._own or not _MEMO.atoms(self._base):
             for i in range(min(self._n, list.__len__(self))):
                 self._wrap(i)
         self._wrapped = True
+
+    def _items(self) -> list[Any]:
+        """A list holding what this view shows, no other thread can resize: the committed
+        list itself while the view shows exactly it (no copy), else a copy."""
+        base = self._base
+        n = list.__len__(self)
+        if not (self._own or self._set or self._kids) and self._n == n == list.__len__(base):
+            return base
+        return list.__getitem__(self, slice(None))
 
     def _make_own(self) -> None:
         if not self._own:
@@ -592,7 +612,7 @@ class TrackedDict(dict):  # type: ignore[type-arg]
     wrapped too. ``d | {k: v}`` and ``d.copy()`` are views of the same committed dict.
     """
 
-    __slots__ = ("_base", "_cleared", "_codec", "_del", "_kids", "_set", "_shared")
+    __slots__ = ("_base", "_cleared", "_codec", "_del", "_kids", "_set", "_shared", "_values")
 
     _base: dict[Any, Any]
     _codec: Codec
@@ -601,41 +621,60 @@ class TrackedDict(dict):  # type: ignore[type-arg]
     _kids: dict[Any, _Node]  # committed keys neither set nor deleted -> the wrapper there
     _shared: dict[Any, _Node]
     _cleared: bool
+    _values: list[Any] | None  # the committed values, listed when the view was made
 
     def __init__(self, base: dict[Any, Any], codec: Codec = default_codec) -> None:
         dict.__init__(self, base)
         self._base, self._codec = base, codec
         self._set, self._del, self._kids, self._shared = {}, {}, {}, {}
         self._cleared = False
+        self._values = None
 
     @staticmethod
     def of(base: dict[Any, Any], codec: Codec = default_codec) -> TrackedDict:
         """A view of base: a :class:`_NestedDict` if a value of base is not an atom."""
-        flat = set(map(type, base.values())) <= _ATOMS
-        return (TrackedDict if flat else _NestedDict)(base, codec)
+        values = list(dict.values(base))
+        view = (TrackedDict if _MEMO.atoms(values, base) else _NestedDict)(base, codec)
+        view._values = values
+        return view
 
     def _derive(self, *, deep: bool = False, memo: dict[int, Any] | None = None) -> TrackedDict:
         new = type(self).__new__(type(self))
         dict.update(new, dict.copy(self))
         new._base, new._codec, new._cleared = self._base, self._codec, self._cleared
+        new._values = self._values
         new._set, new._del = dict(self._set), dict(self._del)
         if not deep:
             new._kids, new._shared = dict(self._kids), self._shared
             return new
         new._kids, new._shared = {}, {}
         memo = {} if memo is None else memo
-        for k, x in dict.items(self):
-            if type(x) in _ATOMS or (
-                k not in self._kids and not self._added(k) and k not in self._set
-            ):
-                continue  # a committed value not read yet: copied when read
-            y = copy.deepcopy(x, memo)
+        # Committed values not read yet stay shared: the new view wraps them when read.
+        # Every key a view shows that is not committed there was set (or all, if cleared).
+        mine: Iterable[Any] = list(dict.keys(self)) if self._cleared else self._set
+        for k in mine:
+            x = dict.__getitem__(self, k)
+            if type(x) not in _ATOMS:
+                dict.__setitem__(new, k, copy.deepcopy(x, memo))
+        for k in self._kids:
+            y = copy.deepcopy(dict.__getitem__(self, k), memo)
             dict.__setitem__(new, k, y)
-            if k in self._kids and _tracked(y):
+            if _tracked(y):
                 new._kids[k] = y
-            elif k in self._kids:
+            else:
                 new._set[k] = None
         return new
+
+    def _entries(self) -> tuple[list[Any], list[Any]]:
+        """The keys and the values this view shows, as lists no other thread can change
+        (the committed values as listed when the view was made, while it shows them)."""
+        base = self._base
+        if not (self._cleared or self._set or self._del or self._kids) and dict.__len__(
+            self
+        ) == dict.__len__(base):
+            values = self._values if self._values is not None else list(dict.values(base))
+            return list(dict.keys(base)), values
+        return list(dict.keys(self)), list(dict.values(self))
 
     def _added(self, key: Any) -> bool:
         return self._cleared or key not in self._base or key in self._del
@@ -930,11 +969,18 @@ def _diff_obj(
         _diff(getattr(old, name), getattr(new, name), (*path, name), codec, out, kid)
 
 
-def _shares(src: list[Any], new: list[Any]) -> bool:
-    """Whether new starts with src's items, the same objects (C speed, no item is read)."""
-    return list.__len__(new) >= list.__len__(src) and all(
-        map(operator.is_, list.__iter__(src), list.__iter__(new))
-    )
+def _shares(src: list[Any], new: list[Any], *, private: bool = False) -> bool:
+    """Whether new starts with src's items, the same objects (one memory comparison).
+
+    :param private: src is the executor's committed list (only the event loop's thread
+        changes it), so it is compared as it is; other lists are copied first.
+    """
+    n = list.__len__(src)
+    if list.__len__(new) < n:
+        return False
+    if not private:
+        src = src._items() if type(src) is TrackedList else list.__getitem__(src, slice(None))
+    return same_items(list.__getitem__(new, slice(n)), src, n)
 
 
 def _diff_list(
@@ -944,7 +990,7 @@ def _diff_list(
         hint._collect(out, path)
         _tail_ops(path, list.__getitem__(new, slice(list.__len__(hint), None)), out)
         return
-    if _shares(old, new):  # old's items, then more
+    if _shares(old, new, private=True):  # old's items, then more
         _tail_ops(path, list.__getitem__(new, slice(len(old), None)), out)
         return
     n = len(new)
@@ -991,15 +1037,14 @@ def _diff_dict(
     hint: _Node | None,
 ) -> None:
     src: Any = hint if isinstance(hint, TrackedDict) else None
-    if src is not None and _dict_extends(src, new):  # derived from the view: {**d, k: v}
+    added = None if src is None else _dict_extends(src._entries(), new)
+    if added is not None:  # derived from the view: {**d, k: v}
         src._collect(out, path)
-        n = dict.__len__(src)
-        for k, v in itertools.islice(dict.items(new), n, None):
-            out.append(("set", (*path, _elem(k)), _fresh(v)))
+        out.extend(("set", (*path, _elem(k)), _fresh(dict.__getitem__(new, k))) for k in added)
         return
-    if _dict_extends(old, new):
-        for k, v in itertools.islice(dict.items(new), len(old), None):
-            out.append(("set", (*path, _elem(k)), _fresh(v)))
+    added = _dict_extends((list(dict.keys(old)), list(dict.values(old))), new)
+    if added is not None:
+        out.extend(("set", (*path, _elem(k)), _fresh(dict.__getitem__(new, k))) for k in added)
         return
     kept = [k for k in old if dict.__contains__(new, k)]
     if list(dict.keys(new))[: len(kept)] != kept:  # reordered: a patch adds keys at the end
@@ -1015,10 +1060,16 @@ def _diff_dict(
             out.append(("set", (*path, _elem(k)), _fresh(v)))
 
 
-def _dict_extends(src: dict[Any, Any], new: dict[Any, Any]) -> bool:
-    """Whether new starts with src's entries, the same key and value objects (C speed)."""
-    if dict.__len__(new) < dict.__len__(src):
-        return False
-    keys = map(operator.is_, dict.keys(src), dict.keys(new))
-    values = map(operator.is_, dict.values(src), dict.values(new))
-    return all(keys) and all(values)
+def _dict_extends(src: tuple[list[Any], list[Any]], new: dict[Any, Any]) -> list[Any] | None:
+    """The keys new has after src's entries, if it starts with them: the same key and
+    value objects, in order (src: its keys and values); None if it does not.
+
+    new's keys and values are copied into lists (no other thread can change those), which
+    :func:`same_items` compares with src's by identity.
+    """
+    keys, values = src
+    n = len(keys)
+    if dict.__len__(new) < n or not same_items(list(dict.values(new)), values, n):
+        return None
+    new_keys = list(dict.keys(new))
+    return new_keys[n:] if same_items(new_keys, keys, n) else None
