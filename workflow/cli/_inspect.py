@@ -18,6 +18,7 @@ import click
 from eventstore import Codec, EventStore, NotAStoreError, StoredRecord
 
 from .. import _journal as J
+from .._buffers import taken
 from .._fold import Folded
 from .._read import event_type, run_info
 from ._render import Show, short_class, show_dump, show_typed
@@ -181,12 +182,13 @@ def _state_deleted(p: J.StateDeleted, show: Show, limit: int) -> str:
 @_line(J.COLLECTED)
 def _collected(p: J.Collected, show: Show, limit: int) -> str:
     put = p.get("put")
-    take = p.get("take")
+    take = taken(p)
     text = f"buffer {p.get('buf')}"
     if put:
         text += f" put #{put.get('id')} {show(put.get('event'), limit)}"
     if take:
-        text += f" took {', '.join(map(short_class, take))}"
+        names = (short_class(n) if k == 1 else f"{k} x {short_class(n)}" for n, k in take)
+        text += f" took {', '.join(names)}"
     return text
 
 
