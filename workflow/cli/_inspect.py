@@ -18,6 +18,7 @@ import click
 from eventstore import Codec, EventStore, NotAStoreError, StoredRecord
 
 from .. import _journal as journal
+from .._buffers import taken
 from .._fold import Folded
 from .._read import event_type, run_info
 from ._render import Show, short_class, show_dump, show_typed
@@ -181,12 +182,13 @@ def _state_deleted(payload: journal.StateDeleted, show: Show, limit: int) -> str
 @_line(journal.COLLECTED)
 def _collected(payload: journal.Collected, show: Show, limit: int) -> str:
     put = payload.get("put")
-    take = payload.get("take")
+    take = taken(payload)
     text = f"buffer {payload.get('buf')}"
     if put:
         text += f" put #{put.get('id')} {show(put.get('event'), limit)}"
     if take:
-        text += f" took {', '.join(map(short_class, take))}"
+        names = (short_class(n) if k == 1 else f"{k} x {short_class(n)}" for n, k in take)
+        text += f" took {', '.join(names)}"
     return text
 
 

@@ -22,7 +22,7 @@ import orjson
 from eventstore import EventStore
 
 from .. import _journal as J
-from .._buffers import class_qualname, collect_key
+from .._buffers import collect_key, taken
 from .._fold import Folded, fold
 from .._ownership import probe_owners
 from .._read import Wrap, commits, event_class, run_info, shown_status, start_state
@@ -230,7 +230,7 @@ class _Builder:
             args = [  # buffers and the events in them as the fold keys them
                 collect_key(step or "", collected),
                 put["id"] if put else None,
-                [class_qualname(t) for t in collected.get("take") or ()],
+                [name for name, n in taken(collected) for _ in range(n)],
             ]
         elif k == J.MEMOIZED:
             memo: J.Memoized = p
