@@ -493,7 +493,13 @@ def check_seq(store: EventStore, run_id: str, seq: int | None) -> RunInfo:
         return info
     head = store.head()
     if seq > head:
-        msg = f"seq {seq} is past the end of the log (its last seq is {head})"
+        # Seqs are global: up to the store's head, a seq past the run's end is its latest
+        # state; the run's own last seq is what the reader looks for.
+        end = "has no records yet" if info.last_seq is None else f"ends at seq {info.last_seq}"
+        msg = (
+            f"seq {seq} is past the end of the log: run {run_id!r} {end}"
+            f" (the store's last seq is {head})"
+        )
         raise WorkflowRuntimeError(msg)
     if info.first_seq is None or seq < info.first_seq:
         raise CheckpointNotFoundError(run_id, seq, info.first_seq)
