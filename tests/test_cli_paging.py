@@ -125,7 +125,9 @@ def test_state_past_the_end_names_the_runs_last_seq(runs: tuple[Path, dict[str, 
     with EventStore(db, readonly=True) as store:
         info = store.get_run(ids["fan"])
         head = store.head()
-    assert info is not None and info.last_seq is not None and info.last_seq < head
+    assert info is not None
+    assert info.last_seq is not None
+    assert info.last_seq < head
     result = invoke("state", db, ids["fan"], "--at", head + 5)
     assert result.exit_code != 0
     said = " ".join(result.stderr.split())

@@ -49,6 +49,7 @@ __all__ = [
     "check_seq",
     "checkpoints",
     "commits",
+    "copied_upto",
     "event_class",
     "event_type",
     "event_types_upto",
@@ -58,6 +59,7 @@ __all__ = [
     "note_event",
     "readable_records",
     "records_upto",
+    "refuse_cut",
     "run_info",
     "run_summaries",
     "shown_status",
@@ -80,6 +82,32 @@ class RunSummary:
     parent_run_id: str | None
     parent_seq: int | None
     waiting_for: tuple[str, ...] = ()  # a waiting run's awaited classes (qualified names)
+    # An exported ancestor's: the seq its log was copied up to (where its child forked).
+    # Such a run never runs here: recover, workers and resume leave it alone.
+    copied_upto: int | None = None
+
+
+def copied_upto(info: RunInfo) -> int | None:
+    """The seq an exported ancestor's log was copied up to (``workflow export`` of a fork
+    carries each ancestor only up to where its child forked), or None for a whole run."""
+    upto = info.meta.get("copied_upto")
+    return upto if isinstance(upto, int) and not isinstance(upto, bool) else None
+
+
+def refuse_cut(info: RunInfo) -> None:
+    """Refuses to run an exported ancestor: its log ends where its child forked, so what it
+    did next is not here, and running it would make up another past.
+
+    :raises WorkflowRuntimeError: ``info`` is such an ancestor.
+    """
+    upto = copied_upto(info)
+    if upto is not None:
+        msg = (
+            f"run {info.run_id!r} is an exported ancestor: its log was copied only up to"
+            f" seq {upto}, where its fork began, so it does not run here; fork it at a seq"
+            " up to that one, or resume it in the store it was exported from"
+        )
+        raise WorkflowRuntimeError(msg)
 
 
 def run_info(store: EventStore, run_id: str) -> RunInfo:
@@ -443,6 +471,7 @@ def run_summaries(
                 info.parent_run_id,
                 info.parent_seq,
                 waiting_for,
+                copied_upto(info),
             )
         )
     return out

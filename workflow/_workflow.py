@@ -47,7 +47,15 @@ from ._graph import Graph
 from ._handler import WorkflowHandler
 from ._ownership import LEASE_TTL_S, LeaseOwners, Owners
 from ._prune import PruneReport, prune_runs
-from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
+from ._read import (
+    RunSummary,
+    checkpoints,
+    fold_run,
+    refuse_cut,
+    run_info,
+    run_summaries,
+    shown_status,
+)
 from ._recover import Recoveries, is_run_of, over_recovery_limit, same_name
 from ._recover import recover as recover_runs
 from ._renames import class_aliases, moves_for, step_renames
@@ -557,6 +565,7 @@ class Workflow:
                 live._spawn(live.operator_update(updates))
             return WorkflowHandler(self, run_id, live.done, live)
         info = self._run_info(run_id)
+        refuse_cut(info)
         folded = self._fold(run_id, None)
         loop = asyncio.get_running_loop()
         if folded.status == "finished":
@@ -839,6 +848,7 @@ class Workflow:
             for r in self.runs()
             if is_run_of(self, r)
             and r.status in ("interrupted", "waiting")
+            and r.copied_upto is None  # an exported ancestor: its log ends at its fork
             and (id(self._store), r.run_id) not in _live
         ]
 
