@@ -33,6 +33,7 @@ from eventstore import (
 from . import _journal as J
 from ._catch_error import catchers
 from ._changes import encode_updates
+from ._checkpoints import checkpoints
 from ._context import StateDict
 from ._diff import register_views
 from ._errors import (
@@ -47,15 +48,7 @@ from ._graph import Graph
 from ._handler import WorkflowHandler
 from ._ownership import LEASE_TTL_S, LeaseOwners, Owners
 from ._prune import PruneReport, prune_runs
-from ._read import (
-    RunSummary,
-    checkpoints,
-    fold_run,
-    refuse_cut,
-    run_info,
-    run_summaries,
-    shown_status,
-)
+from ._read import RunSummary, fold_run, refuse_cut, run_info, run_summaries, shown_status
 from ._recover import Recoveries, is_run_of, over_recovery_limit, same_name
 from ._recover import recover as recover_runs
 from ._renames import class_aliases, moves_for, step_renames

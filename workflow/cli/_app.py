@@ -11,12 +11,12 @@ from typing import Any
 
 import click
 
+from .._checkpoints import checkpoints as list_checkpoints
 from .._children import parent_of, tree_order
 from .._compare import Change, changes_between
 from .._fold import Folded, to_run_state
 from .._ownership import probe_owners
 from .._read import RunSummary, check_seq, fold_run, run_summaries, shown_status
-from .._read import checkpoints as list_checkpoints
 from .._state import LLAMA_FIELDS
 from ._common import (
     CliGroup,

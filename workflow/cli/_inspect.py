@@ -18,8 +18,9 @@ import click
 from eventstore import Codec, EventStore, NotAStoreError, StoredRecord
 
 from .. import _journal as J
+from .._checkpoints import event_type
 from .._fold import Folded
-from .._read import event_type, run_info
+from .._read import run_info
 from ._render import Show, short_class, show_dump, show_typed
 
 __all__ = [

@@ -23,9 +23,10 @@ from eventstore import EventStore
 
 from .. import _journal as J
 from .._buffers import class_qualname, collect_key
+from .._checkpoints import event_class
 from .._fold import Folded, fold
 from .._ownership import probe_owners
-from .._read import Wrap, commits, event_class, run_info, shown_status, start_state
+from .._read import Wrap, commits, run_info, shown_status, start_state
 from ._app import cli
 from ._common import emit_json, progress, reader, workflow_option
 from ._inspect import Viewer, describe
