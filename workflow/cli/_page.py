@@ -55,6 +55,8 @@ nav { display: flex; gap: 6px; align-items: center; padding: 6px 16px;
   border-bottom: 1px solid var(--line); flex-wrap: wrap; }
 nav input { width: 90px; }
 nav .sep { width: 12px; }
+#window { padding: 5px 16px; background: #fffaeb; border-bottom: 1px solid var(--line); }
+#window button { margin-left: 6px; }
 .legend span { display: inline-flex; align-items: center; gap: 3px; margin-right: 8px; }
 .legend i { display: inline-block; width: 14px; height: 9px; border-radius: 2px; }
 #chart { display: flex; border-bottom: 1px solid var(--line); }
@@ -110,6 +112,7 @@ __UI_HTML__<header id="head"></header>
     <span><i style="background:var(--open)"></i>running</span>
   </span>
 </nav>
+<div id="window" hidden></div>
 <div id="chart"><svg id="labels"></svg><div id="scroll"><svg id="svg"></svg></div></div>
 <div id="panels"><section id="state"></section><section id="diff"></section></div>
 <pre id="selftest" hidden></pre>
@@ -122,7 +125,7 @@ __UI_HTML__<header id="head"></header>
 const view = {axis: /axis=commits/.test(location.hash) ? "commits" : "time", ppc: 0, ppms: 0,
   gap: 0, follow: false, zoomed: false};
 let api = null;
-function boot(D) {
+function boot(D, pick) {
 __FOLD__
 const SNAP = 256, MAXROWS = 200;
 const ROW = 14, LANEPAD = 8, AXIS = 30, RUNLANE = 24, LEFT = 8;
@@ -201,7 +204,39 @@ function placeCursor() {
   const cx = mid(selected);
   c.setAttribute("x1", cx); c.setAttribute("x2", cx);
 }
+// A run longer than a window: the page holds one window (D.window says where it lies);
+// moving past its edge loads the next one, when the page can (window.TIMELINE.fetch, which
+// `workflow serve` gives it), and the selection lands where the move meant (`pick`: a seq,
+// or "first" / "last" of the new window).
+const WIN = D.window || {after: 0, more_before: false, more_after: false};
+function goWindow(q, pick) {
+  const fetchWindow = window.TIMELINE && window.TIMELINE.fetch;
+  if (!fetchWindow) return false;
+  fetchWindow(Object.assign(WIN.limit ? {limit: WIN.limit} : {}, q)).then(d => { if (d) window.TIMELINE.reload(d, pick); });
+  return true;
+}
+const inWindow = seq => !N || ((!WIN.more_before || seq >= firstSeq(0)) && (!WIN.more_after || seq <= C.seq[N - 1]));
+function windowBar() {
+  const bar = document.getElementById("window");
+  bar.hidden = !(WIN.more_before || WIN.more_after);
+  if (bar.hidden) { bar.innerHTML = ""; return; }
+  const span = N ? `seqs ${firstSeq(0)}–${C.seq[N - 1]}` : `no commits after seq ${WIN.after}`;
+  let h = `<span id="window-span">This page shows ${N} commits (${span}) of a longer run (seqs ${WIN.first}–${WIN.last}).</span>`;
+  if (window.TIMELINE && window.TIMELINE.fetch) {
+    h += `<button id="earlier"${WIN.more_before ? "" : " disabled"}>&#x25C0; earlier commits</button>` +
+      `<button id="later"${WIN.more_after ? "" : " disabled"}>later commits &#x25B6;</button>`;
+  } else {
+    h += ` <span class="meta"><code>workflow timeline DB RUN --at SEQ</code> writes the page around another seq;` +
+      ` <code>workflow serve DB</code> shows this page and loads the other windows as you move.</span>`;
+  }
+  bar.innerHTML = h;
+  const earlier = document.getElementById("earlier"), later = document.getElementById("later");
+  if (earlier) earlier.onclick = () => goWindow({before: WIN.after}, "last");
+  if (later) later.onclick = () => goWindow({after: N ? C.seq[N - 1] : WIN.after}, "first");
+}
 function select(ci, scroll) {
+  if (ci < 0 && WIN.more_before && goWindow({before: WIN.after}, "last")) return;
+  if (ci >= N && WIN.more_after && goWindow({after: N ? C.seq[N - 1] : WIN.after}, "first")) return;
   if (!N) return;
   ci = Math.max(0, Math.min(N - 1, ci));
   selected = ci;
@@ -252,6 +287,7 @@ function selftest() {
 }
 
 header();
+windowBar();
 drawLabels();
 if (!ppc) ppc = Math.min(40, Math.max(3, fitPpc()));
 if (!gap) fitTime();
@@ -264,10 +300,14 @@ svg.onclick = ev => {
   select(commitAtX(ev.clientX - box.left), false);
 };
 const redraw = () => { draw(); select(selected); };
-document.getElementById("first").onclick = () => select(0);
+// The run's first and last commits, in another window if need be.
+const toFirst = () => { if (!(WIN.more_before && goWindow({after: 0}, "first"))) select(0); };
+const toLast = () => { if (!(WIN.more_after && goWindow({}, "last"))) select(N - 1); };
+const toSeq = seq => { if (inWindow(seq) || !goWindow({around: seq}, seq)) select(commitAt(seq)); };
+document.getElementById("first").onclick = toFirst;
 document.getElementById("prev").onclick = () => select(selected - 1);
 document.getElementById("next").onclick = () => select(selected + 1);
-document.getElementById("last").onclick = () => select(N - 1);
+document.getElementById("last").onclick = toLast;
 document.getElementById("prevfail").onclick = () => jumpFailure(-1);
 document.getElementById("nextfail").onclick = () => jumpFailure(1);
 document.getElementById("zoomin").onclick = () => { zoom(2); redraw(); };
@@ -279,13 +319,13 @@ document.getElementById("axis").onclick = () => {
   document.body.dataset.axis = view.axis;
   layout(); redraw();
 };
-seqInput.onchange = () => select(commitAt(Number(seqInput.value)));
+seqInput.onchange = () => toSeq(Number(seqInput.value));
 document.onkeydown = ev => {
   if (ev.target === seqInput || (ev.target.closest && ev.target.closest("form"))) return;
   if (ev.key === "ArrowLeft") select(selected - 1);
   else if (ev.key === "ArrowRight") select(selected + 1);
-  else if (ev.key === "Home") select(0);
-  else if (ev.key === "End") select(N - 1);
+  else if (ev.key === "Home") toFirst();
+  else if (ev.key === "End") toLast();
   else if (ev.key === "]" || ev.key === "n") jumpFailure(1);
   else if (ev.key === "[" || ev.key === "p") jumpFailure(-1);
   else return;
@@ -295,12 +335,23 @@ function fromHash() {
   const m = /seq=(\d+)/.exec(location.hash);
   select(m ? commitAt(Number(m[1])) : D.seq != null ? commitAt(D.seq) : N - 1);
 }
-window.onhashchange = fromHash;
+// A seq the window does not hold (a link into a long run): its window, once it can load.
+function outside() {
+  const m = /seq=(\d+)/.exec(location.hash);
+  if (!m || inWindow(Number(m[1]))) return false;
+  toSeq(Number(m[1]));
+  return true;
+}
+window.onhashchange = () => { if (!outside()) fromHash(); };
 if (/selftest/.test(location.hash)) selftest();
 const follow = view.follow;
-if (follow) select(N - 1); else fromHash();
+if (pick === "first") select(0);
+else if (pick === "last") select(N - 1);
+else if (typeof pick === "number") select(commitAt(pick));
+else if (follow) select(N - 1); else fromHash();
 document.body.dataset.commits = String(N);
-document.body.dataset.lastSeq = String(N ? C.seq[N - 1] : 0);
+document.body.dataset.lastSeq = String(D.window ? D.window.last : N ? C.seq[N - 1] : 0);
+document.body.dataset.window = WIN.more_before || WIN.more_after ? `${WIN.after}:${N ? C.seq[N - 1] : WIN.after}` : "";
 document.body.dataset.failures = FAILS.map(ci => C.seq[ci]).join(",");
 document.body.dataset.axis = view.axis;
 document.body.dataset.status = D.run.status;
@@ -309,17 +360,26 @@ document.body.dataset.ready = "1";
 const keep = () => {
   view.ppc = view.zoomed ? ppc : 0; view.ppms = view.zoomed ? ppms : 0; view.gap = view.zoomed ? gap : 0;
 };
-return {keep: keep, scroll: () => scroller.scrollLeft};
+// What the live page asks for again when the run grows: the last window if this is it
+// (it follows the run), else this one.
+const query = () => (WIN.more_after ? "?after=" + WIN.after + "&" : "?") + "limit=" + (WIN.limit || "");
+return {keep: keep, scroll: () => scroller.scrollLeft, query: query, bar: windowBar, outside: outside};
 }
 api = boot(JSON.parse(document.getElementById("data").textContent));
 // A live page (``workflow serve``) hands new data here; the static page never does.
+// It may also connect a fetch (query -> a promise of a window's data): then the page loads
+// the windows of a long run as one moves.
 window.TIMELINE = {
-  reload(D) {
+  reload(D, pick) {
     const left = api.scroll();
     api.keep();
-    api = boot(D);
-    document.getElementById("scroll").scrollLeft = left;
+    if (pick !== undefined) view.follow = false;
+    api = boot(D, pick);
+    if (pick === undefined) document.getElementById("scroll").scrollLeft = left;
   },
+  query: () => api.query(),
+  fetch: null,
+  connect(f) { this.fetch = f; api.bar(); api.outside(); },
 };
 })();
 </script>

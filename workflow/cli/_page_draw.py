@@ -158,6 +158,7 @@ function draw() {
     out.push(`<rect class="runmark ${k}" x="${x(ci)}" y="${AXIS + 4}" width="${Math.max(2, xe(ci) - x(ci))}" height="10" fill="${RUNMARK[k]}"><title>${esc(k + " at seq " + R.seq[i] + ": " + R.x[i])}</title></rect>`);
   }
   for (const [child, pseq, ci] of D.run.forks) {
+    if (ci < 0) continue;  // forked outside this window
     const cx = mid(ci);
     out.push(`<a class="forklink" href="${esc(runHref(child))}"><path d="M${cx} ${AXIS + 2}l5 7l-5 7l-5 -7z" fill="#f79009"><title>fork ${esc(child)} at seq ${pseq}</title></path></a>`);
   }
