@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
 
 from eventstore import EventStore
-from tests.browser.test_pages import body_attrs, element, text
 from tests.browser.conftest import Chromium
+from tests.browser.test_pages import body_attrs, element, text
 from tests.test_timeline import Ticker, settle
 from tests.ui_server import serving
 from workflow.cli import cli
@@ -29,7 +29,7 @@ def long_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int]]
     db = tmp_path_factory.mktemp("windows") / "t.db"
     settle(lambda: Ticker(store=db, timeout=None).run(run_id="tick", count=120))
     with EventStore(db, readonly=True) as store:
-        ends = sorted({r.commit_seq for r in store.records("tick")})
+        ends = sorted({int(r.commit_seq) for r in store.records("tick")})
     return db, ends
 
 
@@ -82,7 +82,9 @@ def test_the_static_page_of_a_long_run_says_how_to_see_the_rest(
     show the rest; its selection stays inside it."""
     db, ends = long_run
     out = tmp_path / "tick.html"
-    result = CliRunner().invoke(cli, ["timeline", str(db), "tick", "--window", "100", "-o", str(out)])
+    result = CliRunner().invoke(
+        cli, ["timeline", str(db), "tick", "--window", "100", "-o", str(out)]
+    )
     assert result.exit_code == 0, result.stderr
     dom = chromium.dom(out.as_uri())
     attrs = body_attrs(dom)
@@ -90,7 +92,7 @@ def test_the_static_page_of_a_long_run_says_how_to_see_the_rest(
     assert attrs["data-commits"] == "100"
     assert attrs["data-seq"] == str(ends[-1])
     bar = text(element(dom, "div", "window"))
-    assert f"This page shows 100 commits (seqs {ends[-100 - 1] + 1}–{ends[-1]})" in bar
+    assert f"This page shows 100 commits (seqs {ends[-100 - 1] + 1}\u2013{ends[-1]})" in bar
     assert "workflow timeline DB RUN --at SEQ" in bar
     assert "workflow serve DB" in bar
     dom = chromium.dom(f"{out.as_uri()}#seq={ends[3]}")
