@@ -60,8 +60,8 @@ class Worker:
         wf = self.workflow
         out = []
         for r in wf.runs():
-            if not is_run_of(wf, r) or r.run_id in self._active:
-                continue
+            if not is_run_of(wf, r) or r.run_id in self._active or r.copied_upto is not None:
+                continue  # an exported ancestor (its log ends at its fork) never runs here
             if r.status == "interrupted":
                 out.append(r.run_id)
             elif (

@@ -33,6 +33,7 @@ from eventstore import (
 from . import _journal as J
 from ._catch_error import catchers
 from ._changes import encode_updates
+from ._checkpoints import checkpoints
 from ._context_store import StateDict
 from ._diff import register_views
 from ._errors import (
@@ -48,7 +49,7 @@ from ._handler import WorkflowHandler
 from ._live_runs import live_executor, register
 from ._ownership import LEASE_TTL_S, LeaseOwners, Owners
 from ._prune import PruneReport, prune_runs
-from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
+from ._read import RunSummary, fold_run, refuse_cut, run_info, run_summaries, shown_status
 from ._recover import Recoveries, is_run_of, same_name
 from ._recover import recover as recover_runs
 from ._renames import class_aliases, moves_for, step_renames
@@ -564,6 +565,7 @@ class Workflow:
                 live.launch(live.operator_update(updates))
             return WorkflowHandler(self, run_id, live.done, live)
         info = self._run_info(run_id)
+        refuse_cut(info)
         folded = self._fold(run_id, None)
         loop = asyncio.get_running_loop()
         if folded.status == "finished":
@@ -733,6 +735,7 @@ class Workflow:
             for r in self.runs()
             if is_run_of(self, r)
             and r.status in ("interrupted", "waiting")
+            and r.copied_upto is None  # an exported ancestor: its log ends at its fork
             and live_executor(self._store, r.run_id) is None
         ]
 

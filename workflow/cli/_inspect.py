@@ -19,8 +19,9 @@ from eventstore import Codec, EventStore, NotAStoreError, StoredRecord
 
 from .. import _journal as journal
 from .._buffers import taken
+from .._checkpoints import event_type
 from .._fold import Folded
-from .._read import event_type, run_info
+from .._read import run_info
 from ._render import Show, short_class, show_dump, show_typed
 
 __all__ = [
