@@ -133,9 +133,12 @@ class PostgresWriteSQL:
         return _fatal(exc)
 
     def delete_runs(self, runs: Mapping[str, int | None], now: int) -> list[str]:
-        # The runs table is locked against new rows (a fork made meanwhile) for the
-        # transaction; seqs are never reused, as meta's last_seq only grows.
+        # The seq row first, as dw_write takes it: no append is in flight while the runs
+        # are looked at and deleted (the log has no foreign key to refuse an append to a
+        # run deleted meanwhile). Then the runs table is locked against new rows (a fork
+        # made meanwhile). Seqs are never reused, as meta's last_seq only grows.
         with self.raw.transaction():
+            self.raw.execute("SELECT 1 FROM meta WHERE key = 'last_seq' FOR UPDATE")
             self.raw.execute("LOCK TABLE runs IN SHARE ROW EXCLUSIVE MODE")
             return delete_runs(_Connection(self.raw), runs, now)
 
