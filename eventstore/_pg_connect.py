@@ -128,16 +128,26 @@ def require() -> None:
         raise ImportError(msg)
 
 
+def _session(schema: str, *, readonly: bool, durability: str) -> list[str]:
+    """What a new connection sets first: the store's schema first on the search path, and
+    the commit's durability. ``durability="normal"`` is ``synchronous_commit = off``: a
+    commit is acknowledged before its WAL reaches the disk, so a crash of the server (or of
+    its machine) may lose the last commits, never half of one, as SQLite's ``normal`` may on
+    a power loss; ``"full"`` waits for the flush (``on``), as SQLite's ``FULL`` syncs."""
+    statements = [f'SET search_path TO "{schema}"']
+    if readonly:
+        statements.append("SET default_transaction_read_only = on")
+    statements.append(f"SET synchronous_commit = {'on' if durability == 'full' else 'off'}")
+    return statements
+
+
 def connect(target: str, *, readonly: bool, durability: str = "normal") -> Any:
     """One autocommit connection with the store's schema first on the search path."""
     require()
     url, schema = split(target)
     conn = psycopg.connect(url, autocommit=True)
-    conn.execute(f'SET search_path TO "{schema}"')
-    if readonly:
-        conn.execute("SET default_transaction_read_only = on")
-    # "normal" may lose the last commits on a server crash, never a half commit.
-    conn.execute(f"SET synchronous_commit = {'on' if durability == 'full' else 'off'}")
+    for statement in _session(schema, readonly=readonly, durability=durability):
+        conn.execute(statement)
     return conn
 
 
