@@ -21,8 +21,10 @@ from ._pg_schema import SCHEMA_VERSION, open_database
 from ._records import Snapshot
 from ._sql import delete_runs
 
-if psycopg is not None:
+try:
     from psycopg import errors as pg_errors
+except ImportError:  # pragma: no cover - exercised only without the extra
+    pg_errors = None  # type: ignore[assignment]
 
 # Older names, kept for the tests and tools that import them from here.
 _split = split

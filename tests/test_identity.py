@@ -35,7 +35,7 @@ def test_same_items_is_identity_of_each_item(
 
 def _check_same_items(n: int, at: int, data: st.DataObject) -> None:
     a: list[Any] = [f"item {i}" for i in range(n)]
-    b = list(a) + ["more"]
+    b = [*list(a), "more"]
     assert same_items(a, b, n)
     if n:
         i = at % n
