@@ -91,10 +91,22 @@ class Idle:
             self._committed = base
         return self._committed
 
+    @property
+    def versions(self) -> dict[str, int]:
+        """None: nothing but this context writes its values until its next run."""
+        return {}
+
     async def operator_update(
-        self, updates: Mapping[str, Any], deletes: list[str] | None = None
+        self,
+        updates: Mapping[str, Any],
+        deletes: list[str] | None = None,
+        *,
+        read: Mapping[str, int] | None = None,
     ) -> int:
-        """Keeps writes for the next run (encoded now: what the log cannot hold is refused)."""
+        """Keeps writes for the next run (encoded now: what the log cannot hold is refused).
+
+        ``read`` is not checked: nothing else writes an idle context's values.
+        """
         encoded = encode_updates(self.codec, updates)
         committed = self.committed
         for k, e in encoded.items():
