@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from eventstore import Codec, default_codec
 from workflow import _identity
 from workflow._diff import TrackedDict, TrackedList, Tracker, diff
-from workflow._identity import AtomMemo, same_items
+from workflow._identity import AtomMemo, differing, same_items
 
 ATOMS = frozenset({str, int, float, bool, type(None), bytes})
 
@@ -35,7 +35,7 @@ def test_same_items_is_identity_of_each_item(
 
 def _check_same_items(n: int, at: int, data: st.DataObject) -> None:
     a: list[Any] = [f"item {i}" for i in range(n)]
-    b = list(a) + ["more"]
+    b = [*a, "more"]
     assert same_items(a, b, n)
     if n:
         i = at % n
@@ -119,3 +119,39 @@ def test_large_derived_values_cost_the_change() -> None:
 
 def _codec() -> Codec:
     return default_codec
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["memory", "walk"])
+@given(n=st.integers(0, 300), changed=st.sets(st.integers(0, 299)), limit=st.integers(0, 70))
+def test_differing_finds_each_item_that_is_another_object(
+    fast: bool, n: int, changed: set[int], limit: int
+) -> None:
+    """The indices found by halving are those a walk finds, or None beyond the limit."""
+    a: list[Any] = [f"v{i}" for i in range(n)]
+    b = list(a)
+    for i in changed:
+        if i < n:
+            b[i] = "".join(["v", str(i)])  # equal, but another object
+    want = sorted(i for i in changed if i < n)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_identity, "_FAST", fast)
+        got = differing(a, b, n, limit)
+    assert got == (want if len(want) <= limit else None)
+
+
+def test_a_copy_changed_in_places_is_patched_there() -> None:
+    """A deep copy of a large plain list or dict, changed in two places, is two ops; a list
+    decoded afresh (sharing nothing) that grew is the appended item; one changed is whole."""
+    codec = _codec()
+    items: list[Any] = [f"i{i}" for i in range(300)] + [[1, 2]]
+    new = copy.deepcopy(items)
+    new[7], new[-1][0] = 7.0, True
+    assert diff(items, new, codec) == [("set", (7,), 7.0), ("set", (300, 0), True)]
+    d: dict[str, Any] = {f"k{i}": i for i in range(300)}
+    nd = dict(d, k3=False, k200="x")
+    assert diff(d, nd, codec) == [("set", ("k3",), False), ("set", ("k200",), "x")]
+    fresh = codec.decode(codec.encode(items))
+    fresh.append("z")
+    assert diff(items, fresh, codec, text=codec.encode(fresh)) == [("append", (), "z")]
+    fresh[5] = "changed"
+    assert diff(items, fresh, codec)[0][:2] == ("replace", ())

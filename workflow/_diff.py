@@ -117,12 +117,14 @@ def diff(
     *,
     whole_size: int | None = None,
     hint: Tracker | None = None,
+    text: str | None = None,
 ) -> list[Op]:
     """The patch from old to new (:func:`workflow._delta.diff`); ``hint`` is the tracker
     whose view new may derive from (``items + [x]``, ``{**d, k: v}``): what new shares
     with that view by identity costs nothing.
 
     :param whole_size: the length of new's JSON text, when the caller has encoded it already.
+    :param text: new's JSON text, when the caller has it (not encoded again then).
     """
     node = None if hint is None else hint.node
-    return _delta.diff(old, new, codec, whole_size=whole_size, hint=node)
+    return _delta.diff(old, new, codec, whole_size=whole_size, hint=node, text=text)

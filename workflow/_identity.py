@@ -17,11 +17,12 @@ added since, not every item's type again.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import operator
 import sys
 from typing import Any, Final
 
-__all__ = ["AtomMemo", "same_items"]
+__all__ = ["AtomMemo", "differing", "same_items"]
 
 _PTR: Final = ctypes.sizeof(ctypes.c_void_p)
 # PyListObject ends with `PyObject **ob_item; Py_ssize_t allocated;` after its header.
@@ -76,6 +77,34 @@ def same_items(a: list[Any], b: list[Any], n: int) -> bool:
     if n <= _SMALL or not _FAST:
         return _walk(a, b, n)
     return _item_bytes(a, n) == _item_bytes(b, n)
+
+
+def differing(a: list[Any], b: list[Any], n: int, limit: int) -> list[int] | None:
+    """The indices i < n where ``a[i] is not b[i]``, in order; None when more than limit.
+
+    Found by halving: equal halves of the two pointer arrays are skipped whole, so d
+    differences cost about d times log(n) memory comparisons (C speed), never a look at
+    each item. Same conditions on a and b as :func:`same_items`.
+    """
+    if n <= _SMALL or not _FAST:
+        pairs = map(operator.is_not, list.__getitem__(a, slice(n)), list.__getitem__(b, slice(n)))
+        out = list(itertools.compress(range(n), pairs))
+        return out if len(out) <= limit else None
+    pa, pb = _item_bytes(a, n), _item_bytes(b, n)
+    out = []
+    todo = [(0, n)]
+    while todo:
+        lo, hi = todo.pop()
+        if pa[lo * _PTR : hi * _PTR] == pb[lo * _PTR : hi * _PTR]:
+            continue
+        if hi - lo == 1:
+            out.append(lo)
+            if len(out) > limit:
+                return None
+            continue
+        mid = (lo + hi) // 2
+        todo += ((mid, hi), (lo, mid))  # the lower half first: indices come out in order
+    return out
 
 
 class AtomMemo:
