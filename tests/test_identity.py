@@ -18,18 +18,29 @@ ATOMS = frozenset({str, int, float, bool, type(None), bytes})
 
 
 def test_the_fast_comparison_is_used_here() -> None:
-    """On this interpreter the item pointers are compared as memory, not walked."""
+    """On this interpreter the item pointers are compared with memcmp, not walked."""
     assert _identity._FAST
+    assert _identity._MEMCMP is not None
 
 
-@pytest.mark.parametrize("fast", [True, False], ids=["memory", "walk"])
+WAYS = ["memcmp", "bytes", "walk"]
+
+
+def _the_way(mp: pytest.MonkeyPatch, way: str) -> None:
+    """Compares item pointers with the C memcmp, as copied bytes, or walks the items."""
+    if way == "bytes":
+        mp.setattr(_identity, "_MEMCMP", None)
+    mp.setattr(_identity, "_FAST", way != "walk")
+
+
+@pytest.mark.parametrize("way", WAYS)
 @given(n=st.integers(0, 60), at=st.integers(0, 59), data=st.data())
 def test_same_items_is_identity_of_each_item(
-    fast: bool, n: int, at: int, data: st.DataObject
+    way: str, n: int, at: int, data: st.DataObject
 ) -> None:
     """Equal items that are other objects (1, 1.0 and True; an equal string) differ."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_identity, "_FAST", fast)
+        _the_way(mp, way)
         _check_same_items(n, at, data)
 
 
@@ -121,10 +132,10 @@ def _codec() -> Codec:
     return default_codec
 
 
-@pytest.mark.parametrize("fast", [True, False], ids=["memory", "walk"])
+@pytest.mark.parametrize("way", WAYS)
 @given(n=st.integers(0, 300), changed=st.sets(st.integers(0, 299)), limit=st.integers(0, 70))
 def test_differing_finds_each_item_that_is_another_object(
-    fast: bool, n: int, changed: set[int], limit: int
+    way: str, n: int, changed: set[int], limit: int
 ) -> None:
     """The indices found by halving are those a walk finds, or None beyond the limit."""
     a: list[Any] = [f"v{i}" for i in range(n)]
@@ -134,7 +145,7 @@ def test_differing_finds_each_item_that_is_another_object(
             b[i] = "".join(["v", str(i)])  # equal, but another object
     want = sorted(i for i in changed if i < n)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_identity, "_FAST", fast)
+        _the_way(mp, way)
         got = differing(a, b, n, limit)
     assert got == (want if len(want) <= limit else None)
 
