@@ -60,7 +60,7 @@ def _check_same_items(n: int, at: int, data: st.DataObject) -> None:
 
 def test_memo_sees_an_item_replaced_in_place() -> None:
     """A list seen holding atoms that later holds a list is not taken for atoms."""
-    memo = AtomMemo(ATOMS)
+    memo = AtomMemo(ATOMS, small=8)
     items: list[Any] = ["a"] * 40
     assert memo.atoms(items)
     items.append("b")
@@ -75,7 +75,7 @@ def test_memo_sees_an_item_replaced_in_place() -> None:
 
 def test_memo_is_exact_for_a_new_list_with_an_old_id() -> None:
     """A new list that gets a forgotten list's id is looked at, not trusted."""
-    memo = AtomMemo(ATOMS, size=2)
+    memo = AtomMemo(ATOMS, size=2, small=8)
     for _ in range(50):
         items: list[Any] = ["x"] * 20 + [[1]]
         assert not memo.atoms(items)
@@ -87,7 +87,7 @@ def test_memo_is_exact_for_a_new_list_with_an_old_id() -> None:
 
 def test_memo_of_dict_values_by_their_dict() -> None:
     """A dict's values are remembered under the dict, so its next view looks at new ones."""
-    memo = AtomMemo(ATOMS)
+    memo = AtomMemo(ATOMS, small=8)
     d: dict[str, Any] = {f"k{i}": i for i in range(30)}
     assert memo.atoms(list(d.values()), d)
     d["new"] = [1]
@@ -166,3 +166,13 @@ def test_a_copy_changed_in_places_is_patched_there() -> None:
     assert diff(items, fresh, codec, text=codec.encode(fresh)) == [("append", (), "z")]
     fresh[5] = "changed"
     assert diff(items, fresh, codec)[0][:2] == ("replace", ())
+
+
+def test_memo_keeps_within_its_bounds() -> None:
+    """However many lists it sees, the memo keeps at most its budget of items."""
+    memo = AtomMemo(ATOMS, size=4, budget=100, small=8)
+    lists = [[f"{j}-{i}" for i in range(30)] for j in range(20)]
+    for items in lists:
+        assert memo.atoms(items)
+    assert len(memo._seen) <= 4
+    assert memo._total == sum(map(len, memo._seen.values())) <= 100

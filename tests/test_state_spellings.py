@@ -551,9 +551,10 @@ def test_fold_equals_the_live_value_through_every_spelling(kind: str, data: st.D
         assert shape(context[key]) == shape(value), key
 
 
-# Enough items that views compare them by memory and diffs by encoding (not item by item),
+# Enough items that views compare them by memory, remember atom-only lists and diffs
+# compare by encoding (not item by item),
 # with a few mutable ones among them (so views wrap, and the memo of atom-only lists says no).
-_PAD = 40
+_PAD = 70
 
 
 def _pad_list(items: list[Any]) -> list[Any]:

@@ -135,15 +135,20 @@ class AtomMemo:
     identity (one memory comparison): the same objects are the same atoms, so only the
     items after them are looked at. The remembered items are the memo's own copy, so the
     answer is exact whatever happened to the list since (and even if it is another list
-    that got the old one's id). At most ``size`` lists are remembered, the oldest dropped.
+    that got the old one's id). Lists of up to ``small`` items are looked at whole, never
+    remembered; at most ``size`` lists and ``budget`` items in all are, the oldest dropped
+    first (what it keeps alive stays bounded).
 
     :param atoms: the types whose instances are atoms (exactly these, not subclasses).
     """
 
-    def __init__(self, atoms: frozenset[Any], size: int = 64) -> None:
+    def __init__(
+        self, atoms: frozenset[Any], *, size: int = 64, budget: int = 1 << 20, small: int = 64
+    ) -> None:
         self._types = atoms
-        self._size = size
+        self._size, self._budget, self._small = size, budget, small
         self._seen: dict[int, list[Any]] = {}
+        self._total = 0  # items remembered
 
     def atoms(self, items: list[Any], owner: object = None) -> bool:
         """Whether every item of items is an atom; items must not change meanwhile.
@@ -151,20 +156,29 @@ class AtomMemo:
         :param owner: what items were taken from (a dict's values, copied into a list), if
             not items itself: remembered by its identity.
         """
-        key = id(items if owner is None else owner)
-        seen = self._seen.get(key)
         n = list.__len__(items)
+        if n <= self._small:
+            return set(map(type, list.__iter__(items))) <= self._types
+        key = id(items if owner is None else owner)
+        seen = self._seen.pop(key, None)
         if seen is not None:
+            self._total -= len(seen)
             m = len(seen)
             if m <= n and same_items(items, seen, m):
                 added = list.__getitem__(items, slice(m, None))
-                if set(map(type, added)) <= self._types:
-                    seen.extend(added)
-                    return True
-            del self._seen[key]
+                if not set(map(type, added)) <= self._types:
+                    return False
+                seen.extend(added)
+                self._keep(key, seen)
+                return True
         if not set(map(type, list.__iter__(items))) <= self._types:
             return False
-        if len(self._seen) >= self._size:
-            del self._seen[next(iter(self._seen))]
-        self._seen[key] = list.__getitem__(items, slice(None))
+        self._keep(key, list.__getitem__(items, slice(None)))
         return True
+
+    def _keep(self, key: int, seen: list[Any]) -> None:
+        """Remembers seen under key, as the newest; drops the oldest beyond the bounds."""
+        self._seen[key] = seen
+        self._total += len(seen)
+        while len(self._seen) > self._size or (self._total > self._budget and len(self._seen) > 1):
+            self._total -= len(self._seen.pop(next(iter(self._seen))))
