@@ -646,3 +646,53 @@ def test_setting_a_path_under_missing_parents_creates_them(tmp_path: Path) -> No
         wf.store.close()
     want = {"a": {"b": {"c": 1}, "x": {"y": [2]}}, "e": {"f": 0, "g": {"h": 3.0}}}
     assert shape({k: context[k] for k in context}) == shape(want)
+
+
+class KeptViews(Workflow):
+    """Keeps what ``get`` returned in one step and sets values made from it in later ones."""
+
+    kept: dict[str, Any] = {}  # noqa: RUF012 - the views kept between steps
+
+    @step
+    async def go(self, ctx: Context, ev: StartEvent | Next) -> Next | StopEvent:
+        i = ev.i if isinstance(ev, Next) else 0
+        if i == 0:
+            await ctx.store.set("items", ["a"])
+            await ctx.store.set("d", {"a": 1})
+        elif i == 1:
+            self.kept = {"items": await ctx.store.get("items"), "d": await ctx.store.get("d")}
+            items = await ctx.store.get("items")  # the same view as the kept one
+            items.append("b")
+            await ctx.store.set("items", items)
+            d = await ctx.store.get("d")
+            d["b"] = 2
+            await ctx.store.set("d", d)
+        elif i == 2:
+            await ctx.store.set("items", self.kept["items"] + ["c"])
+            await ctx.store.set("d", {**self.kept["d"], "c": 3.0})
+        else:
+            await ctx.store.set("items", self.kept["items"])
+            return StopEvent(result=[await ctx.store.get("items"), await ctx.store.get("d")])
+        return Next(i=i + 1)
+
+
+def test_a_view_kept_from_an_earlier_step_is_a_plain_value_later(tmp_path: Path) -> None:
+    """A view kept across steps shows the value as it was when read: what is set from it
+    later folds to exactly that (not to its patch replayed onto what changed since)."""
+    wf = KeptViews(store=tmp_path / "log.db", timeout=10)
+
+    async def body() -> tuple[Any, str]:
+        handler = wf.run()
+        result = await handler
+        await wf.store.flush()
+        return result, handler.run_id
+
+    try:
+        result, run_id = asyncio.run(body())
+        context = wf.state_at(run_id).context
+    finally:
+        wf.store.close()
+    want_items, want_d = ["a", "b"], {"a": 1, "b": 2, "c": 3.0}
+    assert shape([list(result[0]), dict(result[1])]) == shape([want_items, want_d])
+    assert shape(context["items"]) == shape(want_items)
+    assert shape(context["d"]) == shape(want_d)

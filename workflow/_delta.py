@@ -52,6 +52,7 @@ def diff(
     whole_size: int | None = None,
     hint: Node | None = None,
     text: str | None = None,
+    token: object = None,
 ) -> list[Op]:
     """The patch from old to new, comparing encodings, so ``1``, ``1.0`` and ``True`` differ.
 
@@ -70,12 +71,15 @@ def diff(
         (so new is not encoded again only to be measured).
     :param text: new's JSON text, when the caller has it (so new is not encoded again to be
         compared with old's).
+    :param token: the token of the tracker whose views are current (made for old as it is
+        now): only those are taken for what they record. A view kept from an earlier
+        attempt shows old as it was then, so it is diffed as any other value.
     """
     register_views(codec)
     out: list[Op] = []
     if whole_size is None and text is not None:
         whole_size = len(text)
-    diff_into(old, new, (), codec, out, hint, text)
+    diff_into(old, new, (), codec, out, hint, token, text)
     if not out or out[0][:2] == ("replace", ()):
         return out
     if whole_size is None and len(out) == 1 and out[0][0] in ("append", "extend", "trunc"):
@@ -109,36 +113,40 @@ def diff_into(
     codec: Codec,
     out: list[Op],
     hint: Node | None,
+    token: object,
     text: str | None = None,
 ) -> None:
-    """Appends to out the ops from old to new at path (hint: the node of old's view; text:
-    new encoded, if known)."""
+    """Appends to out the ops from old to new at path (hint: the node of old's view; token:
+    that of the views that are current, see :func:`diff`; text: new encoded, if known)."""
     if old is new:
         return
     if hint is not None and new is view_of(hint):
         hint._collect(out, path)
         return
     t = type(new)
-    if t in VIEWS and new._base is old:
+    if t in VIEWS and new._base is old and new._token is token:
         new._collect(out, path)
         return
     to = type(old)
     if to is list and isinstance(new, list):
-        _diff_list(old, new, path, codec, out, hint, text)
+        _diff_list(old, new, path, codec, out, hint, token, text)
     elif to is dict and isinstance(new, dict):
-        _diff_dict(old, new, path, codec, out, hint, text)
+        _diff_dict(old, new, path, codec, out, hint, token, text)
     elif (
         to is t
         and (names := field_names(old)) is not None
         and names == field_names(new)
         and not is_frozen(t)  # a frozen object may be shared: never patched in place
     ):
-        diff_obj(old, new, path, codec, out, hint if hint is not None and _is_copy(hint) else None)
+        kid = hint if hint is not None and _is_copy(hint) else None
+        diff_obj(old, new, path, codec, out, kid, token)
     elif not same(old, new, codec):
         out.append(put_op(path, fresh(new)))
 
 
-def diff_obj(old: Any, new: Any, path: Path, codec: Codec, out: list[Op], hint: Any) -> None:
+def diff_obj(
+    old: Any, new: Any, path: Path, codec: Codec, out: list[Op], hint: Any, token: object
+) -> None:
     names = field_names(old) if hint is None else hint.names
     if names is None or not same_extras(new, old, codec):
         if not same(new, old, codec):
@@ -146,7 +154,7 @@ def diff_obj(old: Any, new: Any, path: Path, codec: Codec, out: list[Op], hint: 
         return
     for name in names:
         kid = None if hint is None else hint.kids.get(name)
-        diff_into(getattr(old, name), getattr(new, name), (*path, name), codec, out, kid)
+        diff_into(getattr(old, name), getattr(new, name), (*path, name), codec, out, kid, token)
 
 
 def _shares(src: list[Any], new: list[Any], *, private: bool = False) -> bool:
@@ -170,6 +178,7 @@ def _diff_list(
     codec: Codec,
     out: list[Op],
     hint: Node | None,
+    token: object,
     text: str | None,
 ) -> None:
     if isinstance(hint, list) and _shares(hint, new):  # derived from the view
@@ -189,7 +198,8 @@ def _diff_list(
         changed = differing(old, mine, m, _few(m))
         if changed is not None:  # most items are old's: patched where they differ
             for i in changed:
-                diff_into(old[i], mine[i], (*path, i), codec, out, _hint_child(hint, i))
+                kid = _hint_child(hint, i)
+                diff_into(old[i], mine[i], (*path, i), codec, out, kid, token)
             if n < len(old):
                 out.append(("trunc", path, n))
             tail_ops(path, list.__getitem__(new, slice(m, None)), out)
@@ -201,7 +211,8 @@ def _diff_list(
     replaced = 0  # items rewritten whole, not merely changed inside
     for i in range(m):
         before = len(sub)
-        diff_into(old[i], list.__getitem__(new, i), (*path, i), codec, sub, _hint_child(hint, i))
+        kid = _hint_child(hint, i)
+        diff_into(old[i], list.__getitem__(new, i), (*path, i), codec, sub, kid, token)
         replaced += len(sub) == before + 1 and sub[-1][:2] == ("set", (*path, i))
     if replaced * 2 > m:  # most items moved (an insert or removal near the front): rewrite
         out.append(put_op(path, fresh(new)))
@@ -233,6 +244,7 @@ def _diff_dict(
     codec: Codec,
     out: list[Op],
     hint: Node | None,
+    token: object,
     text: str | None,
 ) -> None:
     src: Any = hint if isinstance(hint, dict) else None
@@ -253,7 +265,8 @@ def _diff_dict(
         if changed is not None:  # the same keys, most values old's: patched where they differ
             for i in changed:
                 k = keys[i]
-                diff_into(values[i], mine[i], (*path, elem(k)), codec, out, _hint_child(hint, k))
+                kid = _hint_child(hint, k)
+                diff_into(values[i], mine[i], (*path, elem(k)), codec, out, kid, token)
             return
     kept = [k for k in old if dict.__contains__(new, k)]
     if list(dict.keys(new))[: len(kept)] != kept:  # reordered: a patch adds keys at the end
@@ -264,7 +277,7 @@ def _diff_dict(
     out.extend(("del", (*path, elem(k))) for k in old if not dict.__contains__(new, k))
     for k, v in dict.items(new):
         if k in old:
-            diff_into(old[k], v, (*path, elem(k)), codec, out, _hint_child(hint, k))
+            diff_into(old[k], v, (*path, elem(k)), codec, out, _hint_child(hint, k), token)
         else:
             out.append(("set", (*path, elem(k)), fresh(v)))
 
