@@ -110,7 +110,7 @@ class LiveContext:
         old = self.committed.get(key, ABSENT)
         if old is ABSENT:
             return KeyChange(key, full=new.value, text=new.text)
-        ops = diff(old, new.value, self.codec, whole_size=len(new.text))
+        ops = diff(old, new.value, self.codec, text=new.text)
         if not ops:
             return None
         if ops[0][:2] == ("replace", ()):
