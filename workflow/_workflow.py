@@ -28,6 +28,7 @@ from eventstore import (
     RunInfo,
     UnknownClassError,
     class_name,
+    load_key_file,
 )
 
 from . import _journal as J
@@ -72,6 +73,8 @@ _live: dict[tuple[int, str], Executor] = {}
 # Where workflows created without ``store=`` journal: a file path or a PostgreSQL URL. Unset
 # (or empty), each such workflow gets a private in-memory store.
 STORE_ENV = "WORKFLOW_STORE"
+# A key file (``workflow keygen``) that stores opened from a path or URL encrypt with.
+KEY_FILE_ENV = "WORKFLOW_KEY_FILE"
 
 
 def _open_store(store: str | os.PathLike[str] | EventStore | None) -> EventStore:
@@ -89,7 +92,9 @@ def _open_store(store: str | os.PathLike[str] | EventStore | None) -> EventStore
     with _stores_lock:
         found = _stores.get(key)
         if found is None or found._closed or found._failed is not None:
-            found = _stores[key] = EventStore(store)
+            keys = os.environ.get(KEY_FILE_ENV) or None
+            codec = None if keys is None else load_key_file(keys)
+            found = _stores[key] = EventStore(store, payload_codec=codec)
         return found
 
 
