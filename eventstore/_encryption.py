@@ -118,6 +118,7 @@ class AesGcmCodec:
 
     def __init__(self, keys: Mapping[str, bytes], current: str | None = None) -> None:
         try:
+            from cryptography.exceptions import InvalidTag
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
         except ImportError:  # pragma: no cover - the extra is installed in the tests
             msg = (
@@ -128,6 +129,7 @@ class AesGcmCodec:
         if not keys:
             msg = "an AES-GCM codec needs at least one key"
             raise PayloadCodecError(msg)
+        self._invalid: type[Exception] = InvalidTag
         self._ciphers: dict[str, Any] = {}
         for kid, key in keys.items():
             _check_token(kid, "key id")
@@ -165,8 +167,6 @@ class AesGcmCodec:
         return nonce + bytes(self._current.encrypt(nonce, data, context))
 
     def decode(self, data: bytes, *, key_id: str, context: bytes) -> bytes:
-        from cryptography.exceptions import InvalidTag
-
         cipher = self._ciphers.get(key_id)
         if cipher is None:
             msg = (
@@ -176,7 +176,7 @@ class AesGcmCodec:
             raise DecryptionError(msg, key_id=key_id)
         try:
             return bytes(cipher.decrypt(data[:_NONCE_BYTES], data[_NONCE_BYTES:], context))
-        except InvalidTag:
+        except self._invalid:
             msg = (
                 f"it does not decrypt with key {key_id!r}: the key file holds another key"
                 " under that id, or the payload was altered"
