@@ -33,6 +33,8 @@ from eventstore import (
     sealed_key_id,
 )
 from tests.memo_flows import calls
+from tests.test_cli import invoke, ok
+from tests.ui_server import get, serving
 from workflow import Context, Event, HumanResponseEvent, StartEvent, StopEvent, Workflow, step
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +54,12 @@ def raw_rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
         return conn.execute(sql).fetchall()
     finally:
         conn.close()
+
+
+def get_json(url: str) -> tuple[int, Any]:
+    """(status, decoded JSON) of a GET."""
+    code, _, body = get(url)
+    return code, orjson.loads(body)
 
 
 def write_run(store: EventStore, run_id: str = "r") -> None:
@@ -284,3 +292,98 @@ def test_crash_and_resume_with_encryption(tmp_path: Path) -> None:
     assert asyncio.run(resume()) == ["first(llamas)", "second(first(llamas))"]
     assert calls(counters, "first") == 1
     assert calls(counters, "second") == 1
+
+
+@pytest.fixture
+def sealed_run(tmp_path: Path) -> tuple[Path, Path]:
+    """An encrypted store (and its key file) holding Secretive run 's', finished."""
+    db, keys = tmp_path / "sealed.db", tmp_path / "keys.json"
+    add_key(keys)
+
+    async def go() -> None:
+        with EventStore(db, payload_codec=load_key_file(keys)) as store:
+            wf = Secretive(store=store, timeout=None)
+            handler = wf.run(run_id="s", secret=SECRET)
+            await handler.wait_until_waiting(BOUND)
+            wf.send("s", Told(response="!"))
+            await asyncio.wait_for(handler, BOUND)
+
+    asyncio.run(go())
+    return db, keys
+
+
+def test_cli_with_and_without_the_key_file(sealed_run: tuple[Path, Path], tmp_path: Path) -> None:
+    """Without --key-file the log still lists seqs, kinds and steps, each payload shown as
+    "encrypted (key id)", and what needs values says which key; with it, values show; a
+    wrong key is a one-line error; nothing is written in the clear to an encrypted run."""
+    db, keys = sealed_run
+    plain = invoke("history", db, "s")
+    assert plain.exit_code == 0, plain.output
+    lines = [ln for ln in plain.stdout.splitlines()[2:] if ln.strip()]
+    assert lines
+    assert all(ln.rstrip().endswith("encrypted (k1)") for ln in lines), plain.stdout
+    assert any(" memoized " in ln and " ask " in ln for ln in lines)
+    assert SECRET not in plain.stdout
+    state = invoke("state", db, "s")
+    assert state.exit_code == 1
+    assert "is encrypted (key id 'k1')" in state.stderr
+    assert "--key-file" in state.stderr
+    listed = invoke("runs", db)
+    assert listed.exit_code == 0
+    assert "finished" in listed.stdout
+    keyed = ok("--key-file", keys, "history", db, "s")
+    assert SECRET in keyed
+    assert "encrypted" not in keyed
+    assert SECRET in ok("--key-file", keys, "state", db, "s")
+    wrong = tmp_path / "wrong.json"
+    add_key(wrong)  # another random key under the same id, k1
+    bad = invoke("--key-file", wrong, "state", db, "s")
+    assert bad.exit_code == 1
+    assert "does not decrypt with key 'k1'" in bad.stderr
+    assert SECRET not in bad.output
+    refused = invoke(
+        "send", db, "s", "--event", "tests.test_encryption:Told", "--data", '{"response": "x"}'
+    )
+    assert refused.exit_code == 1
+    assert "run 's' is encrypted (key id 'k1'): pass --key-file" in refused.stderr
+
+
+def test_keygen_rotates(tmp_path: Path) -> None:
+    """``workflow keygen`` makes a key file and adds a current key at each call."""
+    keys = tmp_path / "keys.json"
+    assert "added key 'k1'" in invoke("keygen", keys).stderr
+    assert "added key 'next'" in invoke("keygen", keys, "--id", "next").stderr
+    assert load_key_file(keys).key_ids == ["k1", "next"]
+    assert load_key_file(keys).key_id == "next"
+
+
+def test_ui_without_and_with_the_key(
+    sealed_run: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``workflow serve`` without the key shows the run's seqs and kinds with payloads
+    "encrypted (k1)", and its data route says which key it needs; with WORKFLOW_KEY_FILE
+    the timeline and its values are served."""
+    db, keys = sealed_run
+    monkeypatch.delenv("WORKFLOW_KEY_FILE", raising=False)
+    with serving(db) as base:
+        code, _, listing = get(base + "/")
+        assert code == 200
+        assert 'data-run="s"' in listing
+        code, _, page = get(base + "/runs/s")
+        assert code == 200
+        assert 'data-key-id="k1"' in page
+        assert "Its payloads are encrypted (key id k1)" in page
+        assert page.count("encrypted (k1)") >= 10
+        assert "<code>memoized</code>" in page
+        assert SECRET not in page
+        code, data = get_json(base + "/runs/s/data")
+        assert code == 409
+        assert data["key_id"] == "k1"
+    monkeypatch.setenv("WORKFLOW_KEY_FILE", str(keys))
+    with serving(db) as base:
+        code, _, page = get(base + "/runs/s")
+        assert code == 200
+        assert "data-key-id" not in page
+        code, data = get_json(base + "/runs/s/data")
+        assert code == 200
+        assert SECRET in orjson.dumps(data).decode()

@@ -20,6 +20,7 @@ from eventstore import Codec, EventStore, NotAStoreError, StoredRecord
 from .. import _journal as J
 from .._fold import Folded
 from .._read import event_type, run_info
+from ._keys import cli_codec, encrypted_text
 from ._render import Show, short_class, show_dump, show_typed
 
 __all__ = [
@@ -77,7 +78,7 @@ def open_store(db: str, *, readonly: bool = True) -> EventStore:
             raise FileNotFoundError(msg)
         if p.is_dir():
             raise NotAStoreError(db, "it is a directory")
-    store = EventStore(db, readonly=readonly)
+    store = EventStore(db, readonly=readonly, payload_codec=cli_codec())
     # Closed when the command ends, also when it runs in-process (tests, a shell):
     # a PostgreSQL store holds server connections.
     ctx = click.get_current_context(silent=True)
@@ -239,6 +240,9 @@ def _run_resumed(p: J.RunResumed, show: Show, limit: int) -> str:
 
 def describe(r: StoredRecord, p: Any, view: Viewer, limit: int = 200) -> str:
     """A record's payload as one short line: what happened, with ids and values."""
+    sealed = encrypted_text(r.payload)  # read without its key: what can be said of it
+    if sealed is not None:
+        return sealed
     line = _LINES.get(r.kind)
     if line is None:
         return show_dump(p, limit)

@@ -25,7 +25,7 @@ except ImportError as exc:  # pragma: no cover - what a plain install says
     _msg = "the web UI needs the ui extra: pip install 'durable-workflows[ui]'"
     raise ImportError(_msg) from exc
 
-from eventstore import EventStore
+from eventstore import EncryptedPayloadError, EventStore, PayloadCodecError
 
 from .._errors import WorkflowError
 from .._ownership import probe_owners
@@ -34,7 +34,7 @@ from ..cli._filters import RunFilter, parse_since, parse_statuses
 from ..cli._inspect import Viewer, failed_attempts, state_json
 from ..cli._timeline import render_page, timeline_data
 from ._actions import ActionError, Actions
-from ._html import error_page, run_extras, runs_page, runs_table
+from ._html import error_page, run_extras, runs_page, runs_table, sealed_page
 
 __all__ = ["POLL_S", "create_app"]
 
@@ -118,7 +118,11 @@ class UI:
     def run_page(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         seq = _seq_param(request.query_params.get("seq"))
-        data = self._data(run_id)
+        try:
+            data = self._data(run_id)
+        except EncryptedPayloadError as exc:  # served without the key: what the log says
+            records = list(self.store.records(run_id))
+            return HTMLResponse(sealed_page(self.where, run_id, exc.key_id, records))
         if seq is not None:
             try:
                 check_seq(self.store, run_id, seq)
@@ -258,6 +262,11 @@ def _errors(handler: Any) -> Any:
             if request.url.path.endswith(("/data", "/state", "/events")):
                 return JSONResponse({"ok": False, "message": str(exc)}, exc.status)
             return HTMLResponse(error_page(exc.status, str(exc)), exc.status)
+        except PayloadCodecError as exc:  # no key, or a wrong one: said, never garbage
+            key_id = getattr(exc, "key_id", None)
+            if request.url.path.endswith(("/data", "/state", "/events")):
+                return JSONResponse({"ok": False, "message": str(exc), "key_id": key_id}, 409)
+            return HTMLResponse(error_page(409, str(exc)), 409)
         return response
 
     return wrapped

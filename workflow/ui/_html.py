@@ -13,11 +13,14 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import quote, urlencode
 
+from eventstore import StoredRecord
+
 from .._read import RunSummary
 from ..cli._filters import STATUSES
-from ..cli._render import bare_class, fmt_time
+from ..cli._keys import encrypted_text
+from ..cli._render import bare_class, clip, fmt_time
 
-__all__ = ["error_page", "run_extras", "runs_page", "runs_table"]
+__all__ = ["error_page", "run_extras", "runs_page", "runs_table", "sealed_page"]
 
 _STYLE: Final = """
 :root { --fg:#1d2330; --muted:#667085; --line:#d0d5dd; --alt:#f6f7f9; --ok:#3a9d5d;
@@ -77,7 +80,9 @@ def _page(title: str, body: str, attrs: str = "") -> str:
 
 def error_page(status: int, message: str) -> str:
     """A page that says what was wrong (an unknown run, a bad seq) and links back."""
-    reason = {400: "Bad request", 403: "Not allowed", 404: "Not found"}.get(status, "Error")
+    reason = {400: "Bad request", 403: "Not allowed", 404: "Not found", 409: "Cannot read"}.get(
+        status, "Error"
+    )
     return _page(
         f"{status} {reason}",
         f'<header><h1>{status} {reason}</h1><p class="error" id="message">{html.escape(message)}</p>'
@@ -253,3 +258,27 @@ def run_extras(actions: str | None) -> tuple[str, str]:
     if actions is not None:
         bar += _ACTIONS.replace("__WHO__", html.escape(actions))
     return bar, _RUN_SCRIPT
+
+
+def sealed_page(where: str, run_id: str, key_id: str, records: list[StoredRecord]) -> str:
+    """A run whose payloads are encrypted, served without its key: the log's seqs, commits,
+    times, kinds and steps, each payload shown as "encrypted (key id)"."""
+    t0 = records[0].ts if records else 0
+    rows = "".join(
+        f'<tr data-seq="{r.seq}"><td>{r.seq}</td><td>{r.commit_seq}</td>'
+        f"<td>+{max(0, r.ts - t0) / 1e6:.3f} s</td><td><code>{html.escape(r.kind)}</code></td>"
+        f"<td>{html.escape(r.step or '')}</td>"
+        f'<td class="payload">{html.escape(encrypted_text(r.payload) or clip(r.payload, 120))}</td></tr>'
+        for r in records
+    )
+    head = "".join(f"<th>{h}</th>" for h in ("seq", "commit", "time", "kind", "step", "payload"))
+    body = (
+        f'<header><p><a href="/" id="back">← all runs</a></p>'
+        f"<h1>run <code>{html.escape(run_id)}</code></h1>"
+        f'<p class="meta"><code>{html.escape(where)}</code> · {len(records)} records</p>'
+        f'<p class="error" id="sealed">Its payloads are encrypted (key id {html.escape(key_id)}):'
+        " start <code>workflow --key-file KEYS serve</code> with the key file to see the"
+        " timeline, its state and its values.</p></header>"
+        f'<main><table id="records"><tr>{head}</tr>{rows}</table></main>'
+    )
+    return _page(f"run {run_id} (encrypted)", body, f' data-key-id="{html.escape(key_id)}"')
