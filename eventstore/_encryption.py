@@ -292,7 +292,7 @@ class Sealer:
     def seal(self, text: str, context: str) -> str:
         """``text`` as an envelope, encrypted with the codec's current key."""
         data = self.codec.encode(text.encode(), context=context.encode())
-        return self._head + base64.b64encode(data).decode() + '"}'
+        return self._head + binascii.b2a_base64(data, newline=False).decode("ascii") + '"}'
 
     def open(self, text: str, context: str, where: str) -> str:
         """The plain text of a payload: an envelope decrypted, a plain payload as it is.

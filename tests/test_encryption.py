@@ -234,14 +234,14 @@ async def _echo(text: str) -> str:
     return text
 
 
-def test_a_workflow_on_an_encrypted_store(tmp_path: Path) -> None:
-    """A run journals to an encrypted store (context, memoized result, event sent from
-    outside, snapshots) and reads back whole with the key; without it the fold says the
-    payloads are encrypted and which key they need."""
-    db = tmp_path / "wf.db"
+def test_a_workflow_on_an_encrypted_store(location: str) -> None:
+    """A run journals to an encrypted store, SQLite or PostgreSQL (context, memoized
+    result, event sent from outside, snapshots) and reads back whole with the key; without
+    it the fold says the payloads are encrypted and which key they need; with another key
+    under the same id it says the key is wrong."""
 
     async def go() -> Any:
-        with EventStore(db, payload_codec=codec("k1")) as store:
+        with EventStore(location, payload_codec=codec("k1")) as store:
             wf = Secretive(store=store, timeout=None)
             handler = wf.run(run_id="s", secret=SECRET)
             await handler.wait_until_waiting(BOUND)
@@ -251,14 +251,24 @@ def test_a_workflow_on_an_encrypted_store(tmp_path: Path) -> None:
             return result, state.context.get("secret")
 
     assert asyncio.run(go()) == (SECRET + "!", SECRET)
-    sql = ("SELECT payload FROM log", "SELECT payload FROM inbox", "SELECT data FROM snapshots")
-    assert not any(SECRET in str(p) for q in sql for (p,) in raw_rows(db, q))
-    kinds = {k for (k,) in raw_rows(db, "SELECT kind FROM records")}
-    assert {"memoized", "waiting", "run_finished"} <= kinds
-    with EventStore(db, readonly=True) as plain:
+    with EventStore(location, readonly=True) as plain:
+        stored = [
+            str(p)
+            for q in ("payload FROM records", "payload FROM inbox", "data FROM snapshots")
+            for (p,) in plain.query(f"SELECT {q}")
+        ]
+        assert len(stored) > 10
+        assert all(sealed_key_id(p) == "k1" for p in stored)
+        assert not any(SECRET in p for p in stored)
+        kinds = {k for (k,) in plain.query("SELECT kind FROM records WHERE run_id = 's'")}
+        assert {"memoized", "waiting", "run_finished"} <= kinds
         wf = Secretive(store=plain)
         with pytest.raises(EncryptedPayloadError, match=r"is encrypted \(key id 'k1'\)"):
             wf.state_at("s")
+    wrong = AesGcmCodec({"k1": b"w" * 32})
+    with EventStore(location, readonly=True, payload_codec=wrong) as store:
+        with pytest.raises(DecryptionError, match="does not decrypt with key 'k1'"):
+            Secretive(store=store).state_at("s")
 
 
 def test_crash_and_resume_with_encryption(tmp_path: Path) -> None:
