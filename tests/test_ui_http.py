@@ -7,6 +7,9 @@ import asyncio
 import hashlib
 import json
 import re
+import signal
+import subprocess
+import sys
 import urllib.request
 import uuid
 from pathlib import Path
@@ -17,7 +20,7 @@ import pytest
 from tests.conftest import POSTGRES_URL
 from tests.flows import Asker, ReportFlow
 from tests.test_cli import invoke, run_to_end
-from tests.ui_server import get, post, serving, status_of, wait_for, waiting_asker
+from tests.ui_server import ROOT, get, post, serving, status_of, wait_for, waiting_asker
 from workflow import HumanResponseEvent, Worker
 
 
@@ -337,3 +340,42 @@ def test_serves_a_postgresql_store() -> None:
     finally:
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_sigterm_ends_open_streams(tmp_path: Path) -> None:
+    """SIGTERM stops the server cleanly while browsers hold live streams open: each stream
+    ends (the client reads its end) and the server exits without cancelling them."""
+    db = tmp_path / "term.db"
+    waiting_asker(db, "ask")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workflow", "serve", str(db), "--port", "0"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        m = re.search(r"at (http://127\.0\.0\.1:\d+)/", line)
+        assert m, line + proc.stderr.read()
+        base = m.group(1)
+        with (
+            urllib.request.urlopen(f"{base}/runs/ask/events?after=1", timeout=60) as run,
+            urllib.request.urlopen(f"{base}/events?head=0", timeout=60) as store,
+        ):
+            assert read_event(run)[0] == "commit"
+            assert read_event(store)[0] == "head"
+            proc.send_signal(signal.SIGTERM)
+            assert run.read().strip() == b""  # read to the end: the server closed it
+            assert store.read().strip() == b""
+        # uvicorn raises the signal again once it has shut down: the exit says SIGTERM.
+        assert proc.wait(60) in (0, -signal.SIGTERM)
+        rest = proc.stderr.read()
+        assert "graceful shutdown exceeded" not in rest, rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import threading
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
@@ -79,6 +80,9 @@ class UI:
         self.where = where
         self.view = view
         self.actions = actions
+        # Set when the server is asked to stop: open streams end, so that a graceful
+        # shutdown (SIGTERM, Ctrl-C) need not wait for browsers that never hang up.
+        self.stopping = threading.Event()
 
     def _run(self, run_id: str) -> None:
         try:
@@ -160,7 +164,7 @@ class UI:
             last = sent
             quiet = 0.0
             yield b"retry: 1000\n\n"
-            while True:
+            while not self.stopping.is_set():
                 now = look()
                 if now is not None and now[0] != last:
                     last = now[0]
@@ -276,7 +280,9 @@ def create_app(
     store: EventStore, where: str, view: Viewer | None = None, actions: Actions | None = None
 ) -> Starlette:
     """The web UI over ``store`` (opened read-only by the caller), named ``where`` on its
-    pages; ``actions`` None makes it strictly read-only."""
+    pages; ``actions`` None makes it strictly read-only. Setting ``app.state.stopping``
+    (a :class:`threading.Event`) ends the open live streams, as a server about to stop does.
+    """
     ui = UI(store, where, view or Viewer(), actions)
 
     @contextlib.asynccontextmanager
@@ -297,4 +303,6 @@ def create_app(
         Route("/runs/{run_id}/events", _errors(ui.run_events)),
         Route("/runs/{run_id}/{action}", _errors(ui.act), methods=["POST"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.stopping = ui.stopping
+    return app
