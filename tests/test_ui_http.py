@@ -222,7 +222,11 @@ def test_actions_for_workers(tmp_path: Path) -> None:
         assert code == 200, answer
         new = answer["run_id"]
         assert answer["href"] == f"/runs/{new}"
-        assert status_of(base, new) == "interrupted"
+        # Recorded for a worker and not yet taken: submitted, not interrupted (nothing died).
+        assert status_of(base, new) == "submitted"
+        assert f'data-run="{new}" data-status="submitted"' in get(base + "/")[2]
+        assert f'data-run="{new}"' in get(base + "/runs-table?status=submitted")[2]
+        assert 'data-run="rep"' not in get(base + "/runs-table?status=submitted")[2]
         code, answer = post(f"{base}/runs/{new}/resume", {})
         assert code == 200, answer
         assert "a worker of its workflow claims it" in answer["message"]

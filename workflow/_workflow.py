@@ -443,8 +443,11 @@ class Workflow:
         run_id = run_id or uuid.uuid4().hex
         if self._store.get_run(run_id) is not None:
             return run_id
+        # "submitted" in its row: listings tell it, until a worker claims it, from a run
+        # whose process died (its log looks the same).
+        create = NewRun(meta={"workflow": self._name, "submitted": True}, status="running")
         self._store.append_sync(
-            Commit(run_id, self._start_records(start_event), epoch=1, create=self._new_run())
+            Commit(run_id, self._start_records(start_event), epoch=1, create=create)
         )
         return run_id
 

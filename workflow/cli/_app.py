@@ -29,7 +29,7 @@ from ._common import (
     traceback_option,
     workflow_option,
 )
-from ._filters import RunFilter, parse_since, parse_statuses
+from ._filters import RunFilter, mark_submitted, parse_since, parse_statuses
 from ._inspect import (
     Viewer,
     error_json,
@@ -96,8 +96,8 @@ def keygen(key_file: str, key_id: str | None) -> None:
     "--status",
     "status_text",
     metavar="S[,S...]",
-    help="Only runs of these statuses: running, waiting, interrupted, finished, failed,"
-    " cancelled, timed_out.",
+    help="Only runs of these statuses: running, submitted (for a worker, not yet taken),"
+    " waiting, interrupted, finished, failed, cancelled, timed_out.",
 )
 @click.option(
     "--workflow",
@@ -136,7 +136,7 @@ def runs(
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     store = open_store(db)
-    summaries = keep.apply(run_summaries(store, probe_owners(store)))
+    summaries = keep.apply(mark_submitted(store, run_summaries(store, probe_owners(store))))
     # Child runs (ctx.run_workflow) right after the run that started them, indented.
     tree = tree_order([s.run_id for s in summaries])
     by_id = {s.run_id: s for s in summaries}

@@ -31,7 +31,7 @@ from eventstore import EncryptedPayloadError, EventStore, PayloadCodecError
 from .._errors import WorkflowError
 from .._ownership import probe_owners
 from .._read import check_seq, fold_run, run_info, run_summaries, shown_status
-from ..cli._filters import RunFilter, parse_since, parse_statuses
+from ..cli._filters import RunFilter, is_submitted, mark_submitted, parse_since, parse_statuses
 from ..cli._inspect import Viewer, failed_attempts, state_json
 from ..cli._timeline import render_page, timeline_data
 from ._actions import ActionError, Actions
@@ -95,7 +95,7 @@ class UI:
     def _listing(self, request: Request) -> tuple[dict[str, str], list[Any], list[Any]]:
         q = {k: v.strip() for k, v in request.query_params.items()}
         keep = _filter(q)
-        every = run_summaries(self.store, probe_owners(self.store))
+        every = mark_submitted(self.store, run_summaries(self.store, probe_owners(self.store)))
         return q, every, keep.apply(every)
 
     def runs(self, request: Request) -> Response:
@@ -117,6 +117,8 @@ class UI:
         self._run(run_id)
         data = timeline_data(self.store, run_id, self.view)
         data["link"] = "/runs/{}"
+        if data["run"]["status"] == "interrupted" and is_submitted(self.store, run_id):
+            data["run"]["status"] = "submitted"
         return data
 
     def run_page(self, request: Request) -> Response:
@@ -154,6 +156,8 @@ class UI:
             raise _BadInput(400, str(exc)) from None
         s = fold_run(self.store, run_id, seq)
         status = shown_status(self.store, s, probe_owners(self.store), seq)
+        if status == "interrupted" and is_submitted(self.store, run_id):
+            status = "submitted"
         body = state_json(s, status, len(self.store.inbox(run_id)), failed_attempts(self.store, s))
         return Response(orjson.dumps(body), 200, media_type="application/json")
 

@@ -36,7 +36,7 @@ code { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; fo
   background: var(--muted); }
 .badge.finished { background: var(--ok); } .badge.failed { background: var(--failed); }
 .badge.running { background: var(--open); } .badge.waiting { background: var(--wait); }
-.badge.interrupted { background: var(--lost); } .badge.cancelled, .badge.timed_out { background: #475467; }
+.badge.interrupted { background: var(--lost); } .badge.submitted { background: #f79009; } .badge.cancelled, .badge.timed_out { background: #475467; }
 form.filters { display: flex; gap: 8px; align-items: end; flex-wrap: wrap; margin: 6px 0 10px; }
 form.filters label { display: flex; flex-direction: column; font-size: 11px; color: var(--muted); }
 #counts a { margin-right: 10px; text-decoration: none; }
