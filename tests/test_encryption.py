@@ -266,9 +266,11 @@ def test_a_workflow_on_an_encrypted_store(location: str) -> None:
         with pytest.raises(EncryptedPayloadError, match=r"is encrypted \(key id 'k1'\)"):
             wf.state_at("s")
     wrong = AesGcmCodec({"k1": b"w" * 32})
-    with EventStore(location, readonly=True, payload_codec=wrong) as store:
-        with pytest.raises(DecryptionError, match="does not decrypt with key 'k1'"):
-            Secretive(store=store).state_at("s")
+    with (
+        EventStore(location, readonly=True, payload_codec=wrong) as store,
+        pytest.raises(DecryptionError, match="does not decrypt with key 'k1'"),
+    ):
+        Secretive(store=store).state_at("s")
 
 
 def test_crash_and_resume_with_encryption(tmp_path: Path) -> None:
@@ -304,11 +306,8 @@ def test_crash_and_resume_with_encryption(tmp_path: Path) -> None:
     assert calls(counters, "second") == 1
 
 
-@pytest.fixture
-def sealed_run(tmp_path: Path) -> tuple[Path, Path]:
-    """An encrypted store (and its key file) holding Secretive run 's', finished."""
-    db, keys = tmp_path / "sealed.db", tmp_path / "keys.json"
-    add_key(keys)
+def sealed_secretive(db: Path, keys: Path) -> None:
+    """Runs Secretive run 's' to its end on a store encrypted with the key file ``keys``."""
 
     async def go() -> None:
         with EventStore(db, payload_codec=load_key_file(keys)) as store:
@@ -319,6 +318,14 @@ def sealed_run(tmp_path: Path) -> tuple[Path, Path]:
             await asyncio.wait_for(handler, BOUND)
 
     asyncio.run(go())
+
+
+@pytest.fixture
+def sealed_run(tmp_path: Path) -> tuple[Path, Path]:
+    """An encrypted store (and its key file) holding Secretive run 's', finished."""
+    db, keys = tmp_path / "sealed.db", tmp_path / "keys.json"
+    add_key(keys)
+    sealed_secretive(db, keys)
     return db, keys
 
 

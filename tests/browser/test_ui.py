@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
 
+from eventstore import add_key
 from tests.flows import Asker, ReportFlow
 from tests.test_cli import run_to_end
+from tests.test_encryption import SECRET, sealed_secretive
 from tests.test_ui_http import fork_of
 from tests.ui_server import ROOT, serving, wait_for, waiting_asker
 
@@ -228,3 +230,32 @@ def test_read_only_page_offers_no_actions(store: Path, page: Page) -> None:
         page.wait_for_function("document.body.dataset.ready === '1'")
         assert page.locator("#actions").count() == 0
         expect(page.locator("#live")).to_have_class("on")
+
+
+def test_an_encrypted_run_without_and_with_its_key(
+    tmp_path: Path, page: Page, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Served without its key file, an encrypted run's page lists its seqs, kinds and steps
+    with each payload "encrypted (k1)" and says which key it needs; served with it, the
+    timeline shows the run's values."""
+    db, keys = tmp_path / "sealed.db", tmp_path / "keys.json"
+    add_key(keys)
+    off_loop(sealed_secretive, db, keys)
+    monkeypatch.delenv("WORKFLOW_KEY_FILE", raising=False)
+    with serving(db.name, cwd=db.parent) as base:  # the page names it as given
+        page.goto(base + "/")
+        page.locator('tr[data-run="s"] a.run').click()
+        page.wait_for_url("**/runs/s")
+        expect(page.locator("#sealed")).to_contain_text("encrypted (key id k1)")
+        rows = page.locator("#records tr[data-seq]")
+        assert rows.count() > 10
+        expect(rows.first.locator(".payload")).to_have_text("encrypted (k1)")
+        expect(page.locator("#records")).to_contain_text("memoized")
+        assert SECRET not in page.content()
+        page.screenshot(path=str(DOCS / "ui-encrypted.png"))
+    monkeypatch.setenv("WORKFLOW_KEY_FILE", str(keys))
+    with serving(db) as base:
+        page.goto(base + "/runs/s")
+        page.wait_for_function("document.body.dataset.ready === '1'")
+        assert page.locator("#sealed").count() == 0
+        expect(page.locator("#svg")).to_contain_text(SECRET[:8])
