@@ -19,6 +19,7 @@ from eventstore import add_key
 from tests.flows import Asker, ReportFlow
 from tests.test_cli import run_to_end
 from tests.test_encryption import SECRET, sealed_secretive
+from tests.test_timeline import fan
 from tests.test_ui_http import fork_of
 from tests.ui_server import ROOT, serving, wait_for, waiting_asker
 
@@ -259,3 +260,25 @@ def test_an_encrypted_run_without_and_with_its_key(
         page.wait_for_function("document.body.dataset.ready === '1'")
         assert page.locator("#sealed").count() == 0
         expect(page.locator("#svg")).to_contain_text(SECRET[:8])
+
+
+def test_a_lane_per_worker(tmp_path: Path, page: Page) -> None:
+    """A step with three workers draws three rows, each named by its worker, and each bar
+    says which worker of which session ran it."""
+    db = tmp_path / "fan.db"
+    off_loop(fan, db)
+    with serving(db) as base:
+        page.goto(base + "/runs/fan")
+        page.wait_for_function("document.body.dataset.ready === '1'")
+        labels = page.locator('.worker-label[data-step="work"]')
+        expect(labels).to_have_count(3)
+        assert labels.all_text_contents() == ["w0", "w1", "w2"]
+        bars = page.locator('rect.bar[data-step="work"]')
+        assert {bars.nth(i).get_attribute("data-worker") for i in range(bars.count())} == {
+            "0",
+            "1",
+            "2",
+        }
+        assert "worker 1 of session 1" in (
+            page.locator('rect.bar[data-step="work"][data-worker="1"]').first.inner_html()
+        )
