@@ -13,6 +13,7 @@ import sys
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -409,3 +410,80 @@ def test_a_lane_per_worker(tmp_path: Path) -> None:
     # commit); a resume makes it durable first: the attempts of sessions 2 and 3.
     assert [a[8][1] for a in data["attempts"]] == [2, 3]
     assert {a[8][0] for a in data["attempts"]} == {0}
+
+
+def held_query(d: dict[str, Any]) -> str:
+    """What a live page holding ``d`` says it holds (as the page's script does)."""
+
+    def first_open(xs: list[list[Any]], end: int) -> int:
+        return next((i for i, a in enumerate(xs) if a[end] < 0), len(xs))
+
+    ids = [int(k) for k in d["events"]]
+    seqs = d["rec"]["seq"]
+    held = {
+        "nrec": len(seqs),
+        "ncommits": len(d["commits"]["seq"]),
+        "attempts_from": first_open(d["attempts"], 4),
+        "waits_from": first_open(d["waits"], 3),
+        "ntb": len(d["tb"]),
+        "next_event": max(ids) + 1 if ids else 0,
+        "seq": seqs[-1] if seqs else 0,
+    }
+    return "&".join(f"{k}={v}" for k, v in held.items())
+
+
+def merged(d: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
+    """A page's data with a patch applied (as the page's script applies it)."""
+    out: dict[str, Any] = json.loads(json.dumps(d))
+    for k, v in p["rec"].items():
+        out["rec"][k] += v
+    for k, v in p["commits"].items():
+        out["commits"][k] += v
+    out["attempts"] = out["attempts"][: p["attempts_from"]] + p["attempts"]
+    for i, row in enumerate(p["rows"]):
+        out["attempts"][i][7] = row
+    out["waits"] = out["waits"][: p["waits_from"]] + p["waits"]
+    for i, row in enumerate(p["wait_rows"]):
+        out["waits"][i][5] = row
+    out["tb"] = out["tb"][: p["tb_from"]] + p["tb"]
+    out["events"].update(p["events"])
+    for k in ("run", "steps", "kinds", "lanes", "lane_workers"):
+        out[k] = p[k]
+    return out
+
+
+def test_live_refresh_fetches_only_what_is_new(tmp_path: Path) -> None:
+    """A page that says what it holds gets only the records after it (and the attempts from
+    the first open one), and that patch applied to its data is the run's whole data now;
+    a page whose data does not fit gets the whole data; bad counts are refused."""
+    db = tmp_path / "patch.db"
+    waiting_asker(db, "ask")
+    with serving(db) as base:
+        before = json.loads(get(base + "/runs/ask/data")[2])
+        code, _, body = get(f"{base}/runs/ask/data?{held_query(before)}")
+        assert code == 200
+        nothing = json.loads(body)
+        assert nothing["patch"] is True
+        assert nothing["rec"]["seq"] == []
+
+        async def answer() -> None:
+            wf = Asker(store=db, timeout=None)
+            wf.send("ask", HumanResponseEvent(response="Ada"))
+            assert await wf.resume("ask") == "hello Ada"
+            wf.store.close()
+
+        asyncio.run(answer())
+        now = json.loads(get(base + "/runs/ask/data")[2])
+        code, _, body = get(f"{base}/runs/ask/data?{held_query(before)}")
+        patch = json.loads(body)
+        assert patch["patch"] is True
+        assert patch["rec"]["seq"] == now["rec"]["seq"][len(before["rec"]["seq"]) :]
+        assert patch["rec"]["seq"]
+        assert patch["rec"]["seq"][0] > before["rec"]["seq"][-1]
+        assert len(body) < len(json.dumps(now))
+        assert merged(before, patch) == now
+        stale = held_query(before).replace("seq=", "seq=9")
+        assert json.loads(get(f"{base}/runs/ask/data?{stale}")[2])["patch"] is False
+        code, _, body = get(f"{base}/runs/ask/data?nrec=x")
+        assert code == 400
+        assert "nrec must be a whole number, not 'x'" in body

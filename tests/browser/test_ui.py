@@ -65,7 +65,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return db
 
 
-def off_loop(f: Callable[..., None], *args: object) -> None:
+def off_loop(f: Callable[..., object], *args: object) -> None:
     """Calls ``f`` in another thread: Playwright's sync API keeps an event loop running in
     this one, and the helpers that record runs start their own with ``asyncio.run``."""
     with ThreadPoolExecutor(1) as pool:
@@ -135,7 +135,8 @@ def test_runs_page_click_into_a_run_and_step_with_keys(store: Path, page: Page) 
 
 def test_a_live_run_advances_without_reload(tmp_path: Path, page: Page) -> None:
     """A run executing in another process: each commit it makes reaches the open page through
-    server-sent events, the chart and panels redraw in place, the selection follows the end."""
+    server-sent events, the page fetches only what is new, the chart and panels redraw in
+    place, the selection follows the end."""
     db = tmp_path / "live.db"
     gate = Path(str(db) + ".gate")
     proc = subprocess.Popen(
@@ -160,6 +161,10 @@ def test_a_live_run_advances_without_reload(tmp_path: Path, page: Page) -> None:
                 )
                 seen.append(int(page.evaluate("document.body.dataset.lastSeq")))
                 assert seq(page) == seen[-1]  # following the last commit
+                # Only the new records were fetched, not the whole timeline again.
+                fetched = str(page.evaluate("document.body.dataset.fetched"))
+                assert fetched.startswith("patch:"), fetched
+                assert int(fetched.split(":")[1]) > 0  # the new records, and only those
                 expect(page.locator("#state")).to_contain_text(f"{n}")
             page.screenshot(path=str(DOCS / "ui-live.png"))
             gate.write_text("3")

@@ -36,6 +36,7 @@ from ..cli._inspect import Viewer, failed_attempts, state_json
 from ..cli._timeline import render_page, timeline_data
 from ._actions import ActionError, Actions
 from ._html import error_page, run_extras, runs_page, runs_table, sealed_page
+from ._live import held_params, patch_since
 
 __all__ = ["POLL_S", "create_app"]
 
@@ -139,11 +140,15 @@ class UI:
         return HTMLResponse(render_page(data, bar, script))
 
     def run_data(self, request: Request) -> Response:
-        return Response(
-            orjson.dumps(self._data(request.path_params["run_id"])),
-            200,
-            media_type="application/json",
-        )
+        """The run's timeline data; a live page that says what it holds (``nrec`` and the
+        rest of :data:`~._live.HELD`) gets only what it lacks (:func:`~._live.patch_since`)."""
+        try:
+            held = held_params(request.query_params)
+        except ValueError as exc:
+            raise _BadInput(400, str(exc)) from None
+        data = self._data(request.path_params["run_id"])
+        body = data if held is None else patch_since(data, held)
+        return Response(orjson.dumps(body), 200, media_type="application/json")
 
     def run_state(self, request: Request) -> Response:
         """The state at ``?seq=`` (the latest without one) as ``workflow state --json``."""

@@ -207,20 +207,42 @@ _ACTIONS: Final = """<section id="actions">
 
 _RUN_SCRIPT: Final = """<script>
 "use strict";
-// Live: the run's new commits arrive as server-sent events; the page fetches its data again
-// and redraws in place, keeping the selection (or following the last commit).
+// Live: the run's new commits arrive as server-sent events; the page fetches what is new
+// since its data (records, commits, the attempts and waits from the first open one on) and
+// redraws in place, keeping the selection (or following the last commit).
 (function () {
   const base = location.pathname.replace(/\\/$/, "");
   const live = document.getElementById("live");
+  let D = JSON.parse(document.getElementById("data").textContent);
   let have = Number(document.body.dataset.lastSeq), busy = false, again = false;
+  const firstOpen = (xs, end) => { const i = xs.findIndex(a => a[end] < 0); return i < 0 ? xs.length : i; };
+  function held() {
+    const ids = Object.keys(D.events).map(Number), n = D.rec.seq.length;
+    return new URLSearchParams({nrec: n, ncommits: D.commits.seq.length,
+      attempts_from: firstOpen(D.attempts, 4), waits_from: firstOpen(D.waits, 3), ntb: D.tb.length,
+      next_event: ids.length ? Math.max(...ids) + 1 : 0, seq: n ? D.rec.seq[n - 1] : 0});
+  }
+  function merge(P) {
+    for (const k of Object.keys(P.rec)) D.rec[k] = D.rec[k].concat(P.rec[k]);
+    for (const k of Object.keys(P.commits)) D.commits[k] = D.commits[k].concat(P.commits[k]);
+    D.attempts = D.attempts.slice(0, P.attempts_from).concat(P.attempts);
+    P.rows.forEach((r, i) => { D.attempts[i][7] = r; });
+    D.waits = D.waits.slice(0, P.waits_from).concat(P.waits);
+    P.wait_rows.forEach((r, i) => { D.waits[i][5] = r; });
+    D.tb = D.tb.slice(0, P.tb_from).concat(P.tb);
+    Object.assign(D.events, P.events);
+    for (const k of ["run", "steps", "kinds", "lanes", "lane_workers"]) D[k] = P[k];
+  }
   async function refresh() {
     if (busy) { again = true; return; }
     busy = true;
     try {
-      const r = await fetch(base + "/data");
+      const r = await fetch(base + "/data?" + held());
       if (r.ok) {
-        const d = await r.json();
-        window.TIMELINE.reload(d);
+        const text = await r.text(), P = JSON.parse(text);
+        if (P.patch) merge(P); else D = P.data;
+        document.body.dataset.fetched = (P.patch ? "patch:" + P.rec.seq.length : "whole") + ":" + text.length;
+        window.TIMELINE.reload(D);
       }
     } finally { busy = false; if (again) { again = false; refresh(); } }
   }
