@@ -447,8 +447,9 @@ def merged(d: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
         out["waits"][i][5] = row
     out["tb"] = out["tb"][: p["tb_from"]] + p["tb"]
     out["events"].update(p["events"])
-    for k in ("run", "steps", "kinds", "lanes", "lane_workers"):
-        out[k] = p[k]
+    for k in ("run", "steps", "kinds", "lanes", "lane_workers", "window"):
+        if k in p:
+            out[k] = p[k]
     return out
 
 

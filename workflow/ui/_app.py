@@ -33,7 +33,7 @@ from .._ownership import probe_owners
 from .._read import check_seq, fold_run, run_info, run_summaries, shown_status
 from ..cli._filters import RunFilter, is_submitted, mark_submitted, parse_since, parse_statuses
 from ..cli._inspect import Viewer, failed_attempts, state_json
-from ..cli._timeline import render_page, timeline_data
+from ..cli._timeline import WINDOW, render_page, timeline_data
 from ._actions import ActionError, Actions
 from ._html import error_page, run_extras, runs_page, runs_table, sealed_page
 from ._live import held_params, patch_since
@@ -114,9 +114,23 @@ class UI:
 
     # ------------------------------------------------------------------ one run
 
-    def _data(self, run_id: str) -> dict[str, Any]:
+    def _data(self, run_id: str, q: Any, around: int | None = None) -> dict[str, Any]:
+        """The timeline data of the window the query names (``after``, ``before``,
+        ``around``, ``limit``; the run's last window by default)."""
         self._run(run_id)
-        data = timeline_data(self.store, run_id, self.view)
+        limit = _seq_param(q.get("limit"))
+        try:
+            data = timeline_data(
+                self.store,
+                run_id,
+                self.view,
+                after=_seq_param(q.get("after")),
+                before=_seq_param(q.get("before")),
+                around=around if around is not None else _seq_param(q.get("around")),
+                limit=WINDOW if limit is None else limit,
+            )
+        except ValueError as exc:
+            raise _BadInput(400, str(exc)) from None
         data["link"] = "/runs/{}"
         if data["run"]["status"] == "interrupted" and is_submitted(self.store, run_id):
             data["run"]["status"] = "submitted"
@@ -125,28 +139,31 @@ class UI:
     def run_page(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         seq = _seq_param(request.query_params.get("seq"))
-        try:
-            data = self._data(run_id)
-        except EncryptedPayloadError as exc:  # served without the key: what the log says
-            records = list(self.store.records(run_id))
-            return HTMLResponse(sealed_page(self.where, run_id, exc.key_id, records))
         if seq is not None:
+            self._run(run_id)
             try:
                 check_seq(self.store, run_id, seq)
             except WorkflowError as exc:
                 raise _BadInput(400, str(exc)) from None
+        try:
+            data = self._data(run_id, request.query_params, around=seq)
+        except EncryptedPayloadError as exc:  # served without the key: what the log says
+            records = list(self.store.records(run_id))
+            return HTMLResponse(sealed_page(self.where, run_id, exc.key_id, records))
+        if seq is not None:
             data["seq"] = seq
         bar, script = run_extras(None if self.actions is None else self.actions.who)
         return HTMLResponse(render_page(data, bar, script))
 
     def run_data(self, request: Request) -> Response:
-        """The run's timeline data; a live page that says what it holds (``nrec`` and the
-        rest of :data:`~._live.HELD`) gets only what it lacks (:func:`~._live.patch_since`)."""
+        """The run's timeline data (the window the query names); a live page that says what
+        it holds (``nrec`` and the rest of :data:`~._live.HELD`) gets only what it lacks
+        (:func:`~._live.patch_since`)."""
         try:
             held = held_params(request.query_params)
         except ValueError as exc:
             raise _BadInput(400, str(exc)) from None
-        data = self._data(request.path_params["run_id"])
+        data = self._data(request.path_params["run_id"], request.query_params)
         body = data if held is None else patch_since(data, held)
         return Response(orjson.dumps(body), 200, media_type="application/json")
 

@@ -231,21 +231,31 @@ _RUN_SCRIPT: Final = """<script>
     P.wait_rows.forEach((r, i) => { D.waits[i][5] = r; });
     D.tb = D.tb.slice(0, P.tb_from).concat(P.tb);
     Object.assign(D.events, P.events);
-    for (const k of ["run", "steps", "kinds", "lanes", "lane_workers"]) D[k] = P[k];
+    for (const k of ["run", "steps", "kinds", "lanes", "lane_workers", "window"]) if (k in P) D[k] = P[k];
   }
+  // The data the page shows, whichever way it came (a window the page loaded itself too).
+  const reload = window.TIMELINE.reload.bind(window.TIMELINE);
+  window.TIMELINE.reload = (d, pick) => { D = d; reload(d, pick); };
   async function refresh() {
     if (busy) { again = true; return; }
     busy = true;
     try {
-      const r = await fetch(base + "/data?" + held());
+      // The last window follows the run: only what is new is fetched, after the window's
+      // start (limit: none), and appended. Another window is fetched whole.
+      const W = D.window, last = !W || !W.more_after;
+      const url = last ? "/data?" + held() + (W ? "&after=" + W.after + "&limit=1000000000" : "")
+        : "/data" + window.TIMELINE.query();
+      const r = await fetch(base + url);
       if (r.ok) {
         const text = await r.text(), P = JSON.parse(text);
-        if (P.patch) merge(P); else D = P.data;
-        document.body.dataset.fetched = (P.patch ? "patch:" + P.rec.seq.length : "whole") + ":" + text.length;
-        window.TIMELINE.reload(D);
+        if (P.patch === true) merge(P); else D = P.patch === false ? P.data : P;
+        document.body.dataset.fetched = (P.patch === true ? "patch:" + P.rec.seq.length : "whole") + ":" + text.length;
+        reload(D);
       }
     } finally { busy = false; if (again) { again = false; refresh(); } }
   }
+  // A long run's other windows, fetched as one moves through it.
+  window.TIMELINE.connect(q => fetch(base + "/data?" + new URLSearchParams(q)).then(r => r.ok ? r.json() : null));
   const es = new EventSource(base + "/events?after=" + have);
   es.onopen = () => live.classList.add("on");
   es.onerror = () => live.classList.remove("on");

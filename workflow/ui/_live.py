@@ -58,7 +58,11 @@ def patch_since(data: Mapping[str, Any], held: Mapping[str, int]) -> dict[str, A
         "tb_from": ntb,
         "tb": data["tb"][ntb:],
         "events": events,
-        **{k: data[k] for k in ("run", "steps", "kinds", "lanes", "lane_workers")},
+        **{
+            k: data[k]
+            for k in ("run", "steps", "kinds", "lanes", "lane_workers", "window")
+            if k in data
+        },
     }
 
 
