@@ -28,6 +28,7 @@ from eventstore import (
     RunInfo,
     UnknownClassError,
     class_name,
+    load_key_file,
 )
 
 from . import _journal as J
@@ -73,6 +74,8 @@ _stores: dict[str, EventStore] = {}
 # Where workflows created without ``store=`` journal: a file path or a PostgreSQL URL. Unset
 # (or empty), each such workflow gets a private in-memory store.
 STORE_ENV = "WORKFLOW_STORE"
+# A key file (``workflow keygen``) that stores opened from a path or URL encrypt with.
+KEY_FILE_ENV = "WORKFLOW_KEY_FILE"
 
 
 def _open_store(store: str | os.PathLike[str] | EventStore | None) -> EventStore:
@@ -90,7 +93,9 @@ def _open_store(store: str | os.PathLike[str] | EventStore | None) -> EventStore
     with _stores_lock:
         found = _stores.get(key)
         if found is None or found._closed or found._failed is not None:
-            found = _stores[key] = EventStore(store)
+            keys = os.environ.get(KEY_FILE_ENV) or None
+            codec = None if keys is None else load_key_file(keys)
+            found = _stores[key] = EventStore(store, payload_codec=codec)
         return found
 
 
@@ -439,8 +444,11 @@ class Workflow:
         run_id = run_id or uuid.uuid4().hex
         if self._store.get_run(run_id) is not None:
             return run_id
+        # "submitted" in its row: listings tell it, until a worker claims it, from a run
+        # whose process died (its log looks the same).
+        create = NewRun(meta={"workflow": self._name, "submitted": True}, status="running")
         self._store.append_sync(
-            Commit(run_id, self._start_records(start_event), epoch=1, create=self._new_run())
+            Commit(run_id, self._start_records(start_event), epoch=1, create=create)
         )
         return run_id
 
