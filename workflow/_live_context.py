@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from eventstore import Record
+from eventstore import CodecError, LogCorruptedError, Record, UnknownClassError
 
 from . import _journal as J
 from ._changes import ABSENT, MIN_FULL_BYTES, Encoded, KeyChange, encode_ops
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from eventstore import Codec
 
     from ._attempt import Attempt
+    from ._fold import Folded
 
 __all__ = ["LiveContext"]
 
@@ -50,6 +51,31 @@ class LiveContext:
         self.pins: dict[str, int] = {}  # key -> live attempts that read it
         # Held by an edit_state attempt (and one that conflicted too often) until it ends.
         self.state_lock = asyncio.Lock()
+
+    def load(self, folded: Folded) -> None:
+        """Loads the values of ``folded`` (JSON form; its objects become the live values).
+
+        :raises UnknownClassError: a value names a class this program lacks.
+        :raises LogCorruptedError: a value does not decode (the record is named).
+        """
+        load = self.codec.load
+        for key, entry in folded.context.items():
+            try:
+                self.committed[key] = load(entry.dump)
+            except UnknownClassError as exc:  # not damage: a class this program lacks
+                exc.add_note(
+                    f"in record seq {entry.seq} of run {folded.run_id!r}, context key {key!r}"
+                )
+                raise
+            except CodecError as exc:  # refused with the record named, before any work
+                msg = f"record seq {entry.seq} of run {folded.run_id!r}: context key {key!r}: {exc}"
+                raise LogCorruptedError(msg, seq=entry.seq) from exc
+            self.keylog[key] = [entry.full_bytes, entry.patch_bytes]
+
+    def clear(self) -> None:
+        """Forgets the values (the executor starts over from a newer fold)."""
+        self.committed.clear()
+        self.keylog.clear()
 
     # ------------------------------------------------------------------ reads
 

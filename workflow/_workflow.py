@@ -52,8 +52,8 @@ from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, s
 from ._recover import Recoveries, is_run_of, same_name
 from ._recover import recover as recover_runs
 from ._renames import class_aliases, moves_for, step_renames
-from ._run_config import RunConfig
-from ._runner import DEFAULT_FAILURE_GRACE, Executor
+from ._run_config import DEFAULT_FAILURE_GRACE, RunConfig
+from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
 from ._step import GRAPH_CHECKS, STEP_ATTR, collect_steps, graph_checks, step_functions
 from ._timers import DEFAULT_SLEEP_THRESHOLD
