@@ -67,7 +67,8 @@ class Context(Generic[S]):
         previous_context: dict[str, Any] | None = None,
         serializer: BaseSerializer | None = None,
     ) -> None:
-        from ._lifecycle import Idle, restore_into
+        from ._context_dict import restore_into
+        from ._lifecycle import Idle
         from ._workflow import Workflow
 
         if not isinstance(workflow, Workflow):
@@ -220,7 +221,7 @@ class Context(Generic[S]):
         x = self._x
         if att is None:
             if self._live() is None:
-                from ._lifecycle import send_idle
+                from ._context_run import send_idle
 
                 send_idle(self, event)
                 return
@@ -422,7 +423,7 @@ class Context(Generic[S]):
         instead (:mod:`workflow.context.serializers`). Restore it with :meth:`from_dict`,
         here or in another process.
         """
-        from ._lifecycle import context_dict
+        from ._context_dict import context_dict
 
         return context_dict(self, serializer, include_state)
 

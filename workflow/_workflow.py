@@ -411,7 +411,7 @@ class Workflow:
         """
         _require_loop("run")
         if ctx is not None:
-            from ._lifecycle import run_with_context
+            from ._context_run import run_with_context
 
             return run_with_context(self, ctx, start_event, kwargs, run_id)
         start_event = self._start_event(start_event, kwargs)
