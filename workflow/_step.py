@@ -6,7 +6,7 @@ import dataclasses
 import inspect
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
@@ -23,6 +23,7 @@ __all__ = [
     "StepGraphCheck",
     "StepSpec",
     "WorkflowGraphCheck",
+    "state_model",
     "step",
 ]
 
@@ -389,3 +390,29 @@ def collect_steps(
         name: inspect_step(name, f, bound=name not in added or _takes_self(f))
         for name, f in (step_functions(cls) if funcs is None else funcs).items()
     }
+
+
+def state_model(steps: Mapping[str, StepSpec], workflow: str) -> type | None:
+    """The state model the steps' ``Context[MyState]`` annotations name: the most derived
+    one, when some steps name a base class of another's model (None: no step names one).
+
+    :raises WorkflowValidationError: the models are not in one inheritance chain.
+    """
+    from pydantic import BaseModel
+
+    found: list[type] = []
+    for spec in steps.values():
+        t = spec.state_type
+        if isinstance(t, type) and issubclass(t, BaseModel) and t not in found:
+            found.append(t)
+    if not found:
+        return None
+    for candidate in found:
+        if all(issubclass(candidate, other) for other in found):
+            return candidate
+    msg = (
+        f"{workflow}: the steps' Context[...] state models are not in one"
+        " inheritance chain (each must be a base class of the most derived one): "
+        + ", ".join(t.__name__ for t in found)
+    )
+    raise WorkflowValidationError(msg)
