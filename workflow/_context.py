@@ -13,7 +13,7 @@ import concurrent.futures
 import contextvars
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, cast
+from typing import TYPE_CHECKING, Any, Final, Generic, cast
 
 import orjson
 from typing_extensions import TypeVar
@@ -61,6 +61,8 @@ class Context(Generic[S]):
     ``to_dict`` / ``from_dict`` carry it anywhere (see :mod:`workflow._lifecycle`).
     """
 
+    __workflow_context__: Final = True  # what the step decorator recognises (``_step``)
+
     def __init__(
         self,
         workflow: Workflow,
@@ -96,6 +98,14 @@ class Context(Generic[S]):
         ctx._run = executor.run_id
         ctx.store = ContextStore(executor, state_type)
         ctx._idle = Idle(ctx)
+        return ctx
+
+    @classmethod
+    def _at(cls, workflow: Workflow, run_id: str, seq: int) -> Context[Any]:
+        """An idle context of ``workflow`` pointing at ``seq`` of its run ``run_id``."""
+        ctx: Context[Any] = cls(workflow)
+        ctx._run = run_id
+        ctx._idle.seq = seq
         return ctx
 
     def _go_idle(self) -> None:

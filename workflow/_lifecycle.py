@@ -34,8 +34,8 @@ import orjson
 from ._changes import Encoded, encode_updates
 from ._fold import Folded
 from ._live_runs import live_executor
+from ._names import same_name
 from ._read import fold_run
-from ._recover import same_name
 from ._state import TERMINAL
 
 if TYPE_CHECKING:

@@ -13,11 +13,11 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from eventstore import LogCorruptedError, UnknownClassError, class_name
-from eventstore._codec import _main_names
+from eventstore import LogCorruptedError, UnknownClassError
 
 from ._errors import RunOwnedError, WorkflowChangedError
 from ._fold import payload_of
+from ._names import same_name
 from ._read import waits_of
 
 if TYPE_CHECKING:
@@ -104,18 +104,6 @@ def is_run_of(wf: Workflow, run: RunSummary) -> bool:
     if known is None:
         known = wf._script_runs[run.run_id] = _shares_a_step(wf, run)
     return known
-
-
-def same_name(recorded: str, cls: type) -> bool:
-    """Whether a workflow name the log records (``module:Qual.Name``) can be ``cls``'s: its
-    own, the same qualified name under ``__main__`` (a script's run), or, for a class of this
-    process's ``__main__``, a module name its file imports as."""
-    if recorded == class_name(cls):
-        return True
-    module, _, qualname = recorded.rpartition(":")
-    if qualname != cls.__qualname__:
-        return False
-    return module == "__main__" or (cls.__module__ == "__main__" and module in _main_names())
 
 
 def _shares_a_step(wf: Workflow, run: RunSummary) -> bool:

@@ -8,15 +8,12 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import Any, Final, Literal, Protocol, TypeVar, overload
 
 from ._errors import WorkflowValidationError
 from ._events import Event
 from .resource import ResourceDefinition, resource_of
 from .retry_policy import RetryPolicy, _SeedlessRetryPolicy
-
-if TYPE_CHECKING:
-    from ._workflow import Workflow
 
 __all__ = [
     "StepConfig",
@@ -28,6 +25,15 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class StepOwner(Protocol):
+    """What ``@step(workflow=Cls)`` adds a free function to: a ``Workflow`` class."""
+
+    @classmethod
+    def add_step(cls, func: Callable[..., Any]) -> None: ...
+
+
 STEP_ATTR = "__workflow_step__"
 
 # LlamaIndex's names of the graph checks a workflow (or one step) may skip.
@@ -111,7 +117,7 @@ def step(func: F, /) -> F: ...
 @overload
 def step(
     *,
-    workflow: type[Workflow] | None = None,
+    workflow: type[StepOwner] | None = None,
     num_workers: int = 4,
     retry_policy: Policy | None = None,
     skip_graph_checks: list[StepGraphCheck] | None = None,
@@ -123,7 +129,7 @@ def step(
     func: F | None = None,
     /,
     *,
-    workflow: type[Workflow] | None = None,
+    workflow: type[StepOwner] | None = None,
     num_workers: int = 4,
     retry_policy: Policy | None = None,
     skip_graph_checks: list[StepGraphCheck] | None = None,
@@ -254,11 +260,14 @@ def _event_types(annotation: Any, where: str) -> tuple[type[Event], ...]:
     raise WorkflowValidationError(msg)
 
 
-def _is_context(annotation: Any) -> bool:
-    from ._context import Context  # the context module imports this one
+# Set (True) on ``Context``: a step's context parameter is found by it, without this module
+# importing the context's, which sits above it.
+CONTEXT_MARK: Final = "__workflow_context__"
 
+
+def _is_context(annotation: Any) -> bool:
     target = typing.get_origin(annotation) or annotation
-    return isinstance(target, type) and issubclass(target, Context)
+    return isinstance(target, type) and getattr(target, CONTEXT_MARK, False) is True
 
 
 def _state_type(annotation: Any) -> type | None:

@@ -14,7 +14,7 @@ from eventstore import Codec, CodecError, LogCorruptedError, UnknownClassError
 from ._errors import WorkflowChangedError
 from ._fold import Folded
 from ._graph import Graph
-from ._recover import same_name
+from ._names import same_name
 
 __all__ = ["check_stranded", "stranded_work"]
 

@@ -66,6 +66,7 @@ from .resource import ResourceManager, check_configs
 
 if TYPE_CHECKING:
     from ._context import Context
+    from .context.serializers import BaseSerializer
 
 __all__ = ["RunSummary", "Workflow"]
 
@@ -697,6 +698,14 @@ class Workflow:
             loop = live.done.get_loop()
             loop.call_soon_threadsafe(live.poke)
         return entry
+
+    def _context_dict_at(
+        self, run_id: str, seq: int, serializer: BaseSerializer | None
+    ) -> dict[str, Any]:
+        """``Context.to_dict()`` of a context at ``seq`` of the run (``Checkpoint.ctx_state``)."""
+        from ._context import Context
+
+        return Context._at(self, run_id, seq).to_dict(serializer)
 
     def _recorded_stream(self, folded: Folded) -> list[Event]:
         return [self._codec.load(e.dump) for e in folded.stream]
