@@ -107,10 +107,10 @@ def run_with_context(
                 handler = wf._run_from((run, at), updates, deletes)
             else:
                 handler = wf._resume(run, updates, cancelled=True, deletes=deletes)
-    x = handler._executor
-    if x is None:  # a finished run's stored result (resume of a run that ended meanwhile)
+    executor = handler._executor
+    if executor is None:  # a finished run's stored result (resume of a run that ended meanwhile)
         return handler
-    ctx._bind(x)
+    ctx._bind(executor)
     return handler
 
 
@@ -123,8 +123,8 @@ def _new_executor(wf: Workflow, run_id: str | None) -> tuple[Executor, WorkflowH
     if wf._store.get_run(run_id) is not None:
         msg = f"run {run_id!r} already exists; a run from a context starts a new run"
         raise WorkflowRuntimeError(msg)
-    x = wf._executor(run_id, None)
-    return x, WorkflowHandler(wf, run_id, x.done, x)
+    executor = wf._executor(run_id, None)
+    return executor, WorkflowHandler(wf, run_id, executor.done, executor)
 
 
 def _run_linked(
@@ -136,9 +136,9 @@ def _run_linked(
 ) -> WorkflowHandler:
     """A new run whose first commit writes ``dumps`` as its context, linked to ``previous``."""
     records = wf._start_records(start_event, _context_records(dumps), previous)
-    x, handler = _new_executor(wf, run_id)
-    x.next_id = 2
-    x.start(records, start_event, with_context=True)
+    executor, handler = _new_executor(wf, run_id)
+    executor.next_id = 2
+    executor.start(records, start_event, with_context=True)
     return handler
 
 
@@ -200,6 +200,6 @@ def _run_imported(
         )
         raise WorkflowRuntimeError(msg)
     records = _import_records(wf, f, origin)
-    x, handler = _new_executor(wf, run_id)
-    x.start_imported(records, updates)
+    executor, handler = _new_executor(wf, run_id)
+    executor.start_imported(records, updates)
     return handler

@@ -41,8 +41,7 @@ from ._state import TERMINAL
 if TYPE_CHECKING:
     from eventstore import Codec
 
-    from ._context import Context
-    from ._runner import Executor
+    from ._context import Context, RunHost
     from ._workflow import Workflow
 
 __all__ = [
@@ -60,7 +59,7 @@ class Idle:
     """What an idle context's ``store`` reads and writes: its run's state at the context's
     point, with the writes made on it since, which open its next run.
 
-    It stands where the executor stands for a live context (``ContextStore._x``): reads
+    It stands where the executor stands for a live context (``ContextStore.host``): reads
     outside an attempt use ``committed``, writes ``operator_update``.
     """
 
@@ -110,15 +109,15 @@ class Idle:
 # ---------------------------------------------------------------------- where a context points
 
 
-def ran_here(ctx: Context[Any]) -> Executor | None:
+def ran_here(ctx: Context[Any]) -> RunHost | None:
     """The executor that ran the context's run here, if the run is where it left it (its
     state is then in memory: no read of the store)."""
-    x = ctx._x
-    if x is None or ctx._idle.seq is not None or ctx._idle.imported is not None:
+    host = ctx._host
+    if host is None or ctx._idle.seq is not None or ctx._idle.imported is not None:
         return None
-    if ctx._live() is None and ctx._wf._store.last_seq(x.run_id) != x.folded.seq:
+    if ctx._live() is None and ctx._wf._store.last_seq(host.run_id) != host.folded.seq:
         return None  # another process went on with the run since
-    return x
+    return host
 
 
 def point_of(ctx: Context[Any]) -> Folded:
@@ -126,18 +125,18 @@ def point_of(ctx: Context[Any]) -> Folded:
     idle = ctx._idle
     if idle.imported is not None:
         return idle.imported
-    x = ran_here(ctx)
-    if x is not None:
-        return x.folded  # the state this process ran it to (read, never changed here)
+    host = ran_here(ctx)
+    if host is not None:
+        return host.folded  # the state this process ran it to (read, never changed here)
     if ctx._run is None:
         return Folded("")
     return fold_run(ctx._wf._store, ctx._run, idle.seq)
 
 
 def base_values(ctx: Context[Any]) -> dict[str, Any]:
-    x = ran_here(ctx)
-    if x is not None:
-        return dict(x.committed)
+    host = ran_here(ctx)
+    if host is not None:
+        return dict(host.committed)
     load = ctx._wf._codec.load
     return {k: load(copy.deepcopy(e.dump)) for k, e in point_of(ctx).context.items()}
 
