@@ -10,22 +10,31 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from eventstore import NewRun, Record
 
 from . import _journal as J
 from ._errors import RecoveryLimitError
-from ._events import StartEvent
+from ._events import StartEvent, StopEvent
 from ._fold import Folded, rename_steps, to_run_state
 from ._read import fold_run
 from ._renames import moves_for
 from ._waits import Delivery
 
 if TYPE_CHECKING:
-    from ._runner import Executor
+    import asyncio
+
+    from eventstore import Codec, EventStore
+
+    from ._graph import Graph
+    from ._run_config import RunConfig
+    from ._run_log import RunLog
+    from ._stream import RunStream
+    from ._waits import WaitInfo, Waits
 
 __all__ = [
+    "Starting",
     "fork_run",
     "go_on",
     "over_recovery_limit",
@@ -33,6 +42,69 @@ __all__ = [
     "start_imported_run",
     "start_run",
 ]
+
+
+class Starting(Protocol):
+    """What beginning a run uses of its executor (``_runner.Executor``)."""
+
+    run_id: str
+
+    @property
+    def config(self) -> RunConfig: ...
+
+    @property
+    def codec(self) -> Codec: ...
+
+    @property
+    def graph(self) -> Graph: ...
+
+    @property
+    def store(self) -> EventStore: ...
+
+    @property
+    def log(self) -> RunLog: ...
+
+    @property
+    def waits(self) -> Waits: ...
+
+    @property
+    def stream(self) -> RunStream: ...
+
+    @property
+    def waiters(self) -> dict[str, WaitInfo]: ...
+
+    @property
+    def ready(self) -> asyncio.Event: ...
+
+    @property
+    def done(self) -> asyncio.Future[Any]: ...
+
+    @property
+    def folded(self) -> Folded: ...
+
+    async def append(self, records: list[Record], **kw: Any) -> int: ...
+
+    async def operator_update(
+        self, updates: Mapping[str, Any], deletes: list[str] | None = None
+    ) -> int: ...
+
+    def deliver(self, step: str, d: Delivery) -> None: ...
+
+    def hold(self, rid: int) -> None: ...
+
+    def load(self, folded: Folded) -> None: ...
+
+    def reload(self, folded: Folded) -> None: ...
+
+    def reset_budget(self) -> None: ...
+
+    def start_tasks(self) -> None: ...
+
+    def finish(self, stop: StopEvent) -> None: ...
+
+    def end_with(self, exc: BaseException) -> None: ...
+
+    def close(self, *, result: Any = None, exc: BaseException | None = None) -> None: ...
 
 
 def over_recovery_limit(
@@ -50,7 +122,7 @@ def over_recovery_limit(
 
 
 async def start_run(
-    executor: Executor, records: list[Record], start_event: StartEvent, with_context: bool
+    executor: Starting, records: list[Record], start_event: StartEvent, with_context: bool
 ) -> None:
     """A new run: its first commit creates it, then the start event reaches its steps."""
     config = executor.config
@@ -67,7 +139,7 @@ async def start_run(
 
 
 async def start_imported_run(
-    executor: Executor, records: list[Record], updates: dict[str, Any]
+    executor: Starting, records: list[Record], updates: dict[str, Any]
 ) -> None:
     """A new run whose first commit holds an imported state; it goes on from that state."""
     config = executor.config
@@ -80,7 +152,7 @@ async def start_imported_run(
 
 
 async def fork_run(
-    executor: Executor,
+    executor: Starting,
     folded: Folded,
     parent: tuple[str, int],
     updates: dict[str, Any] | None,
@@ -124,7 +196,7 @@ async def fork_run(
 
 
 async def resume_run(
-    executor: Executor,
+    executor: Starting,
     folded: Folded,
     updates: dict[str, Any] | None,
     renamed: dict[str, str] | None,
@@ -153,7 +225,7 @@ async def resume_run(
 
 
 async def go_on(
-    executor: Executor,
+    executor: Starting,
     folded: Folded,
     updates: dict[str, Any] | None,
     *,
