@@ -24,7 +24,7 @@ from eventstore import (
     WriterFailedError,
 )
 
-from . import _journal as J
+from . import _journal as journal
 from ._attempt import Attempt, WaitSuspend, current_attempt
 from ._catch_error import recovery_of
 from ._changes import KeyChange
@@ -139,7 +139,7 @@ class StepRunner:
         durable_start = d.redelivered or d.durable
         dequeued: list[Record] | None = None
         if not d.redelivered:
-            dequeued = [J.dequeued(step, d.event_id, worker)]
+            dequeued = [journal.dequeued(step, d.event_id, worker)]
             if durable_start:
                 await self._executor.append(dequeued)
                 dequeued = None  # else submitted with the attempt's start, just below
@@ -151,7 +151,7 @@ class StepRunner:
         conflicts = 0
         while True:
             attempt += 1
-            started = [J.step_started(step, d.event_id, attempt)]
+            started = [journal.step_started(step, d.event_id, attempt)]
             if durable_start:
                 # An input delivered by a resume may be what killed the process before:
                 # its start is made durable first, so every such death is counted.
@@ -332,7 +332,10 @@ class StepRunner:
     async def _commit_conflict(self, att: Attempt, keys: list[str]) -> None:
         shown = [k.replace(COLLECT_PREFIX, "collect:") for k in keys]
         await self._executor.append(
-            [J.step_conflicted(att.step, att.event_id, att.attempt, shown), *self._streamed(att)]
+            [
+                journal.step_conflicted(att.step, att.event_id, att.attempt, shown),
+                *self._streamed(att),
+            ]
         )
 
     async def _commit_success(self, att: Attempt, outcome: Returned) -> _Written | None:
@@ -445,7 +448,7 @@ class StepRunner:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._drained.wait(), grace)
         try:
-            await self._executor.append([J.run_failed(step, exc)], status="failed")
+            await self._executor.append([journal.run_failed(step, exc)], status="failed")
         except Sealed:
             return  # something else ended the run first
         self._executor.end_with(exc)

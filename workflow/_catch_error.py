@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
-from . import _journal as J
+from . import _journal as journal
 from ._errors import WorkflowValidationError
 from ._events import Event
 from ._journal._builders import _message as recorded_message
@@ -264,7 +264,7 @@ def recovery_of(
         failed_at=datetime.fromtimestamp(failed_at, tz=UTC),
     )
     ev_id = new_id()
-    record = J.enqueued_recovery(
+    record = journal.enqueued_recovery(
         handler, ev_id, codec.dump(ev), [att.event_id, att.attempt], {**counts, handler: n}
     )
     return handler, ev_id, ev, record

@@ -19,7 +19,7 @@ import orjson
 
 from eventstore import Record
 
-from . import _journal as J
+from . import _journal as journal
 from ._errors import ContextStateError, WorkflowRuntimeError
 from ._fold import Folded
 from ._handler import WorkflowHandler
@@ -115,7 +115,9 @@ def run_with_context(
 
 
 def _context_records(dumps: dict[str, Any]) -> list[Record]:
-    return [J.state_set_value(None, k, orjson.Fragment(orjson.dumps(d))) for k, d in dumps.items()]
+    return [
+        journal.state_set_value(None, k, orjson.Fragment(orjson.dumps(d))) for k, d in dumps.items()
+    ]
 
 
 def _new_executor(wf: Workflow, run_id: str | None) -> tuple[Executor, WorkflowHandler]:
@@ -153,23 +155,23 @@ def _import_records(wf: Workflow, f: Folded, origin: tuple[str, int] | None) -> 
         wf._run_started(0, None, origin),
         *_context_records({k: e.dump for k, e in f.context.items()}),
     ]
-    op: J.Source = J.SRC_OPERATOR
+    op: journal.Source = journal.SRC_OPERATOR
     for step, queue in f.queues.items():
-        records.extend(J.enqueued(step, ev.id, ev.dump, op) for ev in queue.values())
+        records.extend(journal.enqueued(step, ev.id, ev.dump, op) for ev in queue.values())
     for step, progs in f.in_progress.items():
-        records.extend(J.enqueued(step, p.ev.id, p.ev.dump, op) for p in progs.values())
-    records.extend(J.enqueued(None, ev.id, ev.dump, op) for ev in f.unclaimed.values())
+        records.extend(journal.enqueued(step, p.ev.id, p.ev.dump, op) for p in progs.values())
+    records.extend(journal.enqueued(None, ev.id, ev.dump, op) for ev in f.unclaimed.values())
     for key, by_type in f.buffers.items():
         step, buf = key.split(":", 1)
         for evs in by_type.values():
             records.extend(
-                J.collected(step, buf, {"id": ev.id, "event": ev.dump}, None) for ev in evs
+                journal.collected(step, buf, {"id": ev.id, "event": ev.dump}, None) for ev in evs
             )
     for w in f.waiters.values():
         records += [
-            J.enqueued(w.step, w.ev.id, w.ev.dump, op),
-            J.dequeued(w.step, w.ev.id, 0),
-            J.waiting(
+            journal.enqueued(w.step, w.ev.id, w.ev.dump, op),
+            journal.dequeued(w.step, w.ev.id, 0),
+            journal.waiting(
                 w.step,
                 w.ev.id,
                 0,

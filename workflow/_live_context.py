@@ -18,7 +18,7 @@ import orjson
 
 from eventstore import CodecError, LogCorruptedError, Record, UnknownClassError
 
-from . import _journal as J
+from . import _journal as journal
 from ._changes import ABSENT, MIN_FULL_BYTES, Encoded, KeyChange, encode_ops
 from ._diff import apply, diff
 from ._patch import apply_copied
@@ -141,13 +141,13 @@ class LiveContext:
         records = []
         for ch in changes:
             if ch.deleted:
-                records.append(J.state_deleted(step, ch.key))
+                records.append(journal.state_deleted(step, ch.key))
                 continue
             if ch.ops is not None:
                 assert ch.ops_json is not None
                 log = self.keylog.get(ch.key)
                 if log is not None and log[1] + len(ch.ops_json) < max(log[0], MIN_FULL_BYTES):
-                    rec = J.state_set_patch(step, ch.key, orjson.Fragment(ch.ops_json))
+                    rec = journal.state_set_patch(step, ch.key, orjson.Fragment(ch.ops_json))
                     ch.size = len(rec.payload)
                     records.append(rec)
                     continue
@@ -156,7 +156,7 @@ class LiveContext:
                 ch.full, ch.ops = apply_copied(self.committed[ch.key], ch.ops), None
                 ch.text = self.codec.encode(ch.full, name=ch.key)
             assert ch.text is not None
-            rec = J.state_set_value(step, ch.key, orjson.Fragment(ch.text))
+            rec = journal.state_set_value(step, ch.key, orjson.Fragment(ch.text))
             ch.size = len(rec.payload)
             records.append(rec)
         return records

@@ -172,10 +172,10 @@ def _recover_one(wf: Workflow, run_id: str) -> Recovery:
         if _unresolved(exc):
             return Recovery(run_id, "stranded", error=exc)
         return Recovery(run_id, "failed", error=exc)
-    x = handler._executor
-    if x is not None:
+    executor = handler._executor
+    if executor is not None:
         # The resume ends such a run itself (once it holds it); say so now.
-        limit = x.recovery_limit()
+        limit = executor.recovery_limit()
         if limit is not None:
             return Recovery(run_id, "recovery_limit", handler, limit)
     return Recovery(run_id, "resumed", handler)

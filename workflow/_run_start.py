@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from eventstore import NewRun, Record
 
-from . import _journal as J
+from . import _journal as journal
 from ._errors import RecoveryLimitError
 from ._events import StartEvent, StopEvent
 from ._fold import Folded, rename_steps, to_run_state
@@ -164,7 +164,7 @@ async def fork_run(
     ended = folded.result if folded.status == "finished" else None
     await executor.append(
         [
-            J.run_started(
+            journal.run_started(
                 config.name,
                 executor.graph.fingerprint(),
                 0,
@@ -189,7 +189,7 @@ async def fork_run(
         if updates or deletes:
             await executor.operator_update(updates or {}, deletes)
         stop = executor.codec.load(ended)
-        await executor.append([J.run_finished(ended, folded.next_id)], status="finished")
+        await executor.append([journal.run_finished(ended, folded.next_id)], status="finished")
         executor.finish(stop)
         return
     await go_on(executor, copy.deepcopy(folded), updates, resumed=False, deletes=deletes)
@@ -217,7 +217,7 @@ async def resume_run(
             executor.close(result=to_run_state(folded, executor.codec).result)
             return
     await executor.append(
-        [J.run_resumed(executor.log.epoch, folded.status, renamed)], status="running"
+        [journal.run_resumed(executor.log.epoch, folded.status, renamed)], status="running"
     )
     if folded.status == "timed_out":
         executor.reset_budget()  # a fresh timeout budget (the fold resets it too)
@@ -240,7 +240,7 @@ async def go_on(
     steps = executor.graph.steps
     exc = over_recovery_limit(executor.run_id, folded, steps, executor.config.max_recovery)
     if exc is not None:
-        await executor.append([J.run_failed(exc.step, exc)], status="failed")
+        await executor.append([journal.run_failed(exc.step, exc)], status="failed")
         executor.end_with(exc)
         return
     load = executor.codec.load

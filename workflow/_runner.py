@@ -19,7 +19,7 @@ from eventstore import (
     Record,
 )
 
-from . import _journal as J
+from . import _journal as journal
 from ._attempts import Conflict, StepRunner
 from ._changes import KeyChange, encode_updates
 from ._collects import CollectBuffers
@@ -375,7 +375,7 @@ class Executor:
                     "Currently active steps: " + ", ".join(active) if active else "No steps active"
                 )
                 await self._end_run(
-                    J.run_timed_out(self.exec_time()),
+                    journal.run_timed_out(self.exec_time()),
                     WorkflowTimeoutError(
                         f"Operation timed out after {timeout} seconds of execution"
                         f" (run {self.run_id!r}). {steps}"
@@ -390,9 +390,9 @@ class Executor:
         if self.closing:
             return
         status = {
-            J.RUN_CANCELLED: "cancelled",
-            J.RUN_TIMED_OUT: "timed_out",
-            J.RUN_SUSPENDED: "waiting",
+            journal.RUN_CANCELLED: "cancelled",
+            journal.RUN_TIMED_OUT: "timed_out",
+            journal.RUN_SUSPENDED: "waiting",
         }[record.kind]
         try:
             await self.append([record], status=status)
@@ -407,12 +407,12 @@ class Executor:
     async def cancel(self) -> None:
         await self.wait_ready()
         await self._end_run(
-            J.run_cancelled(), WorkflowCancelledByUser(f"run {self.run_id!r} was cancelled")
+            journal.run_cancelled(), WorkflowCancelledByUser(f"run {self.run_id!r} was cancelled")
         )
 
     async def suspend(self, exc: BaseException) -> None:
         await self.wait_ready()
-        await self._end_run(J.run_suspended(), exc)
+        await self._end_run(journal.run_suspended(), exc)
 
     def finish(self, stop: StopEvent) -> None:
         self.status = "finished"

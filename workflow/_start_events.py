@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from eventstore import Codec, Record, class_name
 
-from . import _journal as J
+from . import _journal as journal
 from ._errors import WorkflowRuntimeError
 from ._events import StartEvent
 from ._graph import Graph
@@ -87,7 +87,7 @@ def run_started_record(
     previous: tuple[str, int] | None = None,
 ) -> Record:
     """The ``run_started`` record of a new run of the workflow ``name``."""
-    return J.run_started(
+    return journal.run_started(
         name, graph.fingerprint(), start_id, start, None, codec, graph.describe(), previous
     )
 
@@ -110,5 +110,5 @@ def first_records(
     return [
         run_started_record(name, graph, codec, 1, dump, previous),
         *context,
-        *(J.enqueued(t, 1, dump, J.SRC_START) for t in targets),
+        *(journal.enqueued(t, 1, dump, journal.SRC_START) for t in targets),
     ]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from eventstore import ConcurrencyError, EventStore, Record, class_name
 
-from . import _journal as J
+from . import _journal as journal
 from ._commit import wait_records
 from ._events import Event
 from ._fold import Failure, Folded
@@ -256,8 +256,8 @@ class Waits:
 
         fut = self._host.submit(
             [
-                J.wait_resolved(w.step, w.waiter_id, ev_id, None if ev is None else dump(ev)),
-                J.enqueued(w.step, w.event_id, dump(w.event), J.SRC_WAITER),
+                journal.wait_resolved(w.step, w.waiter_id, ev_id, None if ev is None else dump(ev)),
+                journal.enqueued(w.step, w.event_id, dump(w.event), journal.SRC_WAITER),
             ],
             inbox_taken=[inbox_id] if inbox_id is not None else None,
             check=None if w.written else recorded,
@@ -307,7 +307,7 @@ class Waits:
         self,
         ev: Event,
         inbox_id: int | None,
-        src: J.Source = J.SRC_EXTERNAL,
+        src: journal.Source = journal.SRC_EXTERNAL,
         *,
         dumped: Any = _ABSENT,
     ) -> asyncio.Future[Any] | None:
@@ -325,8 +325,8 @@ class Waits:
         if w is not None:
             return self._resolve(w, ev_id, ev, inbox_id)
         targets = self._host.graph.route(type(ev))
-        records = [J.enqueued(t, ev_id, dump, src) for t in targets] or [
-            J.enqueued(None, ev_id, dump, src)
+        records = [journal.enqueued(t, ev_id, dump, src) for t in targets] or [
+            journal.enqueued(None, ev_id, dump, src)
         ]
         fut = self._host.submit(records, inbox_taken=[inbox_id] if inbox_id is not None else None)
         if not targets:

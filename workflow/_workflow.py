@@ -495,13 +495,14 @@ class Workflow:
         self._check_stranded(run_id, folded, allow_stranded)
         self._owners.acquire(run_id, info.rid)
         try:
-            x = self._executor(run_id, folded, info.rid, 0)
+            executor = self._executor(run_id, folded, info.rid, 0)
         except BaseException:
             self._owners.release(info.rid, run_id)
             raise
-        register(self._store, run_id, x)
-        handler = WorkflowHandler(self, run_id, x.done, x, self._recorded_stream(folded))
-        x.resume(copy.deepcopy(folded), updates, renamed=renamed, deletes=deletes)
+        register(self._store, run_id, executor)
+        recorded = self._recorded_stream(folded)
+        handler = WorkflowHandler(self, run_id, executor.done, executor, recorded)
+        executor.resume(copy.deepcopy(folded), updates, renamed=renamed, deletes=deletes)
         return handler
 
     def run_from(
@@ -539,9 +540,9 @@ class Workflow:
         folded.run_id = run_id
         folded.first_seq = None  # the fork's own records start it
         folded.records = 0
-        x = self._executor(run_id, folded)
-        handler = WorkflowHandler(self, run_id, x.done, x)
-        x.fork(folded, (parent_id, at), updates, deletes)
+        executor = self._executor(run_id, folded)
+        handler = WorkflowHandler(self, run_id, executor.done, executor)
+        executor.fork(folded, (parent_id, at), updates, deletes)
         return handler
 
     def _check_stranded(self, run_id: str, folded: Folded, allow: bool) -> None:
