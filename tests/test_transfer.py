@@ -121,8 +121,9 @@ def test_import_moves_seqs_past_the_store_and_reads_alike(
         for seq, text in states(out, fork).items():
             moved = json.loads(dump_folded(fold_run(dst, fork, seq + offset)))
             original = json.loads(text)
-            for key, (value, full, patch, at) in original["context"].items():
-                assert moved["context"][key] == [value, full, patch, at + offset]
+            for key, (value, full, patch, at, full_at, *ref) in original["context"].items():
+                shifted = [value, full, patch, at + offset, full_at + offset, *ref]
+                assert moved["context"][key] == shifted
             assert moved["seq"] == original["seq"] + offset
             assert moved["exec_us"] == original["exec_us"]  # times kept
     again = invoke("import", laptop, out)
