@@ -14,7 +14,7 @@ from eventstore import EventStore
 from tests.flows import Asker
 from tests.test_cli import invoke, ok
 from tests.test_snapshots import Chat, assert_snapshots_are_the_fold, chat
-from workflow import HumanResponseEvent
+from workflow import HumanResponseEvent, Worker
 from workflow._check import check_store
 from workflow._errors import RunSuspendedError, WorkflowRuntimeError
 from workflow._read import fold_run
@@ -182,6 +182,7 @@ def test_exported_ancestors_never_run(tmp_path: Path) -> None:
         with pytest.raises(WorkflowRuntimeError, match="exported ancestor"):
             wf.resume(parent)
         wf.send(fork, HumanResponseEvent(response="bob"))
+        assert Worker(wf)._candidates() == [fork]  # a worker would take the fork alone
         found = wf.recover()
         assert [(r.run_id, r.outcome) for r in found] == [(fork, "resumed")]
         assert found[0].handler is not None
