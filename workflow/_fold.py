@@ -20,7 +20,7 @@ import orjson
 from eventstore import Codec, CodecError, LogCorruptedError, StoredRecord
 
 from . import _journal as J
-from ._buffers import class_qualname, collect_key
+from ._buffers import class_qualname, collect_key, taken
 from ._events import StopEvent
 from ._patch import apply_json
 from ._state import TERMINAL, InProgress, LazyDict, LazyList, RunState, Waiter
@@ -434,11 +434,10 @@ def _collected(s: Folded, r: StoredRecord, p: J.Collected) -> None:
     if put is not None:
         ev = Ev(put["id"], put["event"], r.seq)
         buf.setdefault(class_qualname(ev.type), []).append(ev)
-    for name in p.get("take") or ():
-        t = class_qualname(name)
+    for t, count in taken(p):
         events = buf.get(t)
         if events:
-            events.pop(0)
+            del events[:count]
             if not events:
                 del buf[t]
     if not buf:

@@ -341,7 +341,7 @@ def run_summaries(
     for info in store.runs():
         status = info.status or "running"
         waiting_for: tuple[str, ...] = ()
-        unowned = status == "running" and not is_owned(info.rid, info.run_id)
+        unowned = status == "running" and not is_owned(info.run_id, info.rid)
         # A live owner may be waiting too; asking costs a fold, once per change of its log.
         if status == "waiting" or unowned or (status == "running" and owned):
             waits = waits_of(store, info)
@@ -437,7 +437,7 @@ def shown_status(
     info = run_info(store, s.run_id)
     if seq is not None and info.last_seq is not None and s.seq < info.last_seq:
         return s.status
-    return live_status(s.status, s.only_waiters(), owners.is_owned(info.rid, s.run_id))
+    return live_status(s.status, s.only_waiters(), owners.is_owned(s.run_id, info.rid))
 
 
 # ------------------------------------------------------------------ damaged records

@@ -67,7 +67,7 @@ class Worker:
             elif (
                 r.status == "waiting"
                 and has_work(wf, r)
-                and not wf._owners.is_owned(wf.store.run(r.run_id).rid, r.run_id)
+                and not wf._owners.is_owned(r.run_id, wf.store.run(r.run_id).rid)
             ):
                 out.append(r.run_id)  # an answer arrived (or a deadline passed), nobody runs it
         return out

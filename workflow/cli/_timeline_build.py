@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from .. import _journal as J
-from .._buffers import class_qualname, collect_key
+from .._buffers import collect_key, taken
 from .._checkpoints import event_class
 from .._fold import Folded
 from ._inspect import Viewer, describe
@@ -231,7 +231,7 @@ class Builder:
             args = [  # buffers and the events in them as the fold keys them
                 collect_key(step or "", collected),
                 put["id"] if put else None,
-                [class_qualname(t) for t in collected.get("take") or ()],
+                [name for name, n in taken(collected) for _ in range(n)],
             ]
         elif k == J.MEMOIZED:
             memo: J.Memoized = p
