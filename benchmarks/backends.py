@@ -26,6 +26,12 @@ Two parts:
   measured at the default and at 0.02 s (quick mode: 0.02 s only). Below the table, each
   curve's gain per doubling of workers says where it flattens, next to the CPU it found.
 
+In the full mode with the peers venv (``BENCH_PEERS_VENV``), DBOS runs the same loop on a
+PostgreSQL system database of its own on the same server, and ours runs it once more at
+durability "full": DBOS commits with the server's ``synchronous_commit`` (on by default),
+ours at "normal" with it off for its sessions (the last commits may be lost on a server
+crash, as SQLite's "normal" may lose them on a power loss), at "full" with it on.
+
 PostgreSQL is ``BENCH_POSTGRES_URL`` (else ``DW_TEST_POSTGRES``, else the local test
 database); each store is a schema of its own, dropped afterwards. ``BENCH_POSTGRES=1``
 includes PostgreSQL, ``BENCH_POSTGRES=0`` leaves it out; unset, the full mode includes it
