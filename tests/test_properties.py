@@ -359,8 +359,10 @@ def test_crash_at_any_commit_boundary_resumes_alike(
             ends = commit_ends(records)
             if exp.failure is not None:
                 ends = ends[:-1]  # resuming a failed run retries it: not a crash
+            # A PostgreSQL copy is a schema made and filled: fewer of them an example.
+            most = 6 if backend == "sqlite" else 2
             cuts = data.draw(
-                st.lists(st.sampled_from(ends), min_size=1, max_size=6, unique=True),
+                st.lists(st.sampled_from(ends), min_size=1, max_size=most, unique=True),
                 label="crash after seq",
             )
             cls = gen.build(plan)
