@@ -1,8 +1,9 @@
 """The fold: records -> the state of a run. Pure: no I/O, no clock, no randomness.
 
-``fold(state, records)`` applies records in order to a :class:`Folded` state, which keeps
-events and context values in their JSON form and decodes nothing; :func:`to_run_state`
-turns it into a typed :class:`RunState` at the end, which decodes only what is read.
+``fold(state, records)`` applies records in order to a :class:`Folded` state (``_folded``),
+which keeps events and context values in their JSON form and decodes nothing;
+:func:`to_run_state` (``_run_state``) turns it into a typed :class:`RunState` at the end,
+which decodes only what is read.
 
 One function a record kind, each reading its kind's payload type (``_journal``) in every
 shape the log has written; ``_snapshot`` caches a folded state in the store.
@@ -10,19 +11,18 @@ shape the log has written; ``_snapshot`` caches a folded state in the store.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import orjson
 
-from eventstore import Codec, CodecError, LogCorruptedError, StoredRecord
+from eventstore import LogCorruptedError, StoredRecord
 
 from . import _journal as J
 from ._buffers import class_qualname, collect_key
-from ._events import StopEvent
+from ._folded import Ev, Failure, Folded, KeyLog, MemoRec, Prog, WaitRec, payload_of
 from ._patch import apply_json
-from ._state import TERMINAL, InProgress, LazyDict, LazyList, RunState, Waiter
+from ._run_state import is_terminal, result_of, to_run_state
 
 __all__ = [
     "APPLY",
@@ -37,6 +37,7 @@ __all__ = [
     "fold",
     "is_terminal",
     "payload_of",
+    "rename_steps",
     "result_of",
     "to_run_state",
 ]
@@ -48,159 +49,6 @@ __all__ = [
 # 2: steps in progress keep their latest failure (durable retries) and events their
 # lineage's @catch_error recovery counts.
 FOLD_VERSION: Final = 2
-
-
-@dataclass(slots=True)
-class Ev:
-    """An event as the log holds it: its id and codec dump."""
-
-    id: int
-    dump: Any
-    seq: int = 0  # the record it came from: errors about it name this
-
-    @property
-    def type(self) -> str:
-        d = self.dump
-        # The class name without the version a tag may carry ("mod:Cls@2").
-        return str(d.get("c", "")).partition("@")[0] if isinstance(d, dict) else ""
-
-
-@dataclass(slots=True)
-class Failure:
-    """The latest failure of an event in progress, as its ``step_failed`` record says.
-
-    ``retry_at`` is when the next attempt is due (None: at once, or not retried),
-    ``elapsed`` the seconds since the first attempt began (None: a record written before
-    it was recorded), ``failed_at`` when it failed (seconds since the epoch).
-    """
-
-    retry_at: float | None
-    elapsed: float | None
-    failed_at: float
-    error: str  # the exception class's qualified name
-    module: str
-    message: str
-
-
-@dataclass(slots=True)
-class Prog:
-    ev: Ev
-    attempt: int = 0
-    failures: int = 0
-    conflicts: int = 0
-    failure: Failure | None = None
-
-    @property
-    def crashes(self) -> int:
-        """Attempts started that ended in neither a failure nor a conflict: the process died."""
-        return self.attempt - self.failures - self.conflicts
-
-
-@dataclass(slots=True)
-class WaitRec:
-    waiter_id: str
-    step: str
-    ev: Ev
-    awaited: str
-    requirements: Any
-    deadline: float | None
-    waiter_event: Any
-
-
-@dataclass(slots=True)
-class MemoRec:
-    """A memoized call's recorded outcome, for the attempts at its input that follow.
-
-    ``retried``: a retry policy re-ran the step since it was recorded, so only a call with
-    ``reuse_on_retry=True`` reuses it.
-    """
-
-    digest: str
-    result: Any  # the result's codec dump (None with an error)
-    error: dict[str, str] | None
-    attempt: int
-    seq: int
-    retried: bool = False
-
-
-@dataclass(slots=True)
-class KeyLog:
-    """A context key's JSON value and how many patch bytes followed its last full write."""
-
-    dump: Any
-    full_bytes: int
-    patch_bytes: int = 0
-    seq: int = 0  # its last write
-
-
-@dataclass(slots=True)
-class Folded:
-    """A run's state in JSON form, as the fold builds it."""
-
-    run_id: str
-    seq: int = 0
-    first_seq: int | None = None
-    status: str = "running"
-    workflow: str = ""
-    fingerprint: str = ""
-    parent: tuple[str, int] | None = None
-    result: Any = None  # the StopEvent's dump
-    error: dict[str, Any] | None = None
-    queues: dict[str, dict[int, Ev]] = field(default_factory=dict)
-    in_progress: dict[str, dict[int, Prog]] = field(default_factory=dict)
-    context: dict[str, KeyLog] = field(default_factory=dict)
-    buffers: dict[str, dict[str, list[Ev]]] = field(default_factory=dict)
-    waiters: dict[str, WaitRec] = field(default_factory=dict)
-    answers: dict[str, Ev | None] = field(default_factory=dict)
-    unclaimed: dict[int, Ev] = field(default_factory=dict)
-    stream: list[Ev] = field(default_factory=list)
-    # Event id -> how often each @catch_error handler took over along its lineage.
-    recoveries: dict[int, dict[str, int]] = field(default_factory=dict)
-    # Memoized calls of inputs not yet done: step -> event id -> key -> outcome.
-    memos: dict[str, dict[int, dict[str, MemoRec]]] = field(default_factory=dict)
-    next_id: int = 1
-    exec_us: int = 0
-    _prev_ts: int | None = None
-    _paused: bool = False
-    records: int = 0  # how many of the run's own records were folded in (a fork's: its own)
-
-    def events(self, *, stream: bool = True) -> Iterator[Ev]:
-        """Every event the state holds: queued, in progress, waiting, buffered, unclaimed,
-        answers and (unless ``stream`` is False) the stream, whose ids are those of the
-        streaming attempts' input events, not their own."""
-        for q in self.queues.values():
-            yield from q.values()
-        for ps in self.in_progress.values():
-            for p in ps.values():
-                yield p.ev
-        for w in self.waiters.values():
-            yield w.ev
-        for d in self.buffers.values():
-            for es in d.values():
-                yield from es
-        yield from self.unclaimed.values()
-        for a in self.answers.values():
-            if a is not None:
-                yield a
-        if stream:
-            yield from self.stream
-
-    def only_waiters(self) -> bool:
-        """Nothing queued or running, and someone waits: the run's clock is stopped."""
-        return (
-            bool(self.waiters)
-            and not any(self.queues.values())
-            and not any(self.in_progress.values())
-        )
-
-
-def payload_of(r: StoredRecord) -> Any:
-    """A record's payload parsed, or :class:`LogCorruptedError` naming its seq."""
-    try:
-        return orjson.loads(r.payload)
-    except orjson.JSONDecodeError as exc:
-        msg = f"record seq {r.seq} ({r.kind}) of run {r.run_id!r} has a malformed payload: {exc}"
-        raise LogCorruptedError(msg, seq=r.seq) from exc
 
 
 def _run_started(s: Folded, r: StoredRecord, p: J.RunStarted) -> None:
@@ -510,110 +358,3 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
 
 
 _SESSION_STARTS: Final = frozenset({J.RUN_STARTED, J.RUN_RESUMED})
-
-
-def result_of(stop: Any) -> Any:
-    """What awaiting a run returns: ``StopEvent.result``, or the event for a subclass."""
-    if type(stop) is StopEvent:
-        return stop.result
-    return stop
-
-
-def to_run_state(s: Folded, codec: Codec, status: str | None = None) -> RunState:
-    """A typed :class:`RunState` of a folded state, decoded as it is read.
-
-    The result is decoded here; context values, queues, events in progress, collect
-    buffers, waiters and stream events when first read, so that a state costs what its
-    reader looks at.
-
-    :raises LogCorruptedError: the result cannot be decoded here (and, when read, any other
-        stored event or value: its class is unknown or not allowed); the message names the
-        event or key and the seq of its record.
-    """
-    ev = _decoder(s, codec)
-    result = None
-    if s.result is not None:
-        try:
-            result = result_of(codec.load(s.result))
-        except CodecError as exc:
-            msg = f"run {s.run_id!r} at seq {s.seq}: its result cannot be decoded: {exc}"
-            raise LogCorruptedError(msg, seq=s.seq) from exc
-
-    def waiter(w: WaitRec) -> Waiter:
-        try:
-            requirements = codec.load(w.requirements) or {}
-            asked = None if w.waiter_event is None else codec.load(w.waiter_event)
-        except CodecError as exc:
-            msg = (
-                f"record seq {w.ev.seq} of run {s.run_id!r}: the wait {w.waiter_id!r}"
-                f" cannot be decoded: {exc}"
-            )
-            raise LogCorruptedError(msg, seq=w.ev.seq) from exc
-        return Waiter(
-            w.waiter_id, w.step, ev(w.ev), w.awaited, requirements, w.deadline, asked, w.ev.id
-        )
-
-    return RunState(
-        run_id=s.run_id,
-        seq=s.seq,
-        status=status or s.status,  # type: ignore[arg-type]
-        result=result,
-        error=s.error,
-        queues=LazyDict(
-            {k: list(q.values()) for k, q in s.queues.items() if q},
-            lambda _, q: [ev(e) for e in q],
-        ),
-        in_progress=LazyDict(
-            {k: list(v.values()) for k, v in s.in_progress.items() if v},
-            lambda _, v: [
-                InProgress(
-                    ev(p.ev),
-                    p.attempt,
-                    p.failures,
-                    p.ev.id,
-                    None if p.failure is None else p.failure.retry_at,
-                )
-                for p in v
-            ],
-        ),
-        context=LazyDict(s.context, lambda k, v: _value(s, codec, k, v)),
-        collected=LazyDict(
-            {b: {t: list(es) for t, es in d.items()} for b, d in s.buffers.items()},
-            lambda _, d: {t: [ev(e) for e in es] for t, es in d.items()},
-        ),
-        waiters=LazyList(s.waiters.values(), waiter),
-        stream=LazyList(s.stream, ev),
-        workflow=s.workflow,
-        fingerprint=s.fingerprint,
-        parent=s.parent,
-    )
-
-
-def _decoder(s: Folded, codec: Codec) -> Callable[[Ev], Any]:
-    def load(e: Ev) -> Any:
-        try:
-            return codec.load(e.dump)
-        except CodecError as exc:
-            msg = (
-                f"record seq {e.seq} of run {s.run_id!r}: its event {e.id} ({e.type or '?'})"
-                f" cannot be decoded: {exc}"
-            )
-            raise LogCorruptedError(msg, seq=e.seq) from exc
-
-    return load
-
-
-def _value(s: Folded, codec: Codec, key: str, entry: KeyLog) -> Any:
-    try:
-        return codec.load(entry.dump)
-    except CodecError as exc:
-        msg = (
-            f"record seq {entry.seq} of run {s.run_id!r}: context key {key!r} cannot be"
-            f" decoded: {exc}"
-        )
-        raise LogCorruptedError(msg, seq=entry.seq) from exc
-
-
-def is_terminal(status: str) -> bool:
-    """Whether a status ends the run (finished, failed, cancelled, timed out)."""
-    return status in TERMINAL

@@ -1,0 +1,171 @@
+"""What the fold builds: a run's state in JSON form, with events and values undecoded.
+
+:class:`Folded` holds the queues, steps in progress, context, collect buffers, waiters and
+stream of a run as the log's JSON says them; ``_fold`` applies records to it, ``_snapshot``
+caches it, ``_run_state`` turns it into the typed :class:`RunState` that readers see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from eventstore import LogCorruptedError, StoredRecord
+
+__all__ = ["Ev", "Failure", "Folded", "KeyLog", "MemoRec", "Prog", "WaitRec", "payload_of"]
+
+
+@dataclass(slots=True)
+class Ev:
+    """An event as the log holds it: its id and codec dump."""
+
+    id: int
+    dump: Any
+    seq: int = 0  # the record it came from: errors about it name this
+
+    @property
+    def type(self) -> str:
+        d = self.dump
+        # The class name without the version a tag may carry ("mod:Cls@2").
+        return str(d.get("c", "")).partition("@")[0] if isinstance(d, dict) else ""
+
+
+@dataclass(slots=True)
+class Failure:
+    """The latest failure of an event in progress, as its ``step_failed`` record says.
+
+    ``retry_at`` is when the next attempt is due (None: at once, or not retried),
+    ``elapsed`` the seconds since the first attempt began (None: a record written before
+    it was recorded), ``failed_at`` when it failed (seconds since the epoch).
+    """
+
+    retry_at: float | None
+    elapsed: float | None
+    failed_at: float
+    error: str  # the exception class's qualified name
+    module: str
+    message: str
+
+
+@dataclass(slots=True)
+class Prog:
+    ev: Ev
+    attempt: int = 0
+    failures: int = 0
+    conflicts: int = 0
+    failure: Failure | None = None
+
+    @property
+    def crashes(self) -> int:
+        """Attempts started that ended in neither a failure nor a conflict: the process died."""
+        return self.attempt - self.failures - self.conflicts
+
+
+@dataclass(slots=True)
+class WaitRec:
+    waiter_id: str
+    step: str
+    ev: Ev
+    awaited: str
+    requirements: Any
+    deadline: float | None
+    waiter_event: Any
+
+
+@dataclass(slots=True)
+class MemoRec:
+    """A memoized call's recorded outcome, for the attempts at its input that follow.
+
+    ``retried``: a retry policy re-ran the step since it was recorded, so only a call with
+    ``reuse_on_retry=True`` reuses it.
+    """
+
+    digest: str
+    result: Any  # the result's codec dump (None with an error)
+    error: dict[str, str] | None
+    attempt: int
+    seq: int
+    retried: bool = False
+
+
+@dataclass(slots=True)
+class KeyLog:
+    """A context key's JSON value and how many patch bytes followed its last full write."""
+
+    dump: Any
+    full_bytes: int
+    patch_bytes: int = 0
+    seq: int = 0  # its last write
+
+
+@dataclass(slots=True)
+class Folded:
+    """A run's state in JSON form, as the fold builds it."""
+
+    run_id: str
+    seq: int = 0
+    first_seq: int | None = None
+    status: str = "running"
+    workflow: str = ""
+    fingerprint: str = ""
+    parent: tuple[str, int] | None = None
+    result: Any = None  # the StopEvent's dump
+    error: dict[str, Any] | None = None
+    queues: dict[str, dict[int, Ev]] = field(default_factory=dict)
+    in_progress: dict[str, dict[int, Prog]] = field(default_factory=dict)
+    context: dict[str, KeyLog] = field(default_factory=dict)
+    buffers: dict[str, dict[str, list[Ev]]] = field(default_factory=dict)
+    waiters: dict[str, WaitRec] = field(default_factory=dict)
+    answers: dict[str, Ev | None] = field(default_factory=dict)
+    unclaimed: dict[int, Ev] = field(default_factory=dict)
+    stream: list[Ev] = field(default_factory=list)
+    # Event id -> how often each @catch_error handler took over along its lineage.
+    recoveries: dict[int, dict[str, int]] = field(default_factory=dict)
+    # Memoized calls of inputs not yet done: step -> event id -> key -> outcome.
+    memos: dict[str, dict[int, dict[str, MemoRec]]] = field(default_factory=dict)
+    next_id: int = 1
+    exec_us: int = 0
+    _prev_ts: int | None = None
+    _paused: bool = False
+    records: int = 0  # how many of the run's own records were folded in (a fork's: its own)
+
+    def events(self, *, stream: bool = True) -> Iterator[Ev]:
+        """Every event the state holds: queued, in progress, waiting, buffered, unclaimed,
+        answers and (unless ``stream`` is False) the stream, whose ids are those of the
+        streaming attempts' input events, not their own."""
+        for q in self.queues.values():
+            yield from q.values()
+        for ps in self.in_progress.values():
+            for p in ps.values():
+                yield p.ev
+        for w in self.waiters.values():
+            yield w.ev
+        for d in self.buffers.values():
+            for es in d.values():
+                yield from es
+        yield from self.unclaimed.values()
+        for a in self.answers.values():
+            if a is not None:
+                yield a
+        if stream:
+            yield from self.stream
+
+    def only_waiters(self) -> bool:
+        """Nothing queued or running, and someone waits: the run's clock is stopped."""
+        return (
+            bool(self.waiters)
+            and not any(self.queues.values())
+            and not any(self.in_progress.values())
+        )
+
+
+def payload_of(r: StoredRecord) -> Any:
+    """A record's payload parsed, or :class:`LogCorruptedError` naming its seq."""
+    try:
+        return orjson.loads(r.payload)
+    except orjson.JSONDecodeError as exc:
+        msg = f"record seq {r.seq} ({r.kind}) of run {r.run_id!r} has a malformed payload: {exc}"
+        raise LogCorruptedError(msg, seq=r.seq) from exc
