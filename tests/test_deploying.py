@@ -35,11 +35,15 @@ MODULE = "deployflow"
 V1 = """
 import os
 
-from workflow import Event, StartEvent, StopEvent, Workflow, step
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
 
 
 class Question(Event):
     body: str
+
+
+async def _paid() -> int:
+    return 1
 
 
 class Flow(Workflow):
@@ -50,7 +54,9 @@ class Flow(Workflow):
         return Question(body=ev.topic)
 
     @step
-    async def answer(self, ev: Question) -> StopEvent:
+    async def answer(self, ctx: Context, ev: Question) -> StopEvent:
+        if ev.body == "paid":
+            await ctx.memo("paid", _paid)  # a commit of this attempt: its start is durable
         os._exit(3)  # this version dies here: its runs are left with a Question to answer
 """
 
@@ -473,3 +479,151 @@ def test_bad_versions_and_upcasters_are_refused_clearly() -> None:
 
     with pytest.raises(TypeError, match="should be an int >= 1"):
         class_version(Odd)
+
+
+# -- patches for changed step code -------------------------------------------------------------
+
+PATCHED = """
+import os
+from typing import Any
+
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step, upcaster
+
+
+class Question(Event):
+    __version__ = 2
+    text: str
+    lang: str
+
+
+@upcaster(Question, from_version=1)
+def _question_v1(fields: dict[str, Any]) -> dict[str, Any]:
+    fields["text"] = fields.pop("body")
+    fields["lang"] = "en"
+    return fields
+
+
+class Flow(Workflow):
+    @step
+    async def ask(self, ev: StartEvent) -> Question:
+        return Question(text=ev.topic, lang="en")
+
+    @step
+    async def answer(self, ctx: Context, ev: Question) -> StopEvent:
+        {body}
+"""
+POLITE = """if await ctx.patched("polite"):
+            if os.environ.get("DIE_AFTER_PATCH"):
+                os._exit(3)
+            return StopEvent(result=f"please, {ev.text}")
+        return StopEvent(result=ev.text)"""
+DEPRECATED = """ctx.deprecate_patch("polite")
+        return StopEvent(result=f"please, {ev.text}")"""
+
+RESUME = """
+import asyncio
+import sys
+
+from deployflow import Flow
+
+
+async def main() -> None:
+    await Flow(store=sys.argv[1]).resume(sys.argv[2])
+
+
+asyncio.run(main())
+"""
+
+
+def patch_answers(db: Path, run_id: str) -> list[Any]:
+    """The answers a run recorded for patch ``polite``, in order."""
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        rows = con.execute(
+            "SELECT payload FROM records WHERE run_id = ? AND kind = 'memoized' ORDER BY seq",
+            (run_id,),
+        )
+        payloads = [json.loads(p) for (p,) in rows]
+    return [p["result"] for p in payloads if p["key"] == "patched:polite"]
+
+
+def dying(root: Path, script: str, db: Path, *args: str) -> None:
+    """Runs ``script`` with the module in ``root``, whose step ``answer`` dies (exit 3)."""
+    env = {"PYTHONPATH": f"{root}:{ROOT}", "PATH": "/usr/bin:/bin", "DIE_AFTER_PATCH": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(db), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 3, proc.stderr
+
+
+def _patched(tmp_path: Path, body: str = POLITE) -> Path:
+    return _write(tmp_path / "patched", MODULE, PATCHED.format(body=body))
+
+
+async def test_patched_keeps_inputs_started_by_old_code_on_the_old_branch(tmp_path: Path) -> None:
+    # Died in `answer` after a commit of its own: its input's start is durable under v1.
+    db = record_old_run(tmp_path, "old", topic="paid")
+    record_old_run(tmp_path, "early", topic="early")  # died in `ask`: no Question yet
+    with loaded(_patched(tmp_path)) as mod:
+        wf = mod.Flow(store=str(db))
+        assert await wf.resume("old") == "paid"  # the old branch
+        # The Question of "early" is made by the new code and first started by it.
+        assert await wf.resume("early") == "please, early"
+        assert await wf.run(topic="new", run_id="new") == "please, new"
+        # Re-executing every recorded attempt takes the recorded branch again.
+        report = verify(wf, reexecute=True)
+        assert report.ok, report.problems
+    assert patch_answers(db, "old") == [False]
+    assert patch_answers(db, "early") == [True]
+    assert patch_answers(db, "new") == [True]
+
+
+async def test_a_recorded_answer_holds_in_a_later_session(tmp_path: Path) -> None:
+    root = _patched(tmp_path)
+    db = tmp_path / "runs.db"
+    dying(root, RECORD, db, "run", "hi")
+    assert patch_answers(db, "run") == [True]  # durable before the process died
+    with loaded(root) as mod:
+        # Its input started in the session that died, before this one: without the record
+        # it would take the old branch now.
+        assert await mod.Flow(store=str(db)).resume("run") == "please, hi"
+    assert patch_answers(db, "run") == [True]
+
+
+async def test_deprecate_patch_refuses_an_input_that_recorded_the_old_branch(
+    tmp_path: Path,
+) -> None:
+    db = record_old_run(tmp_path, "old", topic="paid")
+    root = _patched(tmp_path)
+    # A session of the patched code answers False for "old" and dies right after.
+    polite = POLITE.replace("return StopEvent(result=ev.text)", "os._exit(3)")
+    _write(root, MODULE, PATCHED.format(body=polite))
+    dying(root, RESUME, db, "old")
+    assert patch_answers(db, "old") == [False]
+    with loaded(_write(root, MODULE, PATCHED.format(body=DEPRECATED))) as mod:
+        wf = mod.Flow(store=str(db))
+        with pytest.raises(Exception, match="recorded its old branch") as err:
+            await wf.resume("old")
+        assert "keep `if await ctx.patched('polite'):`" in str(err.value)
+        # A run that never took the old branch goes on with the new code alone.
+        assert await wf.run(topic="new") == "please, new"
+
+
+async def test_patched_outside_a_step_or_with_a_bad_id_is_refused() -> None:
+    from workflow import Context, StartEvent, StopEvent, Workflow, WorkflowRuntimeError, step
+
+    class Flow(Workflow):
+        @step
+        async def only(self, ctx: Context, ev: StartEvent) -> StopEvent:
+            return StopEvent(result=await ctx.patched(ev.get("pid")))
+
+    assert await Flow().run(pid="x") is True
+    with pytest.raises(WorkflowRuntimeError, match="non-empty str"):
+        await Flow().run(pid="")
+    ctx = Context(Flow())
+    with pytest.raises(WorkflowRuntimeError, match="works inside a step"):
+        await ctx.patched("x")

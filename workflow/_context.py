@@ -725,6 +725,20 @@ class Context(Generic[S]):
             retry_policy=retry_policy,
         )
 
+    async def patched(self, patch_id: str) -> bool:
+        """Whether this step input runs the new code of patch ``patch_id`` (True) or keeps
+        the code it started with (False): decided once per input and recorded, so every
+        attempt at it takes the same branch (see :mod:`workflow._patches`)."""
+        from ._patches import patched
+
+        return await patched(self._attempt("patched"), patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Says patch ``patch_id``'s old branch is gone (see :mod:`workflow._patches`)."""
+        from ._patches import deprecate_patch
+
+        deprecate_patch(self._attempt("deprecate_patch"), patch_id)
+
     async def run_workflow(self, flow: Any, /, **start_kwargs: Any) -> Any:
         """Runs ``flow`` (a Workflow class or instance) as a child run and returns its result.
 

@@ -47,8 +47,9 @@ __all__ = [
 # it and is trusted only by this one: raise it whenever a change here would fold some log
 # differently, so that the snapshots written before are ignored.
 # 2: steps in progress keep their latest failure (durable retries) and events their
-# lineage's @catch_error recovery counts.
-FOLD_VERSION: Final = 2
+# lineage's @catch_error recovery counts. 3: the session's start and each input's first
+# start (``ctx.patched``).
+FOLD_VERSION: Final = 3
 
 
 def _run_started(s: Folded, r: StoredRecord, p: J.RunStarted) -> None:
@@ -58,6 +59,7 @@ def _run_started(s: Folded, r: StoredRecord, p: J.RunStarted) -> None:
     s.error = None
     s.workflow = p.get("workflow", "")
     s.fingerprint = p.get("fingerprint", "")
+    s.session = r.seq
     parent = p.get("parent")
     if parent:
         s.parent = (parent["run_id"], parent["seq"])
@@ -116,6 +118,7 @@ def _prog(
 def _step_started(s: Folded, r: StoredRecord, p: J.StepStarted) -> None:
     prog = _prog(s, r, p)
     prog.attempt = p["attempt"]
+    s.started.setdefault(_step_of(r), {}).setdefault(p["id"], r.seq)
     if prog.failure is not None:
         prog.failure.retry_at = None  # the retry began: a resume does not wait for it again
 
@@ -126,14 +129,15 @@ def _step_finished(s: Folded, r: StoredRecord, p: J.StepFinished) -> None:
     del s.in_progress[step][p["id"]]
     for wid in p.get("answers", ()):
         s.answers.pop(wid, None)
-    _drop_memos(s, step, p["id"])
+    _drop_input(s, step, p["id"])
 
 
-def _drop_memos(s: Folded, step: str, event_id: int) -> None:
-    """An input is done: its memoized calls are never asked for again."""
-    by_event = s.memos.get(step)
-    if by_event is not None and by_event.pop(event_id, None) is not None and not by_event:
-        del s.memos[step]
+def _drop_input(s: Folded, step: str, event_id: int) -> None:
+    """An input is done: its memoized calls and first start are never asked for again."""
+    for part in (s.memos, s.started):
+        by_event: Any = part.get(step)
+        if by_event is not None and by_event.pop(event_id, None) is not None and not by_event:
+            del part[step]
 
 
 def _step_failed(s: Folded, r: StoredRecord, p: J.StepFailed) -> None:
@@ -235,6 +239,7 @@ def _run_finished(s: Folded, r: StoredRecord, p: J.RunFinished) -> None:
     s.result = p["result"]
     s.in_progress.clear()
     s.memos.clear()
+    s.started.clear()
 
 
 def _run_failed(s: Folded, r: StoredRecord, p: J.RunFailed) -> None:
@@ -252,11 +257,12 @@ def _status(status: str) -> Callable[[Folded, StoredRecord, Any], None]:
 
 
 def rename_steps(s: Folded, renamed: Mapping[str, str]) -> None:
-    """Moves pending work (queued, in progress, waiting) from steps' old names to new ones."""
+    """Moves pending work (queued, in progress, waiting, with its inputs' memoized calls and
+    first starts) from steps' old names to new ones."""
     for old, new in renamed.items():
         if old == new:
             continue
-        for part in (s.queues, s.in_progress):
+        for part in (s.queues, s.in_progress, s.memos, s.started):
             moved: Any = part.pop(old, None)
             if moved:
                 part.setdefault(new, {}).update(moved)
@@ -267,6 +273,7 @@ def rename_steps(s: Folded, renamed: Mapping[str, str]) -> None:
 
 def _run_resumed(s: Folded, r: StoredRecord, p: J.RunResumed) -> None:
     s.status = "running"
+    s.session = r.seq
     s.error = None
     if p.get("previous") == "timed_out":
         s.exec_us = 0  # resuming a timed-out run starts a fresh timeout budget

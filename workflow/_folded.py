@@ -126,6 +126,11 @@ class Folded:
     recoveries: dict[int, dict[str, int]] = field(default_factory=dict)
     # Memoized calls of inputs not yet done: step -> event id -> key -> outcome.
     memos: dict[str, dict[int, dict[str, MemoRec]]] = field(default_factory=dict)
+    # Where the run's latest session began (its run_started or run_resumed record), and the
+    # seq of each unfinished input's first step_started (step -> event id -> seq): an input
+    # first started before the session may have run older code (``ctx.patched``).
+    session: int = 0
+    started: dict[str, dict[int, int]] = field(default_factory=dict)
     next_id: int = 1
     exec_us: int = 0
     _prev_ts: int | None = None

@@ -283,6 +283,10 @@ class Executor(ContextChanges, WaitsAndInbox):
         """The memoized calls recorded for ``step``'s input ``event_id`` (the live fold's)."""
         return self._folded.memos.get(step, {}).get(event_id, {})
 
+    def folded_state(self) -> Folded:
+        """The folded state of the run's durable commits (``_patches`` reads its starts)."""
+        return self._folded
+
     def new_event_id(self) -> int:
         self.next_id += 1
         return self.next_id - 1

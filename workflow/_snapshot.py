@@ -20,11 +20,12 @@ __all__ = ["SNAPSHOT_FORMAT", "SnapshotError", "dump_folded", "load_folded"]
 
 # The "v" of dump_folded's output; 3: buffers keyed by buffer_key; 4: steps in progress
 # carry their latest failure (durable retries), and the lineages' recovery counts; 5: the
-# memoized calls of inputs not yet done.
-SNAPSHOT_FORMAT: Final = 5
+# memoized calls of inputs not yet done; 6: the session's start and inputs' first starts.
+SNAPSHOT_FORMAT: Final = 6
 # Older formats still read: 2 (buffers keyed by module names, converted as they load), 3,
-# 4 (no memoized calls: the code that wrote them recorded none).
-_READ_FORMATS: Final = frozenset({2, 3, 4, SNAPSHOT_FORMAT})
+# 4 (no memoized calls: the code that wrote them recorded none), 5 (no session or first
+# starts: written by fold version 2, whose snapshots fold version 3 does not trust anyway).
+_READ_FORMATS: Final = frozenset({2, 3, 4, 5, SNAPSHOT_FORMAT})
 
 
 def _evs(evs: Iterable[Ev]) -> list[Any]:
@@ -95,6 +96,8 @@ def dump_folded(s: Folded) -> bytes:
                 }
                 for step, by_event in s.memos.items()
             },
+            "session": s.session,
+            "started": {step: {str(i): q for i, q in by.items()} for step, by in s.started.items()},
             "next_id": s.next_id,
             "exec_us": s.exec_us,
             "prev_ts": s._prev_ts,
@@ -198,6 +201,12 @@ def _load(d: dict[str, Any]) -> Folded:
                 for i in by_event
             }
             for step, by_event in _items(d, "memos", dict)
+        }
+    if d["v"] >= 6:
+        s.session = _typed(d, "session", int)
+        s.started = {
+            step: {_event_id(i): _typed(by, i, int) for i in by}
+            for step, by in _items(d, "started", dict)
         }
     s.next_id = _typed(d, "next_id", int)
     s.exec_us = _typed(d, "exec_us", int)

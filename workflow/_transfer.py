@@ -180,4 +180,11 @@ def _shift(s: Folded, offset: int) -> Folded:
         e.seq += offset
     for entry in s.context.values():
         entry.seq += offset
+    for by_event in s.memos.values():
+        for by_key in by_event.values():
+            for m in by_key.values():
+                m.seq += offset
+    if s.session:
+        s.session += offset
+    s.started = {k: {i: q + offset for i, q in by.items()} for k, by in s.started.items()}
     return s

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from eventstore import StoredRecord, UnknownClassError, class_name
+from eventstore import CodecError, EncodeError, StoredRecord, UnknownClassError, class_name
 
 from . import _journal as J
 from ._context import Attempt, current_attempt
@@ -404,7 +404,8 @@ def _replay_one(
             {**side, "record": J.STEP_FAILED, "raised": repr(exc)},
         )
     got_events = [dump(e) for e, _ in att.sent] + ([dump(result)] if result is not None else [])
-    want_events = _emitted_dumps(commit)
+    # Recorded events of an older version are compared as today's code reads them: upcast.
+    want_events = [_as_now(wf, d) for d in _emitted_dumps(commit)]
     if sorted(map(repr, got_events)) != sorted(map(repr, want_events)):
         msg = f"emitted {_names(got_events)}, recorded {_names(want_events)}"
         return Problem(
@@ -475,6 +476,15 @@ def _emitted_dumps(commit: list[StoredRecord]) -> list[Any]:
             seen.add(ev_id)
             out.append(ev_dump)
     return out
+
+
+def _as_now(wf: Workflow, d: Any) -> Any:
+    """A recorded dump as today's classes write it (an older version upcast), else as is."""
+    codec = wf._codec
+    try:
+        return codec.dump(codec.load(d))
+    except (CodecError, EncodeError):
+        return d
 
 
 def _events(dumps: list[Any]) -> list[dict[str, Any]]:
