@@ -627,3 +627,130 @@ async def test_patched_outside_a_step_or_with_a_bad_id_is_refused() -> None:
     ctx = Context(Flow())
     with pytest.raises(WorkflowRuntimeError, match="works inside a step"):
         await ctx.patched("x")
+
+
+# -- a renamed step's collect buffers; forks of work under old names ---------------------------
+
+GATHER_V1 = """
+import os
+
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
+
+
+class Left(Event):
+    x: str
+
+
+class Right(Event):
+    y: str
+
+
+async def _paid() -> int:
+    return 1
+
+
+class Flow(Workflow):
+    @step
+    async def split(self, ctx: Context, ev: StartEvent) -> Left | Right | None:
+        ctx.send_event(Left(x=ev.topic))
+        ctx.send_event(Right(y=ev.topic.upper()))
+
+    @step(num_workers=1)
+    async def gather(self, ctx: Context, ev: Left | Right) -> StopEvent | None:
+        if isinstance(ev, Right):
+            await ctx.memo("paid", _paid)  # the put of Left is durable before this
+            os._exit(3)  # this version dies here, with Left in the buffer
+        got = ctx.collect_events(ev, [Left, Right]{bid})
+        return None if got is None else StopEvent(result="never")
+"""
+
+GATHER_V2 = """
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
+
+
+class Left(Event):
+    x: str
+
+
+class Right(Event):
+    y: str
+
+
+class Flow(Workflow):
+    {renamed}
+
+    @step
+    async def split(self, ctx: Context, ev: StartEvent) -> Left | Right | None:
+        ctx.send_event(Left(x=ev.topic))
+        ctx.send_event(Right(y=ev.topic.upper()))
+
+    @step(num_workers=1)
+    async def join(self, ctx: Context, ev: Left | Right) -> StopEvent | None:  # was "gather"
+        got = ctx.collect_events(ev, [Left, Right]{bid})
+        if got is None:
+            return None
+        left, right = got
+        return StopEvent(result=left.x + right.y)
+"""
+
+
+def record_gather(tmp_path: Path, bid: str) -> Path:
+    """A run of the v1 gather module that died with ``Left`` in step ``gather``'s buffer."""
+    root = _write(tmp_path / "g1", MODULE, GATHER_V1.format(bid=bid))
+    db = tmp_path / "runs.db"
+    env = {"PYTHONPATH": f"{root}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-c", RECORD, str(db), "old", "ab"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 3, proc.stderr
+    return db
+
+
+@pytest.mark.parametrize(
+    "bid", [pytest.param("", id="default-id"), pytest.param(', buffer_id="lr"', id="given-id")]
+)
+async def test_a_renamed_steps_buffer_moves_with_it_on_resume_and_fork(
+    tmp_path: Path, bid: str
+) -> None:
+    db = record_gather(tmp_path, bid)
+    root = _write(tmp_path / "g2", MODULE, GATHER_V2.format(renamed=RENAMED_GATHER, bid=bid))
+    with loaded(root) as mod:
+        wf = mod.Flow(store=str(db), timeout=30)  # a buffer left behind: Right waits for Left
+        # Where Left sat in gather's buffer and Right was still queued for gather.
+        cp = next(c for c in wf.checkpoints("old", step="gather") if c.kind == "step_finished")
+        assert cp.step == "gather"
+        held = wf.state_at("old", cp.seq)
+        assert list(held.queues) == ["gather"]
+        assert [k.partition(":")[0] for k in held.collected] == ["gather"]
+        assert await wf.run_from(cp) == "abAB"
+        assert await wf.resume("old") == "abAB"
+        (fork,) = [r for r in wf.runs() if r.run_id != "old"]
+        # Every later read of either run sees the moved buffer, empty now.
+        assert wf.state_at("old").collected == {} == wf.state_at(fork.run_id).collected
+    from eventstore import EventStore
+    from tests.test_page import page_fold, python_fold
+    from workflow.cli._inspect import Viewer
+    from workflow.cli._timeline import timeline_data
+
+    view = Viewer()
+    with EventStore(db, readonly=True) as store:
+        for run_id in ("old", fork.run_id):
+            got = page_fold(timeline_data(store, run_id, view), tmp_path)
+            assert got["states"] == python_fold(store, run_id, view), run_id
+
+
+RENAMED_GATHER = 'renamed = {"gather": "join"}'
+
+
+async def test_a_fork_under_old_step_names_without_renames_is_refused(tmp_path: Path) -> None:
+    db = record_gather(tmp_path, "")
+    with loaded(_write(tmp_path / "g2", MODULE, GATHER_V2.format(renamed="", bid=""))) as mod:
+        wf = mod.Flow(store=str(db))
+        cp = next(c for c in wf.checkpoints("old", step="gather") if c.kind == "step_finished")
+        with pytest.raises(WorkflowChangedError, match="'gather', which no longer exists"):
+            wf.run_from(cp)

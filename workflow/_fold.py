@@ -66,6 +66,7 @@ def _run_started(s: Folded, r: StoredRecord, p: J.RunStarted) -> None:
     start = p.get("start")
     if start:
         s.next_id = max(s.next_id, start["id"] + 1)
+    _moves(s, p)
 
 
 def _enqueued(s: Folded, r: StoredRecord, p: J.Enqueued) -> None:
@@ -258,9 +259,17 @@ def _status(status: str) -> Callable[[Folded, StoredRecord, Any], None]:
 
 def rename_steps(s: Folded, renamed: Mapping[str, str]) -> None:
     """Moves pending work (queued, in progress, waiting, with its inputs' memoized calls and
-    first starts) from steps' old names to new ones."""
+    first starts) from steps' old names to new ones, and collect buffers from old keys to
+    new ones (``renamed``'s entries with a colon, which no step name has: ``_renames``)."""
     for old, new in renamed.items():
         if old == new:
+            continue
+        if ":" in old:
+            buf = s.buffers.pop(old, None)
+            if buf:
+                into = s.buffers.setdefault(new, {})
+                for t, es in buf.items():
+                    into.setdefault(t, []).extend(es)
             continue
         for part in (s.queues, s.in_progress, s.memos, s.started):
             moved: Any = part.pop(old, None)
@@ -277,9 +286,13 @@ def _run_resumed(s: Folded, r: StoredRecord, p: J.RunResumed) -> None:
     s.error = None
     if p.get("previous") == "timed_out":
         s.exec_us = 0  # resuming a timed-out run starts a fresh timeout budget
-    renamed = p.get("renamed")
-    if renamed:
-        rename_steps(s, renamed)
+    _moves(s, p)
+
+
+def _moves(s: Folded, p: J.RunResumed | J.RunStarted) -> None:
+    renamed, buffers = p.get("renamed"), p.get("buffers")
+    if renamed or buffers:
+        rename_steps(s, {**(renamed or {}), **(buffers or {})})
 
 
 # What each record kind does to the state: one entry per kind of ``_journal.PAYLOADS``.

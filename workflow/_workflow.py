@@ -615,6 +615,8 @@ class Workflow:
         else:
             parent_id, seq = checkpoint
         folded = self._fold(parent_id, seq)
+        renamed = moves_for(folded, self._renames)
+        rename_steps(folded, renamed)  # recorded by the fork's run_started record
         self._check_stranded(parent_id, folded, False)
         run_id = uuid.uuid4().hex
         at = folded.seq
@@ -623,7 +625,7 @@ class Workflow:
         folded.records = 0
         x = Executor(self, run_id, 0, 1, folded)
         handler = WorkflowHandler(self, run_id, x.done, x)
-        x._spawn(self._fork(x, folded, (parent_id, at), updates, deletes))
+        x._spawn(self._fork(x, folded, (parent_id, at), updates, deletes, renamed))
         return handler
 
     async def _fork(
@@ -633,6 +635,7 @@ class Workflow:
         parent: tuple[str, int],
         updates: dict[str, Any] | None,
         deletes: list[str] | None = None,
+        renamed: dict[str, str] | None = None,
     ) -> None:
         # Read before the fork's first commit is folded into the same state.
         ended = folded.result if folded.status == "finished" else None
@@ -646,6 +649,7 @@ class Workflow:
                     parent,
                     self._codec,
                     self._graph.describe(),
+                    renamed=renamed,
                 )
             ],
             create=NewRun(
