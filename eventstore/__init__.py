@@ -1,6 +1,14 @@
 """eventstore: an append-only, durable, typed log of records in SQLite."""
 
-from ._codec import Codec, class_name, class_version, default_codec, split_version, upcaster
+from ._codec import (
+    Codec,
+    class_name,
+    class_version,
+    default_codec,
+    split_version,
+    upcast,
+    upcaster,
+)
 from ._errors import (
     CodecError,
     ConcurrencyError,
@@ -63,5 +71,6 @@ __all__ = [
     "class_version",
     "default_codec",
     "split_version",
+    "upcast",
     "upcaster",
 ]

@@ -75,6 +75,7 @@ __all__ = [
     "class_version",
     "default_codec",
     "split_version",
+    "upcast",
     "upcaster",
 ]
 
@@ -254,6 +255,20 @@ def _upcasts(name: str, cls: type, stored: int) -> list[Upcaster]:
         )
         raise UpcastError(name, stored, current, why)
     return [known[v] for v in range(stored, current)]
+
+
+def upcast(cls: type, stored: int, fields: dict[str, Any], *, name: str = "") -> dict[str, Any]:
+    """``cls``'s ``fields`` stored at version ``stored``, brought to its current version by
+    the registered upcasters (a copy: ``fields`` is left as it is). For values stored field by
+    field rather than as one payload, e.g. a typed state model's context keys.
+
+    :raises UpcastError: no chain of upcasters leads from ``stored`` to the current version.
+    """
+    ups = _upcasts(name or class_name(cls), cls, stored)
+    values = copy.deepcopy(fields) if ups else fields
+    for up in ups:
+        values = _as_dict(up(values))
+    return values
 
 
 def _kind(cls: type) -> str | None:

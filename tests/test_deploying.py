@@ -754,3 +754,180 @@ async def test_a_fork_under_old_step_names_without_renames_is_refused(tmp_path: 
         cp = next(c for c in wf.checkpoints("old", step="gather") if c.kind == "step_finished")
         with pytest.raises(WorkflowChangedError, match="'gather', which no longer exists"):
             wf.run_from(cp)
+
+
+# -- typed state model versions ----------------------------------------------------------------
+
+NOTES_V1 = """
+import os
+
+from pydantic import BaseModel
+
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
+
+
+class Notes(BaseModel):
+    title: str = ""
+    items: list[str] = []
+
+
+class Next(Event):
+    n: int
+
+
+class Flow(Workflow):
+    @step
+    async def begin(self, ctx: Context[Notes], ev: StartEvent) -> Next:
+        await ctx.store.set("title", ev.topic)
+        await ctx.store.set("items", ["a"])
+        return Next(n=1)
+
+    @step
+    async def more(self, ctx: Context[Notes], ev: Next) -> Next | StopEvent:
+        if ev.n == 2:
+            os._exit(3)  # this version dies here, its state written in version 1
+        items = await ctx.store.get("items")
+        items.append("b")  # written as a patch, in version 1
+        await ctx.store.set("items", items)
+        return Next(n=2)
+"""
+
+NOTES_V2 = """
+from typing import Any
+
+from pydantic import BaseModel
+
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step, upcaster
+
+
+class Notes(BaseModel):
+    __version__ = 2
+    name: str = ""  # was "title"
+    items: list[str] = []
+    lang: str = ""  # new
+{upcaster}
+
+class Next(Event):
+    n: int
+
+
+class Flow(Workflow):
+    @step
+    async def begin(self, ctx: Context[Notes], ev: StartEvent) -> Next:
+        await ctx.store.set("name", ev.topic)
+        await ctx.store.set("items", ["a"])
+        return Next(n=1)
+
+    @step
+    async def more(self, ctx: Context[Notes], ev: Next) -> Next | StopEvent:
+        items = await ctx.store.get("items")
+        items.append("bc"[ev.n - 1])  # a patch, in version 2 after a resume
+        await ctx.store.set("items", items)
+        if ev.n == 1:
+            return Next(n=2)
+        state = await ctx.store.get_state()
+        return StopEvent(result=f"{{state.name}}:{{','.join(state.items)}}:{{state.lang}}")
+"""
+
+NOTES_UPCASTER = """
+
+@upcaster(Notes, from_version=1)
+def _notes_v1(fields: dict[str, Any]) -> dict[str, Any]:
+    fields["name"] = fields.pop("title")
+    fields["lang"] = "en"
+    return fields
+"""
+
+
+def record_notes(tmp_path: Path) -> Path:
+    """A run of the state model's version 1 that died after writing its state twice."""
+    root = _write(tmp_path / "n1", MODULE, NOTES_V1)
+    db = tmp_path / "runs.db"
+    env = {"PYTHONPATH": f"{root}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-c", RECORD, str(db), "old", "hi"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 3, proc.stderr
+    return db
+
+
+def records_of(db: Path, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        rows = con.execute(
+            "SELECT kind, payload FROM records WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+        return [(k, json.loads(p)) for k, p in rows]
+
+
+async def test_an_old_state_model_version_upcasts_on_read_resume_and_fork(tmp_path: Path) -> None:
+    db = record_notes(tmp_path)
+    before = stored_payloads(db)
+    started = records_of(db, "old")[0][1]
+    assert started["state"] == "deployflow:Notes"  # version 1: no suffix
+    root = _write(tmp_path / "n2", MODULE, NOTES_V2.format(upcaster=NOTES_UPCASTER))
+    with loaded(root) as mod:
+        wf = mod.Flow(store=str(db))
+        # Read before any newer code resumed it: upcast as it is decoded.
+        assert dict(wf.state_at("old").context) == {"name": "hi", "items": ["a", "b"], "lang": "en"}
+        shown = CliRunner().invoke(
+            cli, ["state", str(db), "old", "--workflow", f"{MODULE}:Flow", "--json"]
+        )
+        assert shown.exit_code == 0, shown.output
+        assert json.loads(shown.output)["context"]["name"] == "hi", shown.output
+        cp = next(c for c in wf.checkpoints("old", step="more") if c.kind == "step_finished")
+        assert await wf.resume("old") == "hi:a,b,c:en"
+        assert await wf.run_from(cp) == "hi:a,b,c:en"
+        assert await wf.run(topic="new") == "new:a,b,c:"  # a new run is version 2 from its start
+    assert stored_payloads(db)[: len(before)] == before  # the log is never rewritten
+    # The resume's commit names version 2 and writes what changed, whole; the patch after it
+    # is version 2's, applied to version 2's value.
+    kinds = records_of(db, "old")
+    i = next(n for n, (k, _) in enumerate(kinds) if k == "run_resumed")
+    assert kinds[i][1]["state"] == "deployflow:Notes@2"
+    written = {p["key"]: p.get("value") for k, p in kinds[i + 1 : i + 4] if k == "state_set"}
+    assert written == {"name": "hi", "lang": "en"}
+    assert ("state_deleted", {"key": "title"}) in kinds[i + 1 : i + 4]
+    from eventstore import EventStore
+    from tests.test_page import page_fold, python_fold
+    from workflow._read import fold_run
+    from workflow.cli._inspect import Viewer
+    from workflow.cli._timeline import timeline_data
+
+    view = Viewer()
+    with EventStore(db, readonly=True) as store:
+        # Without the code, the log alone folds to version 2's keys.
+        assert sorted(fold_run(store, "old", cached=False).context) == ["items", "lang", "name"]
+        got = page_fold(timeline_data(store, "old", view), tmp_path)
+        assert got["states"] == python_fold(store, "old", view)
+
+
+async def test_without_a_state_upcaster_resume_refuses_and_names_it(tmp_path: Path) -> None:
+    db = record_notes(tmp_path)
+    before = stored_payloads(db)
+    with loaded(_write(tmp_path / "n2", MODULE, NOTES_V2.format(upcaster=""))) as mod:
+        wf = mod.Flow(store=str(db))
+        with pytest.raises(WorkflowChangedError) as err:
+            wf.resume("old")
+        text = str(err.value)
+        assert "state model deployflow:Notes" in text
+        assert "stored at version 1" in text
+        assert "@upcaster(Notes, from_version=1)" in text
+        assert "allow_stranded" not in text  # no work could be left undone: nothing runs
+        cp = wf.checkpoints("old")[-1]
+        with pytest.raises(WorkflowChangedError, match="no upcaster turns version 1"):
+            wf.run_from(cp)
+        context = wf.state_at("old").context
+        assert sorted(context) == ["items", "title"]  # the keys as stored
+        with pytest.raises(LogCorruptedError, match="no upcaster turns version 1") as state_err:
+            context["items"]
+        assert isinstance(state_err.value.__cause__, UpcastError)
+        problems = verify(wf).problems
+        assert any("@upcaster(Notes, from_version=1)" in p.message for p in problems), problems
+        found = {r.run_id: r for r in await wf.recover(compatible_only=True)}
+        assert found["old"].outcome == "incompatible"
+    assert stored_payloads(db) == before

@@ -48,7 +48,7 @@ __all__ = [
 # differently, so that the snapshots written before are ignored.
 # 2: steps in progress keep their latest failure (durable retries) and events their
 # lineage's @catch_error recovery counts. 3: the session's start and each input's first
-# start (``ctx.patched``).
+# start (``ctx.patched``), and the typed state model's version.
 FOLD_VERSION: Final = 3
 
 
@@ -60,6 +60,7 @@ def _run_started(s: Folded, r: StoredRecord, p: J.RunStarted) -> None:
     s.workflow = p.get("workflow", "")
     s.fingerprint = p.get("fingerprint", "")
     s.session = r.seq
+    s.state = p.get("state", s.state)  # a fork keeps its parent's unless it names one
     parent = p.get("parent")
     if parent:
         s.parent = (parent["run_id"], parent["seq"])
@@ -283,6 +284,7 @@ def rename_steps(s: Folded, renamed: Mapping[str, str]) -> None:
 def _run_resumed(s: Folded, r: StoredRecord, p: J.RunResumed) -> None:
     s.status = "running"
     s.session = r.seq
+    s.state = p.get("state", s.state)
     s.error = None
     if p.get("previous") == "timed_out":
         s.exec_us = 0  # resuming a timed-out run starts a fresh timeout budget

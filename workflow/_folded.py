@@ -131,6 +131,9 @@ class Folded:
     # first started before the session may have run older code (``ctx.patched``).
     session: int = 0
     started: dict[str, dict[int, int]] = field(default_factory=dict)
+    # The typed state model (and its version) the context's values are in, as the latest
+    # session start that names one says (``"mod:MyState@2"``); None: none named.
+    state: str | None = None
     next_id: int = 1
     exec_us: int = 0
     _prev_ts: int | None = None

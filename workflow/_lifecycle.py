@@ -39,6 +39,7 @@ from ._handler import WorkflowHandler
 from ._read import fold_run
 from ._recover import same_name
 from ._state import TERMINAL
+from ._state_versions import upcast_state
 from ._waits import Delivery
 from .context.serializers import BaseSerializer, JsonSerializer, PickleSerializer
 
@@ -132,7 +133,10 @@ def _point(ctx: Context[Any]) -> Folded:
         return x._folded  # the state this process ran it to (read, never changed here)
     if ctx._run is None:
         return Folded("")
-    return fold_run(ctx._wf._store, ctx._run, idle.seq)
+    f = fold_run(ctx._wf._store, ctx._run, idle.seq)
+    # A run of an older state model version: its values as this code's version has them.
+    upcast_state(f, ctx._wf._codec, ctx._wf._state_type)
+    return f
 
 
 def _base_values(ctx: Context[Any]) -> dict[str, Any]:

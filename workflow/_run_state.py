@@ -10,6 +10,7 @@ from eventstore import Codec, CodecError, LogCorruptedError
 from ._events import StopEvent
 from ._folded import Ev, Folded, KeyLog, WaitRec
 from ._state import TERMINAL, InProgress, LazyDict, LazyList, RunState, Waiter
+from ._state_versions import upcast_values
 
 __all__ = ["is_terminal", "result_of", "to_run_state"]
 
@@ -78,7 +79,7 @@ def to_run_state(s: Folded, codec: Codec, status: str | None = None) -> RunState
                 for p in v
             ],
         ),
-        context=LazyDict(s.context, lambda k, v: _value(s, codec, k, v)),
+        context=_context(s, codec),
         collected=LazyDict(
             {b: {t: list(es) for t, es in d.items()} for b, d in s.buffers.items()},
             lambda _, d: {t: [ev(e) for e in es] for t, es in d.items()},
@@ -103,6 +104,28 @@ def _decoder(s: Folded, codec: Codec) -> Callable[[Ev], Any]:
             raise LogCorruptedError(msg, seq=e.seq) from exc
 
     return load
+
+
+def _context(s: Folded, codec: Codec) -> LazyDict[str, Any]:
+    """The context as read: decoded when read, or upcast first when it is in an older
+    version of the typed state model than this program's (``_state_versions``)."""
+    try:
+        values = upcast_values(s, codec)
+    except CodecError as exc:
+        msg = (
+            f"run {s.run_id!r} at seq {s.seq}: its context (state model {s.state}) cannot be"
+            f" decoded: {exc}"
+        )
+        error = LogCorruptedError(msg, seq=s.seq)
+        error.__cause__ = exc
+
+        def refuse(key: str, entry: KeyLog) -> Any:
+            raise error
+
+        return LazyDict(s.context, refuse)  # its keys list; its values say why they cannot
+    if values is None:
+        return LazyDict(s.context, lambda k, v: _value(s, codec, k, v))
+    return LazyDict(values, lambda k, v: v)
 
 
 def _value(s: Folded, codec: Codec, key: str, entry: KeyLog) -> Any:

@@ -20,7 +20,8 @@ __all__ = ["SNAPSHOT_FORMAT", "SnapshotError", "dump_folded", "load_folded"]
 
 # The "v" of dump_folded's output; 3: buffers keyed by buffer_key; 4: steps in progress
 # carry their latest failure (durable retries), and the lineages' recovery counts; 5: the
-# memoized calls of inputs not yet done; 6: the session's start and inputs' first starts.
+# memoized calls of inputs not yet done; 6: the session's start, inputs' first starts and
+# the typed state model's version.
 SNAPSHOT_FORMAT: Final = 6
 # Older formats still read: 2 (buffers keyed by module names, converted as they load), 3,
 # 4 (no memoized calls: the code that wrote them recorded none), 5 (no session or first
@@ -97,6 +98,7 @@ def dump_folded(s: Folded) -> bytes:
                 for step, by_event in s.memos.items()
             },
             "session": s.session,
+            "state": s.state,
             "started": {step: {str(i): q for i, q in by.items()} for step, by in s.started.items()},
             "next_id": s.next_id,
             "exec_us": s.exec_us,
@@ -204,6 +206,7 @@ def _load(d: dict[str, Any]) -> Folded:
         }
     if d["v"] >= 6:
         s.session = _typed(d, "session", int)
+        s.state = _typed(d, "state", str, none=True)
         s.started = {
             step: {_event_id(i): _typed(by, i, int) for i in by}
             for step, by in _items(d, "started", dict)

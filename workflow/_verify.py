@@ -30,6 +30,7 @@ from ._events import Event
 from ._fold import Folded, MemoRec, fold
 from ._read import commits, event_class, fold_run, run_info, start_state
 from ._retry import RetryClock
+from ._state_versions import upcast_values
 
 if TYPE_CHECKING:
     from ._workflow import Workflow
@@ -245,6 +246,11 @@ def verify(
                         )
                         problems.append(Problem(run_id, r.seq, head.step, "output", msg))
         latest = fold_run(store, run_id)
+        try:  # a resume, a fork or a next turn reads the context in today's state model
+            upcast_values(latest, wf._codec, wf._state_type)
+        except Exception as exc:  # every failure is a finding
+            msg = f"the context (state model {latest.state or '?'}) no longer decodes: {exc}"
+            problems.append(Problem(run_id, latest.seq, None, "decode", msg))
         for recorded_step, ev_dump, ev_id, what in _pending(latest):
             step = wf._renames.get(recorded_step, recorded_step)  # a resume moves its work
             if step not in steps:

@@ -53,6 +53,7 @@ from ._recover import recover as recover_runs
 from ._renames import class_aliases, moves_for, step_renames
 from ._runner import Executor
 from ._state import TERMINAL, Checkpoint, RunState
+from ._state_versions import resume_upcast, state_tag
 from ._step import GRAPH_CHECKS, STEP_ATTR, collect_steps, graph_checks, step_functions
 from ._timers import DEFAULT_SLEEP_THRESHOLD
 from ._waits import Delivery
@@ -471,6 +472,7 @@ class Workflow:
             self._codec,
             self._graph.describe(),
             previous,
+            state=state_tag(self._state_type),
         )
 
     def _new_run(self) -> NewRun:
@@ -571,6 +573,7 @@ class Workflow:
         renamed = moves_for(folded, self._renames)
         rename_steps(folded, renamed)  # recorded by the resume's run_resumed record
         self._check_stranded(run_id, folded, allow_stranded)
+        upcast = resume_upcast(run_id, folded, self._codec, self._state_type)
         self._owners.acquire(run_id, info.rid)
         try:
             x = Executor(self, run_id, info.rid, 0, folded)
@@ -581,7 +584,13 @@ class Workflow:
         handler = WorkflowHandler(self, run_id, x.done, x, self._recorded_stream(folded))
         x._spawn(
             self._continue(
-                x, copy.deepcopy(folded), updates, resumed=True, renamed=renamed, deletes=deletes
+                x,
+                copy.deepcopy(folded),
+                updates,
+                resumed=True,
+                renamed=renamed,
+                deletes=deletes,
+                upcast=upcast,
             )
         )
         return handler
@@ -618,6 +627,7 @@ class Workflow:
         renamed = moves_for(folded, self._renames)
         rename_steps(folded, renamed)  # recorded by the fork's run_started record
         self._check_stranded(parent_id, folded, False)
+        upcast = resume_upcast(parent_id, folded, self._codec, self._state_type)
         run_id = uuid.uuid4().hex
         at = folded.seq
         folded.run_id = run_id
@@ -625,7 +635,7 @@ class Workflow:
         folded.records = 0
         x = Executor(self, run_id, 0, 1, folded)
         handler = WorkflowHandler(self, run_id, x.done, x)
-        x._spawn(self._fork(x, folded, (parent_id, at), updates, deletes, renamed))
+        x._spawn(self._fork(x, folded, (parent_id, at), updates, deletes, renamed, upcast))
         return handler
 
     async def _fork(
@@ -636,6 +646,7 @@ class Workflow:
         updates: dict[str, Any] | None,
         deletes: list[str] | None = None,
         renamed: dict[str, str] | None = None,
+        upcast: list[Record] | None = None,
     ) -> None:
         # Read before the fork's first commit is folded into the same state.
         ended = folded.result if folded.status == "finished" else None
@@ -650,7 +661,9 @@ class Workflow:
                     self._codec,
                     self._graph.describe(),
                     renamed=renamed,
-                )
+                    state=state_tag(self._state_type),
+                ),
+                *(upcast or ()),
             ],
             create=NewRun(
                 meta={"workflow": self._name},
@@ -682,6 +695,7 @@ class Workflow:
         resumed: bool,
         renamed: dict[str, str] | None = None,
         deletes: list[str] | None = None,
+        upcast: list[Record] | None = None,
     ) -> None:
         if resumed:
             x.epoch = await self._store.claim(x.run_id)
@@ -692,13 +706,19 @@ class Workflow:
                 folded = self._fold(x.run_id, None)
                 renamed = moves_for(folded, self._renames)
                 rename_steps(folded, renamed)
+                upcast = resume_upcast(x.run_id, folded, self._codec, self._state_type)
                 x.reload(folded)
                 folded = copy.deepcopy(folded)
                 if folded.status == "finished":
                     x._close(result=to_run_state(folded, self._codec).result)
                     return
             await x.append(
-                [J.run_resumed(x.epoch, folded.status, renamed)],
+                [
+                    J.run_resumed(
+                        x.epoch, folded.status, renamed, state=state_tag(self._state_type)
+                    ),
+                    *(upcast or ()),
+                ],
                 status="running",
             )
             if folded.status == "timed_out":

@@ -114,13 +114,16 @@ def run_started(
     graph: dict[str, StepShape] | None = None,
     previous: tuple[str, int] | None = None,
     renamed: dict[str, str] | None = None,
+    *,
+    state: str | None = None,
 ) -> Record:
     """The first record of a run (or of a fork, which names its parent and seq).
 
     It carries the step graph, so that ``verify`` can say how today's steps differ.
     ``start_event`` may be given already encoded (an ``orjson.Fragment``). ``previous``
     names the run and seq whose context a new run started from (written only then).
-    ``renamed``: a fork's moves of work under renamed steps, as ``run_resumed``'s.
+    ``renamed``: a fork's moves of work under renamed steps, as ``run_resumed``'s;
+    ``state``: the typed state model's tag, as ``run_resumed``'s.
     """
     payload: RunStarted = {
         "workflow": workflow,
@@ -139,6 +142,8 @@ def run_started(
     if previous is not None:
         payload["previous"] = {"run_id": previous[0], "seq": previous[1]}
     _moves(payload, renamed)
+    if state is not None:
+        payload["state"] = state
     return _rec(RUN_STARTED, None, payload)
 
 
@@ -326,10 +331,15 @@ def run_cancelled() -> Record:
     return _rec(RUN_CANCELLED, None, payload)
 
 
-def run_resumed(epoch: int, previous: str, renamed: dict[str, str] | None = None) -> Record:
-    """A resume; ``renamed`` holds the moves of renamed steps (``_renames.moves_for``)."""
+def run_resumed(
+    epoch: int, previous: str, renamed: dict[str, str] | None = None, *, state: str | None = None
+) -> Record:
+    """A resume; ``renamed`` holds the moves of renamed steps (``_renames.moves_for``),
+    ``state`` the typed state model's tag (``_state_versions.state_tag``)."""
     payload: RunResumed = {"epoch": epoch, "previous": previous}
     _moves(payload, renamed)
+    if state is not None:
+        payload["state"] = state
     return _rec(RUN_RESUMED, None, payload)
 
 
