@@ -28,6 +28,7 @@ from eventstore import Codec, LogCorruptedError, UpcastError, class_version, spl
 from workflow import WorkflowChangedError
 from workflow._verify import verify
 from workflow.cli import cli
+from workflow.ui._actions import Actions
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULE = "deployflow"
@@ -728,8 +729,11 @@ async def test_a_renamed_steps_buffer_moves_with_it_on_resume_and_fork(
         assert list(held.queues) == ["gather"]
         assert [k.partition(":")[0] for k in held.collected] == ["gather"]
         assert await wf.run_from(cp) == "abAB"
-        assert await wf.resume("old") == "abAB"
         (fork,) = [r for r in wf.runs() if r.run_id != "old"]
+        # The web UI's fork for a worker records the same moves in its first commit.
+        done = await Actions(wf, execute=False).fork("old", cp.seq, {})
+        assert await wf.resume(done.run_id) == "abAB"
+        assert await wf.resume("old") == "abAB"
         # Every later read of either run sees the moved buffer, empty now.
         assert wf.state_at("old").collected == {} == wf.state_at(fork.run_id).collected
     from eventstore import EventStore
@@ -882,6 +886,8 @@ async def test_an_old_state_model_version_upcasts_on_read_resume_and_fork(tmp_pa
         cp = next(c for c in wf.checkpoints("old", step="more") if c.kind == "step_finished")
         assert await wf.resume("old") == "hi:a,b,c:en"
         assert await wf.run_from(cp) == "hi:a,b,c:en"
+        done = await Actions(wf, execute=False).fork("old", cp.seq, {})  # the web UI's
+        assert await wf.resume(done.run_id) == "hi:a,b,c:en"
         assert await wf.run(topic="new") == "new:a,b,c:"  # a new run is version 2 from its start
     assert stored_payloads(db)[: len(before)] == before  # the log is never rewritten
     # The resume's commit names version 2 and writes what changed, whole; the patch after it
