@@ -117,11 +117,16 @@ def _write(root: Path, name: str, text: str) -> Path:
 def record_old_run(tmp_path: Path, run_id: str = "old", topic: str = "hi") -> Path:
     """A run recorded by version 1 in a process that died in step ``answer`` (in ``ask``
     for topic ``early``)."""
-    v1 = _write(tmp_path / "v1", MODULE, V1)
     db = tmp_path / "runs.db"
-    env = {"PYTHONPATH": f"{v1}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    dies(_write(tmp_path / "v1", MODULE, V1), RECORD, db, run_id, topic)
+    return db
+
+
+def dies(root: Path, script: str, db: Path, *args: str, **env: str) -> None:
+    """Runs ``script`` on ``db`` with the module in ``root``, which dies (exit 3)."""
+    env = {"PYTHONPATH": f"{root}:{ROOT}", "PATH": "/usr/bin:/bin", **env}
     proc = subprocess.run(
-        [sys.executable, "-c", RECORD, str(db), run_id, topic],
+        [sys.executable, "-c", script, str(db), *args],
         env=env,
         capture_output=True,
         text=True,
@@ -129,7 +134,6 @@ def record_old_run(tmp_path: Path, run_id: str = "old", topic: str = "hi") -> Pa
         check=False,
     )
     assert proc.returncode == 3, proc.stderr
-    return db
 
 
 @contextlib.contextmanager
@@ -548,17 +552,8 @@ def patch_answers(db: Path, run_id: str) -> list[Any]:
 
 
 def dying(root: Path, script: str, db: Path, *args: str) -> None:
-    """Runs ``script`` with the module in ``root``, whose step ``answer`` dies (exit 3)."""
-    env = {"PYTHONPATH": f"{root}:{ROOT}", "PATH": "/usr/bin:/bin", "DIE_AFTER_PATCH": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", script, str(db), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 3, proc.stderr
+    """:func:`dies`, with the patched module dying once its patch answered True."""
+    dies(root, script, db, *args, DIE_AFTER_PATCH="1")
 
 
 def _patched(tmp_path: Path, body: str = POLITE) -> Path:
@@ -697,18 +692,8 @@ class Flow(Workflow):
 
 def record_gather(tmp_path: Path, bid: str) -> Path:
     """A run of the v1 gather module that died with ``Left`` in step ``gather``'s buffer."""
-    root = _write(tmp_path / "g1", MODULE, GATHER_V1.format(bid=bid))
     db = tmp_path / "runs.db"
-    env = {"PYTHONPATH": f"{root}:{ROOT}", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run(
-        [sys.executable, "-c", RECORD, str(db), "old", "ab"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 3, proc.stderr
+    dies(_write(tmp_path / "g1", MODULE, GATHER_V1.format(bid=bid)), RECORD, db, "old", "ab")
     return db
 
 
@@ -845,18 +830,8 @@ def _notes_v1(fields: dict[str, Any]) -> dict[str, Any]:
 
 def record_notes(tmp_path: Path) -> Path:
     """A run of the state model's version 1 that died after writing its state twice."""
-    root = _write(tmp_path / "n1", MODULE, NOTES_V1)
     db = tmp_path / "runs.db"
-    env = {"PYTHONPATH": f"{root}:{ROOT}", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run(
-        [sys.executable, "-c", RECORD, str(db), "old", "hi"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 3, proc.stderr
+    dies(_write(tmp_path / "n1", MODULE, NOTES_V1), RECORD, db, "old", "hi")
     return db
 
 
