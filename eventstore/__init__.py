@@ -1,14 +1,6 @@
 """eventstore: an append-only, durable, typed log of records in SQLite."""
 
-from ._codec import (
-    Codec,
-    class_name,
-    class_version,
-    default_codec,
-    split_version,
-    upcast,
-    upcaster,
-)
+from ._codec import Codec, class_name, class_version, default_codec, split_version, upcaster
 from ._errors import (
     CodecError,
     ConcurrencyError,
@@ -37,6 +29,7 @@ from ._records import (
     StoredRecord,
 )
 from ._store import Durability, EventStore, InboxEntry, StoreStats
+from ._upcast import upcast
 
 __all__ = [
     "AppendResult",

@@ -139,6 +139,11 @@ class EventStore:
             raise ReadOnlyStoreError(msg)
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called: the store takes no more reads or writes."""
+        return self._closed
+
+    @property
     def _failed(self) -> WriterFailedError | None:
         # The writer's failure, once the database failed (read by workflow, which opens
         # a new store object on the same file then).

@@ -551,6 +551,46 @@ def test_fold_equals_the_live_value_through_every_spelling(kind: str, data: st.D
         assert shape(context[key]) == shape(value), key
 
 
+# Enough items that views compare them by memory and diffs by encoding (not item by item),
+# with a few mutable ones among them (so views wrap, and the memo of atom-only lists says no).
+_PAD = 40
+
+
+def _pad_list(items: list[Any]) -> list[Any]:
+    return [[i] if i % 13 == 5 else f"pad{i}" for i in range(_PAD)] + items
+
+
+def _pad_dict(d: dict[Any, Any]) -> dict[Any, Any]:
+    return {f"pad{i}": {"i": i} if i % 13 == 5 else i for i in range(_PAD)} | d
+
+
+def padded(program: list[list[StateOp]]) -> list[list[StateOp]]:
+    """The program with its first values grown by ``_PAD`` items in front (lists, dicts)."""
+    (first, *ops), *rest = program
+    if first.name == "t_init":
+        (state,) = first.args
+        update = {"items": _pad_list(state.items), "d": _pad_dict(state.d)}
+        first = StateOp("t_init", (state.model_copy(update=update),))
+    else:
+        items, d, m, nest, v = first.args
+        nest = {**nest, "a": _pad_list(nest["a"])}
+        first = StateOp("init", (_pad_list(items), _pad_dict(d), _pad_dict(m), nest, v))
+    return [[first, *ops], *rest]
+
+
+@given(data=st.data())
+def test_large_values_fold_to_the_live_value_through_every_spelling(data: st.DataObject) -> None:
+    """The same property on values large enough for the identity and encoding shortcuts."""
+    typed = data.draw(st.booleans(), label="typed")
+    program = padded(data.draw(state_programs(typed), label="program"))
+    expected = expected_context(program, typed)
+    with tempfile.TemporaryDirectory(prefix="spellings-") as tmp:
+        context = folded_context(program, typed, Path(tmp) / "log.db")
+    assert sorted(context) == sorted(expected)
+    for key, value in expected.items():
+        assert shape(context[key]) == shape(value), key
+
+
 def test_types_that_equal_each_other_stay_apart(tmp_path: Path) -> None:
     """1, 1.0 and True replacing each other in a list, a dict and a field all stay exact."""
     program = [

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Container, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._context import Attempt
+from ._attempt import Attempt
 from ._errors import WorkflowRuntimeError
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ async def run_child(
     """Starts (or re-attaches to) a child run and returns its result (module docstring)."""
     from ._memo import call_memoized
 
-    child = _child_workflow(x.wf, flow)
+    child = _child_workflow(x.config.instance, flow)
     att.child_calls += 1
     child_id = child_run_id(x.run_id, att.step, att.event_id, att.child_calls)
 
@@ -101,7 +101,7 @@ async def run_child(
         except asyncio.CancelledError:
             # With the parent's cancel, the child is cancelled too; otherwise (the parent
             # failed, timed out or was left) it goes on, and a re-run re-attaches to it.
-            if x._folded.status == "cancelled":
+            if x.folded.status == "cancelled":
                 await asyncio.shield(handler.cancel_run())
             raise
 

@@ -12,9 +12,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, cast
 
 import orjson
@@ -22,366 +20,33 @@ from typing_extensions import TypeVar
 
 from eventstore import EncodeError, class_name
 
+from ._attempt import MISSING, Attempt, WaitRequest, WaitSuspend, current_attempt
 from ._buffers import buffer_key, default_buffer_id
-from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, value_change
-from ._diff import Tracker, is_view, materialize
+from ._changes import refused
+from ._context_store import ContextStore, StoreHost
 from ._errors import ContextStateError, WorkflowRuntimeError, WorkflowTimeoutError
 from ._events import Event
 from .retry_policy import RetryInfo
 
 if TYPE_CHECKING:
-    from ._changes import KeyChange
-    from ._retry import RetryClock
     from ._runner import Executor
     from ._workflow import Workflow
     from .context.serializers import BaseSerializer
     from .retry_policy import RetryPolicy
 
-__all__ = ["Attempt", "Context", "ContextStore", "WaitSuspend"]
+# Attempt, WaitSuspend, current_attempt and ContextStore are named here too, where they
+# were first defined.
+__all__ = ["Attempt", "Context", "ContextStore", "WaitSuspend", "current_attempt"]
 
 # The typed state of Context[MyState]; a bare ``Context`` (LlamaIndex's usual spelling) is
 # Context[Any] under mypy --strict too, by PEP 696's default.
 S = TypeVar("S", default=Any)
 T = TypeVar("T")
-_MISSING: Any = object()
-COLLECT_PREFIX = "\x00collect:"
-
-current_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
-    "workflow_attempt", default=None
-)
-
 
 # The context of the step attempt running in this task (or its worker thread).
 current_context: contextvars.ContextVar[Context[Any] | None] = contextvars.ContextVar(
     "workflow_current_context", default=None
 )
-
-
-class StateDict(dict[str, Any]):
-    """The untyped state ``get_state`` / ``edit_state`` give: a dict whose keys are also
-    attributes (``state.count += 1``), as LlamaIndex's ``DictState``; ``_data`` is itself."""
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self[name] = value
-
-    def __delattr__(self, name: str) -> None:
-        try:
-            del self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    @property
-    def _data(self) -> dict[str, Any]:
-        return self
-
-
-class WaitSuspend(BaseException):
-    """Ends an attempt that waits for an event (a BaseException: user code must not catch it)."""
-
-    def __init__(self, waiter: dict[str, Any]) -> None:
-        self.waiter = waiter
-        super().__init__(waiter["waiter_id"])
-
-
-@dataclass(slots=True)
-class Write:
-    """One key's pending change in an attempt, as ``set()`` encoded it: a tracked view's
-    patch, a new value, or a delete.
-
-    What the commit writes is fixed at the ``set()`` call, as a durable store writes what it
-    is given: a change made to the value afterwards, without setting it again, is not
-    written (the attempt's own reads still see it).
-    """
-
-    tracker: Tracker | None = None
-    value: Any = _MISSING  # what the attempt reads back, when not the tracker's view
-    deleted: bool = False
-    change: KeyChange | None = None  # what the commit writes, encoded (None: no change)
-    text: str | None = None  # a new value's JSON text
-    version: int = 0  # the key's version a new value's change was made against
-
-
-@dataclass(slots=True)
-class Attempt:
-    """An attempt's buffers: what it read (with versions), wrote, sent, streamed, collected."""
-
-    step: str
-    event_id: int
-    attempt: int
-    event: Event
-    reads: dict[str, int] = field(default_factory=dict)
-    trackers: dict[str, Tracker] = field(default_factory=dict)
-    writes: dict[str, Write] = field(default_factory=dict)
-    sent: list[tuple[Event, str | None]] = field(default_factory=list)
-    streamed: list[Event] = field(default_factory=list)
-    # (buffer key, buffer id, event put in, names taken out) of each collect_events change
-    collects: list[tuple[str, str, tuple[int, Event] | None, list[str] | None]] = field(
-        default_factory=list
-    )
-    buffers: dict[str, dict[str, list[tuple[int, Event]]]] = field(default_factory=dict)
-    # What its collect_events calls took out of live buffers (buffer key, entries), the
-    # outcomes of the attempts whose puts it took, and its own outcome (True: committed;
-    # False: its collects were undone), for those who took what it put.
-    taken: list[tuple[str, list[tuple[int, Event]]]] = field(default_factory=list)
-    deps: list[Attempt] = field(default_factory=list)
-    outcome: asyncio.Future[bool] | None = None
-    put_written: bool = False  # its commit, with its puts, is written (set in the writer)
-    collect_base: int = 0  # the latest commit of the buffers it collected in (for "base")
-    wait_calls: int = 0
-    answers_used: list[str] = field(default_factory=list)
-    holds_lock: bool = False
-    retry: RetryClock | None = None  # where this event's attempts stand (ctx.retry_info())
-    # The JSON of events checked when they were streamed or asked, by id(event): the
-    # attempt's outcome commit writes it (the events stay alive in ``streamed``).
-    encoded: dict[int, orjson.Fragment] | None = None
-    # The run it belongs to, for memoized calls (``_memo.MemoHost``), and how many times
-    # each memo key was used in it (so repeated calls keep their call order).
-    host: Any = None
-    memo_keys: dict[str, int] | None = None
-    sleep_calls: int = 0
-    child_calls: int = 0
-
-    def keep_json(self, event: Event, text: orjson.Fragment) -> None:
-        """Keeps the JSON of an event the attempt streams, for its outcome commit."""
-        if self.encoded is None:
-            self.encoded = {}
-        self.encoded[id(event)] = text
-
-
-def _split(path: str) -> tuple[str, list[str]]:
-    root, *rest = path.split(".")
-    return root, rest
-
-
-def _step_into(obj: Any, part: str) -> Any:
-    if isinstance(obj, Event | dict) or (hasattr(obj, "__getitem__") and not hasattr(obj, part)):
-        try:
-            return obj[part]
-        except (KeyError, TypeError, IndexError):
-            pass
-    if isinstance(obj, list | tuple):
-        return obj[int(part)]
-    return getattr(obj, part)
-
-
-def _assign(parent: Any, part: str, value: Any) -> None:
-    """``parent[part] = value`` for a dict or list, else ``setattr`` (an event, a model)."""
-    if isinstance(parent, Event) or not hasattr(parent, "__setitem__"):
-        setattr(parent, part, value)
-    elif isinstance(parent, list):
-        parent[int(part)] = value
-    else:
-        parent[part] = value
-
-
-class ContextStore(Generic[S]):
-    """The run's context data: ``get``/``set`` with dotted paths, ``edit_state``.
-
-    ``get`` returns a copy-on-write view: mutating it changes nothing until ``set``, and
-    nothing at all if the attempt fails. A key read by an attempt that another attempt
-    changed before it could commit makes it run again (a conflict), so a
-    read-modify-write is never lost and never applied twice. A conflicted attempt runs
-    again from the start, external calls included.
-    """
-
-    def __init__(self, executor: Executor, state_type: type[S] | None) -> None:
-        self._x = executor
-        self._state_type = state_type
-
-    # -------------------------------------------------------------- reading
-
-    def _root(self, att: Attempt | None, key: str) -> Any:
-        x = self._x
-        if att is None:
-            return x.committed.get(key, _MISSING)
-        w = att.writes.get(key)
-        if w is not None:
-            if w.deleted:
-                return _MISSING
-            if w.tracker is not None:
-                return w.tracker.view
-            return w.value
-        tracker = att.trackers.get(key)
-        if tracker is not None:
-            return tracker.view
-        if key not in att.reads:
-            att.reads[key] = x.versions.get(key, 0)
-            x.pin(key)
-        value = x.committed.get(key, _MISSING)
-        if value is _MISSING:
-            return _MISSING
-        tracker = att.trackers[key] = Tracker(value)
-        return tracker.view
-
-    async def get(self, path: str, default: Any = _MISSING) -> Any:
-        """The value at ``path`` (``"key"`` or dotted ``"key.field.0"``), or ``default``.
-
-        :raises KeyError: the path does not exist and no default was given.
-        """
-        root_key, rest = _split(path)
-        value = self._root(current_attempt.get(), root_key)
-        try:
-            if value is _MISSING:
-                raise KeyError(root_key)
-            for part in rest:
-                value = _step_into(value, part)
-        except (KeyError, AttributeError, IndexError, ValueError):
-            if default is _MISSING:
-                msg = f"context has no value at {path!r}"
-                raise KeyError(msg) from None
-            return default
-        return value
-
-    # -------------------------------------------------------------- writing
-
-    async def set(self, path: str, value: Any) -> None:
-        """Sets the value at ``path``; committed with the attempt (outside one: at once).
-
-        The value is encoded here, as the commit will write it (a tracked value: only
-        what changed), so what the log cannot hold is refused here, and what is written
-        is the value as it is now.
-
-        :raises EncodeError: the value holds something the log cannot hold (a type the
-            codec does not store, a string with a lone surrogate, nesting deeper than
-            ``Codec.MAX_DEPTH``, a cycle); the message names the key, the path
-            inside the value and the type.
-        """
-        att = current_attempt.get()
-        root_key, rest = _split(path)
-        if att is None:
-            await self._x.operator_update({path: value})
-            return
-        codec = self._x.codec
-        if not root_key.isascii():
-            check_key(codec, root_key, BY_SET, path)
-        x = self._x
-        if rest:
-            # Checked where it will sit before anything changes, so a refusal leaves no trace
-            # (a view's change is checked as the root's patch is encoded).
-            if not is_view(value):
-                try:
-                    codec.encode(value, depth=len(rest) + 1, name=path)
-                except EncodeError as exc:
-                    raise refused(exc, BY_SET.format(path)) from None
-            root = self._root(att, root_key)
-            if root is _MISSING:  # missing parents are created as dicts, as in LlamaIndex
-                root = {}
-            parent = root
-            for part in rest[:-1]:
-                try:
-                    parent = _step_into(parent, part)
-                except (KeyError, AttributeError, IndexError, TypeError, ValueError):
-                    child: dict[str, Any] = {}
-                    _assign(parent, part, child)
-                    parent = child
-            _assign(parent, rest[-1], value)
-            value = root
-        tracker = att.trackers.get(root_key)
-        if tracker is not None and tracker.is_view(value):
-            change = encode_tracked(codec, root_key, tracker, BY_SET, path)
-            att.writes[root_key] = Write(tracker=tracker, change=change)
-            return
-        # A value derived from the view (items + [x], {**d, k: v}) is diffed against it by
-        # identity and costs the change; any other value is encoded whole once.
-        text = None if tracker is not None else encode_value(codec, root_key, value, BY_SET, path)
-        log = x._keylog.get(root_key)
-        change, version = value_change(
-            codec,
-            x.committed,
-            x.versions,
-            root_key,
-            value,
-            text,
-            hint=tracker,
-            size=None if log is None else log[0] + log[1],
-            how=BY_SET.format(path),
-        )
-        att.writes[root_key] = Write(value=value, change=change, text=text, version=version)
-
-    async def delete(self, path: str) -> None:
-        """Removes a top-level key (committed with the attempt)."""
-        att = current_attempt.get()
-        if att is None:
-            await self._x.operator_update({}, deletes=[path])
-            return
-        self._root(att, path)  # a delete depends on what it deletes
-        att.writes[path] = Write(deleted=True)
-
-    # -------------------------------------------------------------- typed state
-
-    async def get_state(self) -> Any:
-        """The whole state: the typed state model, or a dict of every key."""
-        x = self._x
-        att = current_attempt.get()
-        if self._state_type is not None:
-            fields = getattr(self._state_type, "model_fields", {})
-            values = {}
-            for name in fields:
-                v = self._root(att, name)
-                if v is not _MISSING:
-                    values[name] = materialize(v) if att is None else v
-            model_construct = getattr(self._state_type, "model_construct", None)
-            if model_construct is None:
-                return self._state_type(**values)
-            return model_construct(**values)
-        keys = list(x.committed)
-        if att is not None:
-            keys += [k for k in att.writes if k not in x.committed]
-        out = StateDict()
-        for k in keys:
-            v = self._root(att, k)
-            if v is not _MISSING:
-                out[k] = v
-        return out
-
-    async def set_state(self, state: Any) -> None:
-        """Replaces the whole state (each field or key is diffed against what it was)."""
-        if self._state_type is not None:
-            data = {name: getattr(state, name) for name in type(state).model_fields}
-        else:
-            data = dict(state)
-        att = current_attempt.get()
-        if att is None:
-            await self._x.operator_update(data)
-            return
-        for k, v in data.items():
-            await self.set(k, v)
-
-    @asynccontextmanager
-    async def edit_state(self) -> AsyncIterator[Any]:
-        """Holds the run's state lock until the attempt commits: this edit never conflicts.
-
-        Yields the state (the typed model, or a dict of every key whose keys are also
-        attributes); what it looks like at the end of the block is written back.
-        """
-        att = current_attempt.get()
-        if att is None:
-            state = await self.get_state()
-            yield state
-            await self.set_state(state)
-            return
-        if not att.holds_lock:
-            await self._x.state_lock.acquire()
-            att.holds_lock = True
-            # What the attempt read before it held the lock may already be stale.
-        state = await self.get_state()
-        yield state
-        if self._state_type is not None:
-            for name in type(state).model_fields:
-                if name in state.__dict__:
-                    await self.set(name, state.__dict__[name])
-            return
-        for k, v in state.items():
-            await self.set(k, v)
-        removed = [k for k in self._x.committed if k not in state and k not in att.writes]
-        for k in removed:
-            await self.delete(k)
 
 
 class Context(Generic[S]):
@@ -411,19 +76,21 @@ class Context(Generic[S]):
         self._wf = workflow
         self._x: Executor | None = None
         self._run: str | None = None
-        self.store: ContextStore[S] = ContextStore(cast("Executor", None), workflow._state_type)
+        self.store: ContextStore[S] = ContextStore(cast("StoreHost", None), workflow._state_type)
         self._idle = Idle(self)
         self._go_idle()
         if previous_context is not None:
             restore_into(self, previous_context, serializer)
 
     @classmethod
-    def _bound(cls, executor: Executor, state_type: type[Any] | None) -> Context[Any]:
+    def _bound(
+        cls, executor: Executor, workflow: Workflow, state_type: type[Any] | None
+    ) -> Context[Any]:
         """The context of a run this process executes (its steps' ``ctx``)."""
         from ._lifecycle import Idle
 
         ctx: Context[Any] = object.__new__(cls)
-        ctx._wf = executor.wf
+        ctx._wf = workflow
         ctx._x = executor
         ctx._run = executor.run_id
         ctx.store = ContextStore(executor, state_type)
@@ -431,17 +98,17 @@ class Context(Generic[S]):
         return ctx
 
     def _go_idle(self) -> None:
-        self.store._x = cast("Executor", self._idle)  # reads and writes of an idle context
+        self.store.bind(cast("StoreHost", self._idle))  # reads and writes of an idle context
 
     def _bind(self, executor: Executor) -> None:
         """Binds this context to the run ``executor`` runs (a run started from it)."""
         from ._lifecycle import Idle
 
         executor.ctx = self
-        self._wf = executor.wf
+        self._wf = executor.config.instance
         self._x = executor
         self._run = executor.run_id
-        self.store._x = executor
+        self.store.bind(executor)
         self._idle = Idle(self)
 
     def _ended(self, executor: Executor) -> None:
@@ -470,7 +137,7 @@ class Context(Generic[S]):
     def _live(self) -> Executor | None:
         """The executor running this context's run in this process, if it still runs it."""
         x = self._x
-        if x is None or x._closing or self.store._x is not x:
+        if x is None or x.closing or self.store.host is not x:
             return None
         return x
 
@@ -509,7 +176,7 @@ class Context(Generic[S]):
         return fut.result()
 
     # The older LlamaIndex spelling of ctx.store.get / ctx.store.set.
-    async def get(self, key: str, default: Any = _MISSING) -> Any:
+    async def get(self, key: str, default: Any = MISSING) -> Any:
         """Same as ``ctx.store.get``."""
         return await self.store.get(key, default)
 
@@ -678,13 +345,7 @@ class Context(Generic[S]):
         if waiter_event is not None:
             att.keep_json(waiter_event, self._encode_event(waiter_event, "ctx.wait_for_event"))
         raise WaitSuspend(
-            {
-                "waiter_id": wid,
-                "awaited": event_type,
-                "requirements": dict(requirements or {}),
-                "timeout": timeout,
-                "waiter_event": waiter_event,
-            }
+            WaitRequest(wid, event_type, dict(requirements or {}), timeout, waiter_event)
         )
 
     async def memo(

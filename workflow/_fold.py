@@ -2,8 +2,8 @@
 
 ``fold(state, records)`` applies records in order to a :class:`Folded` state (``_folded``),
 which keeps events and context values in their JSON form and decodes nothing;
-:func:`to_run_state` (``_run_state``) turns it into a typed :class:`RunState` at the end,
-which decodes only what is read.
+:func:`to_run_state` turns it into a typed :class:`RunState` at the end, which decodes only
+what is read.
 
 One function a record kind, each reading its kind's payload type (``_journal``) in every
 shape the log has written; ``_snapshot`` caches a folded state in the store.
@@ -11,18 +11,30 @@ shape the log has written; ``_snapshot`` caches a folded state in the store.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import orjson
 
-from eventstore import LogCorruptedError, StoredRecord
+from eventstore import Codec, CodecError, LogCorruptedError, StoredRecord
 
 from . import _journal as J
-from ._buffers import class_qualname, collect_key
-from ._folded import Ev, Failure, Folded, KeyLog, MemoRec, Prog, WaitRec, payload_of
+from ._buffers import class_qualname, collect_key, taken
+from ._events import StopEvent
+from ._folded import (
+    Ev,
+    Failure,
+    Folded,
+    KeyLog,
+    MemoRec,
+    Prog,
+    WaitRec,
+    payload_of,
+    rename_steps,
+)
 from ._patch import apply_json
-from ._run_state import is_terminal, result_of, to_run_state
+from ._state import TERMINAL, InProgress, LazyDict, LazyList, RunState, Waiter
+from ._state_versions import upcast_values
 
 __all__ = [
     "APPLY",
@@ -202,11 +214,10 @@ def _collected(s: Folded, r: StoredRecord, p: J.Collected) -> None:
     if put is not None:
         ev = Ev(put["id"], put["event"], r.seq)
         buf.setdefault(class_qualname(ev.type), []).append(ev)
-    for name in p.get("take") or ():
-        t = class_qualname(name)
+    for t, count in taken(p):
         events = buf.get(t)
         if events:
-            events.pop(0)
+            del events[:count]
             if not events:
                 del buf[t]
     if not buf:
@@ -256,29 +267,6 @@ def _status(status: str) -> Callable[[Folded, StoredRecord, Any], None]:
             s.error = None
 
     return apply
-
-
-def rename_steps(s: Folded, renamed: Mapping[str, str]) -> None:
-    """Moves pending work (queued, in progress, waiting, with its inputs' memoized calls and
-    first starts) from steps' old names to new ones, and collect buffers from old keys to
-    new ones (``renamed``'s entries with a colon, which no step name has: ``_renames``)."""
-    for old, new in renamed.items():
-        if old == new:
-            continue
-        if ":" in old:
-            buf = s.buffers.pop(old, None)
-            if buf:
-                into = s.buffers.setdefault(new, {})
-                for t, es in buf.items():
-                    into.setdefault(t, []).extend(es)
-            continue
-        for part in (s.queues, s.in_progress, s.memos, s.started):
-            moved: Any = part.pop(old, None)
-            if moved:
-                part.setdefault(new, {}).update(moved)
-        for w in s.waiters.values():
-            if w.step == old:
-                w.step = new
 
 
 def _run_resumed(s: Folded, r: StoredRecord, p: J.RunResumed) -> None:
@@ -380,3 +368,132 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
 
 
 _SESSION_STARTS: Final = frozenset({J.RUN_STARTED, J.RUN_RESUMED})
+
+
+def result_of(stop: Any) -> Any:
+    """What awaiting a run returns: ``StopEvent.result``, or the event for a subclass."""
+    if type(stop) is StopEvent:
+        return stop.result
+    return stop
+
+
+def to_run_state(s: Folded, codec: Codec, status: str | None = None) -> RunState:
+    """A typed :class:`RunState` of a folded state, decoded as it is read.
+
+    The result is decoded here; context values, queues, events in progress, collect
+    buffers, waiters and stream events when first read, so that a state costs what its
+    reader looks at.
+
+    :raises LogCorruptedError: the result cannot be decoded here (and, when read, any other
+        stored event or value: its class is unknown or not allowed); the message names the
+        event or key and the seq of its record.
+    """
+    ev = _decoder(s, codec)
+    result = None
+    if s.result is not None:
+        try:
+            result = result_of(codec.load(s.result))
+        except CodecError as exc:
+            msg = f"run {s.run_id!r} at seq {s.seq}: its result cannot be decoded: {exc}"
+            raise LogCorruptedError(msg, seq=s.seq) from exc
+
+    def waiter(w: WaitRec) -> Waiter:
+        try:
+            requirements = codec.load(w.requirements) or {}
+            asked = None if w.waiter_event is None else codec.load(w.waiter_event)
+        except CodecError as exc:
+            msg = (
+                f"record seq {w.ev.seq} of run {s.run_id!r}: the wait {w.waiter_id!r}"
+                f" cannot be decoded: {exc}"
+            )
+            raise LogCorruptedError(msg, seq=w.ev.seq) from exc
+        return Waiter(
+            w.waiter_id, w.step, ev(w.ev), w.awaited, requirements, w.deadline, asked, w.ev.id
+        )
+
+    return RunState(
+        run_id=s.run_id,
+        seq=s.seq,
+        status=status or s.status,  # type: ignore[arg-type]
+        result=result,
+        error=s.error,
+        queues=LazyDict(
+            {k: list(q.values()) for k, q in s.queues.items() if q},
+            lambda _, q: [ev(e) for e in q],
+        ),
+        in_progress=LazyDict(
+            {k: list(v.values()) for k, v in s.in_progress.items() if v},
+            lambda _, v: [
+                InProgress(
+                    ev(p.ev),
+                    p.attempt,
+                    p.failures,
+                    p.ev.id,
+                    None if p.failure is None else p.failure.retry_at,
+                )
+                for p in v
+            ],
+        ),
+        context=_context(s, codec),
+        collected=LazyDict(
+            {b: {t: list(es) for t, es in d.items()} for b, d in s.buffers.items()},
+            lambda _, d: {t: [ev(e) for e in es] for t, es in d.items()},
+        ),
+        waiters=LazyList(s.waiters.values(), waiter),
+        stream=LazyList(s.stream, ev),
+        workflow=s.workflow,
+        fingerprint=s.fingerprint,
+        parent=s.parent,
+    )
+
+
+def _decoder(s: Folded, codec: Codec) -> Callable[[Ev], Any]:
+    def load(e: Ev) -> Any:
+        try:
+            return codec.load(e.dump)
+        except CodecError as exc:
+            msg = (
+                f"record seq {e.seq} of run {s.run_id!r}: its event {e.id} ({e.type or '?'})"
+                f" cannot be decoded: {exc}"
+            )
+            raise LogCorruptedError(msg, seq=e.seq) from exc
+
+    return load
+
+
+def _context(s: Folded, codec: Codec) -> LazyDict[str, Any]:
+    """The context as read: decoded when read, or upcast first when it is in an older
+    version of the typed state model than this program's (``_state_versions``)."""
+    try:
+        values = upcast_values(s, codec)
+    except CodecError as exc:
+        msg = (
+            f"run {s.run_id!r} at seq {s.seq}: its context (state model {s.state}) cannot be"
+            f" decoded: {exc}"
+        )
+        error = LogCorruptedError(msg, seq=s.seq)
+        error.__cause__ = exc
+
+        def refuse(key: str, entry: KeyLog) -> Any:
+            raise error
+
+        return LazyDict(s.context, refuse)  # its keys list; its values say why they cannot
+    if values is None:
+        return LazyDict(s.context, lambda k, v: _value(s, codec, k, v))
+    return LazyDict(values, lambda k, v: v)
+
+
+def _value(s: Folded, codec: Codec, key: str, entry: KeyLog) -> Any:
+    try:
+        return codec.load(entry.dump)
+    except CodecError as exc:
+        msg = (
+            f"record seq {entry.seq} of run {s.run_id!r}: context key {key!r} cannot be"
+            f" decoded: {exc}"
+        )
+        raise LogCorruptedError(msg, seq=entry.seq) from exc
+
+
+def is_terminal(status: str) -> bool:
+    """Whether a status ends the run (finished, failed, cancelled, timed out)."""
+    return status in TERMINAL

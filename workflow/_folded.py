@@ -2,12 +2,12 @@
 
 :class:`Folded` holds the queues, steps in progress, context, collect buffers, waiters and
 stream of a run as the log's JSON says them; ``_fold`` applies records to it, ``_snapshot``
-caches it, ``_run_state`` turns it into the typed :class:`RunState` that readers see.
+caches it, and ``_fold.to_run_state`` turns it into the typed :class:`RunState` readers see.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +15,17 @@ import orjson
 
 from eventstore import LogCorruptedError, StoredRecord
 
-__all__ = ["Ev", "Failure", "Folded", "KeyLog", "MemoRec", "Prog", "WaitRec", "payload_of"]
+__all__ = [
+    "Ev",
+    "Failure",
+    "Folded",
+    "KeyLog",
+    "MemoRec",
+    "Prog",
+    "WaitRec",
+    "payload_of",
+    "rename_steps",
+]
 
 
 @dataclass(slots=True)
@@ -177,3 +187,26 @@ def payload_of(r: StoredRecord) -> Any:
     except orjson.JSONDecodeError as exc:
         msg = f"record seq {r.seq} ({r.kind}) of run {r.run_id!r} has a malformed payload: {exc}"
         raise LogCorruptedError(msg, seq=r.seq) from exc
+
+
+def rename_steps(s: Folded, renamed: Mapping[str, str]) -> None:
+    """Moves pending work (queued, in progress, waiting, with its inputs' memoized calls and
+    first starts) from steps' old names to new ones, and collect buffers from old keys to
+    new ones (``renamed``'s entries with a colon, which no step name has: ``_renames``)."""
+    for old, new in renamed.items():
+        if old == new:
+            continue
+        if ":" in old:
+            buf = s.buffers.pop(old, None)
+            if buf:
+                into = s.buffers.setdefault(new, {})
+                for t, es in buf.items():
+                    into.setdefault(t, []).extend(es)
+            continue
+        for part in (s.queues, s.in_progress, s.memos, s.started):
+            moved: Any = part.pop(old, None)
+            if moved:
+                part.setdefault(new, {}).update(moved)
+        for w in s.waiters.values():
+            if w.step == old:
+                w.step = new

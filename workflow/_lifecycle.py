@@ -36,11 +36,11 @@ from ._changes import Encoded, encode_updates
 from ._errors import ContextSerdeError, ContextStateError, WorkflowRuntimeError
 from ._fold import Ev, Folded, KeyLog, Prog, WaitRec
 from ._handler import WorkflowHandler
+from ._live_runs import live_executor
 from ._read import fold_run
 from ._recover import same_name
 from ._state import TERMINAL
 from ._state_versions import upcast_state
-from ._waits import Delivery
 from .context.serializers import BaseSerializer, JsonSerializer, PickleSerializer
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def _ran_here(ctx: Context[Any]) -> Executor | None:
     x = ctx._x
     if x is None or ctx._idle.seq is not None or ctx._idle.imported is not None:
         return None
-    if ctx._live() is None and ctx._wf._store.last_seq(x.run_id) != x._folded.seq:
+    if ctx._live() is None and ctx._wf._store.last_seq(x.run_id) != x.folded.seq:
         return None  # another process went on with the run since
     return x
 
@@ -130,7 +130,7 @@ def _point(ctx: Context[Any]) -> Folded:
         return idle.imported
     x = _ran_here(ctx)
     if x is not None:
-        return x._folded  # the state this process ran it to (read, never changed here)
+        return x.folded  # the state this process ran it to (read, never changed here)
     if ctx._run is None:
         return Folded("")
     f = fold_run(ctx._wf._store, ctx._run, idle.seq)
@@ -166,15 +166,13 @@ def run_is_live(ctx: Context[Any]) -> bool:
     run = ctx._run
     if run is None or ctx._idle.imported is not None:
         return False
-    from ._workflow import _live
-
     wf = ctx._wf
-    if (id(wf._store), run) in _live:
+    if live_executor(wf._store, run) is not None:
         return True
     info = wf._store.get_run(run)
     if info is None or (info.status or "running") in TERMINAL:
         return False
-    return wf._owners.is_owned(info.rid, run)
+    return wf._owners.is_owned(run, info.rid)
 
 
 # ---------------------------------------------------------------------- to_dict / from_dict
@@ -603,13 +601,11 @@ def _context_records(dumps: dict[str, Any]) -> list[Record]:
 
 
 def _new_executor(wf: Workflow, run_id: str | None) -> tuple[Executor, WorkflowHandler]:
-    from ._runner import Executor
-
     run_id = run_id or uuid.uuid4().hex
     if wf._store.get_run(run_id) is not None:
         msg = f"run {run_id!r} already exists; a run from a context starts a new run"
         raise WorkflowRuntimeError(msg)
-    x = Executor(wf, run_id, 0, 1, None)
+    x = wf._executor(run_id, None)
     return x, WorkflowHandler(wf, run_id, x.done, x)
 
 
@@ -622,23 +618,9 @@ def _run_linked(
 ) -> WorkflowHandler:
     """A new run whose first commit writes ``dumps`` as its context, linked to ``previous``."""
     records = wf._start_records(start_event, _context_records(dumps), previous)
-    targets = wf._graph.route(type(start_event))
     x, handler = _new_executor(wf, run_id)
     x.next_id = 2
-
-    async def begin() -> None:
-        await wf._slot(x)  # a new run: num_concurrent_runs counts it
-        await x.append(records, create=wf._new_run())
-        x.rid = wf._store.run(x.run_id).rid
-        wf._own(x)
-        x._load(copy.deepcopy(x._folded))  # its context, from the commit just folded
-        x.ready.set()
-        for t in targets:
-            x.deliver(t, Delivery(1, start_event))
-        x.start_taking()
-        x.start_tasks()
-
-    x._spawn(begin())
+    x.start(records, start_event, with_context=True)
     return handler
 
 
@@ -701,16 +683,5 @@ def _run_imported(
         raise WorkflowRuntimeError(msg)
     records = _import_records(wf, f, origin)
     x, handler = _new_executor(wf, run_id)
-    x._reasks = None  # its waits' questions are asked again, as on a resume
-
-    async def begin() -> None:
-        await wf._slot(x)
-        await x.append(records, create=wf._new_run())
-        x.rid = wf._store.run(x.run_id).rid
-        wf._own(x)
-        x._load(copy.deepcopy(x._folded))
-        x.ready.set()
-        await wf._continue(x, copy.deepcopy(x._folded), updates, resumed=False)
-
-    x._spawn(begin())
+    x.start_imported(records, updates)
     return handler

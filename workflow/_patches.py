@@ -30,7 +30,7 @@ the code that would finish it no longer has.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
@@ -38,16 +38,24 @@ from . import _journal as J
 from ._errors import WorkflowRuntimeError
 
 if TYPE_CHECKING:
-    from ._context import Attempt
     from ._folded import Folded
 
-__all__ = ["PATCH_KEY", "began_in_session", "deprecate_patch", "patched"]
+__all__ = ["PATCH_KEY", "Attempt", "began_in_session", "deprecate_patch", "patched"]
 
 # The memoized key of a patch's answer: a colon is in no function's qualified name, so it
 # never meets a memoized call's default key.
 PATCH_KEY: Final = "patched:{}"
 _NAME: Final = "patched"
 _DIGEST: Final = "-"  # a patch has no arguments to compare
+
+
+class Attempt(Protocol):
+    """What a patch needs of the attempt asking (``_attempt.Attempt``): its input and run."""
+
+    step: str
+    event_id: int
+    attempt: int
+    host: Any  # the run's executor, or verify's replay (``_memo.MemoHost``)
 
 
 def _key(patch_id: str) -> str:

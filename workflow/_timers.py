@@ -16,7 +16,7 @@ import asyncio
 import math
 from typing import Any, Final
 
-from ._context import Attempt, WaitSuspend
+from ._attempt import Attempt, WaitRequest, WaitSuspend
 from ._errors import WorkflowRuntimeError
 from ._events import Event
 
@@ -45,16 +45,8 @@ async def durable_sleep(x: Any, att: Attempt, seconds: float) -> None:
     if wid in x.answers:  # its deadline passed before this re-run: slept already
         att.answers_used.append(wid)
         return
-    threshold = getattr(x.wf, "sleep_threshold", DEFAULT_SLEEP_THRESHOLD)
+    threshold = x.config.sleep_threshold
     if seconds < threshold:
         await asyncio.sleep(seconds)
         return
-    raise WaitSuspend(
-        {
-            "waiter_id": wid,
-            "awaited": DurableSleep,
-            "requirements": {},
-            "timeout": float(seconds),
-            "waiter_event": None,
-        }
-    )
+    raise WaitSuspend(WaitRequest(wid, DurableSleep, {}, float(seconds)))

@@ -33,7 +33,8 @@ from eventstore import (
 from . import _journal as J
 from ._catch_error import catchers
 from ._changes import encode_updates
-from ._context import StateDict
+from ._checkpoints import checkpoints
+from ._context_store import StateDict
 from ._diff import register_views
 from ._errors import (
     RunFinishedError,
@@ -45,18 +46,19 @@ from ._events import Event, StartEvent, StopEvent
 from ._fold import Folded, rename_steps, to_run_state
 from ._graph import Graph
 from ._handler import WorkflowHandler
+from ._live_runs import live_executor, register
 from ._ownership import LEASE_TTL_S, LeaseOwners, Owners
 from ._prune import PruneReport, prune_runs
-from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
-from ._recover import Recoveries, is_run_of, over_recovery_limit, same_name
+from ._read import RunSummary, fold_run, refuse_cut, run_info, run_summaries, shown_status
+from ._recover import Recoveries, is_run_of, same_name
 from ._recover import recover as recover_runs
 from ._renames import class_aliases, moves_for, step_renames
-from ._runner import Executor
+from ._run_config import RunConfig
+from ._runner import DEFAULT_FAILURE_GRACE, Executor
 from ._state import TERMINAL, Checkpoint, RunState
 from ._state_versions import resume_upcast, state_tag
 from ._step import GRAPH_CHECKS, STEP_ATTR, collect_steps, graph_checks, step_functions
 from ._timers import DEFAULT_SLEEP_THRESHOLD
-from ._waits import Delivery
 from .resource import ResourceManager, check_configs
 
 if TYPE_CHECKING:
@@ -67,7 +69,6 @@ __all__ = ["RunSummary", "Workflow"]
 _log = logging.getLogger("workflow")
 _stores_lock = threading.Lock()
 _stores: dict[str, EventStore] = {}
-_live: dict[tuple[int, str], Executor] = {}
 
 
 # Where workflows created without ``store=`` journal: a file path or a PostgreSQL URL. Unset
@@ -420,10 +421,10 @@ class Workflow:
         if self._store.get_run(run_id) is not None:
             return self.resume(run_id)
         records = self._start_records(start_event)  # a start event the log cannot hold: here
-        executor = Executor(self, run_id, 0, 1, None)
+        executor = self._executor(run_id, None)
         executor.next_id = 2
         handler = WorkflowHandler(self, run_id, executor.done, executor)
-        executor._spawn(self._begin(executor, start_event, records))
+        executor.start(records, start_event)
         return handler
 
     def submit(
@@ -478,7 +479,35 @@ class Workflow:
     def _new_run(self) -> NewRun:
         return NewRun(meta={"workflow": self._name}, status="running")
 
-    async def _slot(self, x: Executor) -> None:
+    def _run_config(self) -> RunConfig:
+        """This workflow's settings as a run started now sees them."""
+        return RunConfig(
+            name=self._name,
+            graph=self._graph,
+            codec=self._codec,
+            store=self._store,
+            owners=self._owners,
+            timeout=self._timeout,
+            verbose=self._verbose,
+            failure_grace=float(getattr(self, "failure_grace", DEFAULT_FAILURE_GRACE)),
+            sleep_threshold=getattr(self, "sleep_threshold", DEFAULT_SLEEP_THRESHOLD),
+            max_recovery=self._max_recovery,
+            catchers=self._catchers,
+            renames=self._renames,
+            state_type=self._state_type,
+            resources=self._resource_manager,
+            instance=self,
+            slot=self._slot,
+            commit_hook=self._commit_hook,
+        )
+
+    def _executor(
+        self, run_id: str, folded: Folded | None, rid: int = 0, epoch: int = 1
+    ) -> Executor:
+        """An executor for ``run_id``, to go on from ``folded`` (None: a new run)."""
+        return Executor(self._run_config(), run_id, rid, epoch, folded)
+
+    async def _slot(self, done: asyncio.Future[Any]) -> None:
         """Waits until fewer than ``num_concurrent_runs`` runs of this instance execute."""
         if self._num_concurrent_runs is None:
             return
@@ -487,34 +516,13 @@ class Workflow:
         if sem is None:
             sem = self._run_slots[id(loop)] = asyncio.Semaphore(self._num_concurrent_runs)
         await sem.acquire()
-        x.done.add_done_callback(lambda _: sem.release())
-
-    async def _begin(self, x: Executor, start_event: StartEvent, records: list[Record]) -> None:
-        await self._slot(x)
-        await x.append(records, create=self._new_run())
-        info = self._store.run(x.run_id)
-        x.rid = info.rid
-        self._own(x)
-        x.ready.set()
-        for t in self._graph.route(type(start_event)):
-            x.deliver(t, Delivery(1, start_event))
-        x.start_taking()
-        x.start_tasks()
+        done.add_done_callback(lambda _: sem.release())
 
     def _posted(self, run_id: str) -> None:
-        live = _live.get((id(self._store), run_id))
+        live = live_executor(self._store, run_id)
         if live is not None:
             with contextlib.suppress(RuntimeError):  # its loop has closed
                 live.done.get_loop().call_soon_threadsafe(live.poke)
-
-    def _own(self, x: Executor) -> None:
-        self._owners.acquire(x.run_id, x.rid)
-        _live[(id(self._store), x.run_id)] = x
-
-    def _release(self, x: Executor) -> None:
-        if _live.get((id(self._store), x.run_id)) is x:
-            del _live[(id(self._store), x.run_id)]
-            self._owners.release(x.rid, x.run_id)
 
     # ------------------------------------------------------------------ resume and fork
 
@@ -553,12 +561,13 @@ class Workflow:
     ) -> WorkflowHandler:
         _require_loop("resume")
         updates = encode_updates(self._codec, updates)  # refused before the run is claimed
-        live = _live.get((id(self._store), run_id))
+        live = live_executor(self._store, run_id)
         if live is not None:
             if updates:
-                live._spawn(live.operator_update(updates))
+                live.launch(live.operator_update(updates))
             return WorkflowHandler(self, run_id, live.done, live)
         info = self._run_info(run_id)
+        refuse_cut(info)
         folded = self._fold(run_id, None)
         loop = asyncio.get_running_loop()
         if folded.status == "finished":
@@ -576,23 +585,13 @@ class Workflow:
         upcast = resume_upcast(run_id, folded, self._codec, self._state_type)
         self._owners.acquire(run_id, info.rid)
         try:
-            x = Executor(self, run_id, info.rid, 0, folded)
+            x = self._executor(run_id, folded, info.rid, 0)
         except BaseException:
-            self._owners.release(info.rid, run_id)
+            self._owners.release(run_id, info.rid)
             raise
-        _live[(id(self._store), run_id)] = x
+        register(self._store, run_id, x)
         handler = WorkflowHandler(self, run_id, x.done, x, self._recorded_stream(folded))
-        x._spawn(
-            self._continue(
-                x,
-                copy.deepcopy(folded),
-                updates,
-                resumed=True,
-                renamed=renamed,
-                deletes=deletes,
-                upcast=upcast,
-            )
-        )
+        x.resume(copy.deepcopy(folded), updates, renamed=renamed, deletes=deletes, upcast=upcast)
         return handler
 
     def run_from(
@@ -633,131 +632,10 @@ class Workflow:
         folded.run_id = run_id
         folded.first_seq = None  # the fork's own records start it
         folded.records = 0
-        x = Executor(self, run_id, 0, 1, folded)
+        x = self._executor(run_id, folded)
         handler = WorkflowHandler(self, run_id, x.done, x)
-        x._spawn(self._fork(x, folded, (parent_id, at), updates, deletes, renamed, upcast))
+        x.fork(folded, (parent_id, at), updates, deletes, renamed=renamed, upcast=upcast)
         return handler
-
-    async def _fork(
-        self,
-        x: Executor,
-        folded: Folded,
-        parent: tuple[str, int],
-        updates: dict[str, Any] | None,
-        deletes: list[str] | None = None,
-        renamed: dict[str, str] | None = None,
-        upcast: list[Record] | None = None,
-    ) -> None:
-        # Read before the fork's first commit is folded into the same state.
-        ended = folded.result if folded.status == "finished" else None
-        await x.append(
-            [
-                J.run_started(
-                    self._name,
-                    self._graph.fingerprint(),
-                    0,
-                    None,
-                    parent,
-                    self._codec,
-                    self._graph.describe(),
-                    renamed=renamed,
-                    state=state_tag(self._state_type),
-                ),
-                *(upcast or ()),
-            ],
-            create=NewRun(
-                meta={"workflow": self._name},
-                parent_run_id=parent[0],
-                parent_seq=parent[1],
-                status="running",
-            ),
-        )
-        x.rid = self._store.run(x.run_id).rid
-        self._own(x)
-        x.ready.set()
-        if ended is not None:
-            # Forked where the parent had finished: nothing is left to run, so the fork
-            # ends at once with the parent's result at that point (after any updates).
-            if updates or deletes:
-                await x.operator_update(updates or {}, deletes)
-            stop = self._codec.load(ended)
-            await x.append([J.run_finished(ended, folded.next_id)], status="finished")
-            x._finish(stop)
-            return
-        await self._continue(x, copy.deepcopy(folded), updates, resumed=False, deletes=deletes)
-
-    async def _continue(
-        self,
-        x: Executor,
-        folded: Folded,
-        updates: dict[str, Any] | None,
-        *,
-        resumed: bool,
-        renamed: dict[str, str] | None = None,
-        deletes: list[str] | None = None,
-        upcast: list[Record] | None = None,
-    ) -> None:
-        if resumed:
-            x.epoch = await self._store.claim(x.run_id)
-            x.ready.set()
-            # The log as read before the claim may have grown since: a previous owner that
-            # had not yet noticed it lost the run could commit until the claim fenced it.
-            if self._store.last_seq(x.run_id) != folded.seq:
-                folded = self._fold(x.run_id, None)
-                renamed = moves_for(folded, self._renames)
-                rename_steps(folded, renamed)
-                upcast = resume_upcast(x.run_id, folded, self._codec, self._state_type)
-                x.reload(folded)
-                folded = copy.deepcopy(folded)
-                if folded.status == "finished":
-                    x._close(result=to_run_state(folded, self._codec).result)
-                    return
-            await x.append(
-                [
-                    J.run_resumed(
-                        x.epoch, folded.status, renamed, state=state_tag(self._state_type)
-                    ),
-                    *(upcast or ()),
-                ],
-                status="running",
-            )
-            if folded.status == "timed_out":
-                x._exec_before = 0.0  # a fresh timeout budget (the fold resets it too)
-        if updates or deletes:
-            await x.operator_update(updates or {}, deletes)
-        failed = folded.status == "failed"
-        steps = self._graph.steps
-        exc = over_recovery_limit(x.run_id, folded, steps, self._max_recovery)
-        if exc is not None:
-            await x.append([J.run_failed(exc.step, exc)], status="failed")
-            x._end_with(exc)
-            return
-        for step, progs in folded.in_progress.items():
-            if step not in steps:
-                continue  # stranded, and the caller said to proceed without it
-            for p in progs.values():
-                x.deliver(
-                    step,
-                    Delivery(
-                        p.ev.id,
-                        self._codec.load(p.ev.dump),
-                        attempts=p.attempt,
-                        failures=0 if failed else p.failures,
-                        redelivered=True,
-                        failure=None if failed else p.failure,
-                    ),
-                )
-        for step, queue in folded.queues.items():
-            if step not in steps:
-                continue
-            for ev in queue.values():
-                x.deliver(step, Delivery(ev.id, self._codec.load(ev.dump), durable=resumed))
-        for w in x.waiters.values():
-            x._arm(w)
-        x.take_inbox()
-        x.start_taking()  # what was sent as the run resumed follows its inbox
-        x.ask_again()
-        x.start_tasks()
 
     def _check_stranded(self, run_id: str, folded: Folded, allow: bool) -> None:
         problems: list[str] = []
@@ -863,7 +741,8 @@ class Workflow:
             for r in self.runs()
             if is_run_of(self, r)
             and r.status in ("interrupted", "waiting")
-            and (id(self._store), r.run_id) not in _live
+            and r.copied_upto is None  # an exported ancestor: its log ends at its fork
+            and live_executor(self._store, r.run_id) is None
         ]
 
     def prune(
@@ -940,7 +819,7 @@ class Workflow:
             raise WorkflowRuntimeError(msg)
         text = self._codec.encode(event, name=type(event).__name__)
         entry = self._store.post_sync(run_id, text, key=idempotency_key)
-        live = _live.get((id(self._store), run_id))
+        live = live_executor(self._store, run_id)
         if live is not None:
             loop = live.done.get_loop()
             loop.call_soon_threadsafe(live.poke)

@@ -11,12 +11,12 @@ from typing import Any
 
 import click
 
+from .._checkpoints import checkpoints as list_checkpoints
 from .._children import parent_of, tree_order
 from .._compare import Change, changes_between
 from .._fold import Folded, to_run_state
 from .._ownership import probe_owners
 from .._read import RunSummary, check_seq, fold_run, run_summaries, shown_status
-from .._read import checkpoints as list_checkpoints
 from .._state import LLAMA_FIELDS
 from ._common import (
     CliGroup,
@@ -133,6 +133,8 @@ def runs(
             child_of = parent_of(s.run_id, known)
             if child_of is not None:  # only child runs have it
                 row["child_of"] = child_of
+            if s.copied_upto is not None:  # only exported ancestors have it
+                row["copied_upto"] = s.copied_upto
             items.append(row)
         emit_json(items)
         return
@@ -154,7 +156,10 @@ def runs(
 
 
 def _status_text(s: RunSummary) -> str:
-    """A run's status as the table shows it: a waiting run says what it waits for."""
+    """A run's status as the table shows it: a waiting run says what it waits for; an
+    exported ancestor (which never runs) that it is one."""
+    if s.copied_upto is not None:
+        return f"ancestor (exported up to seq {s.copied_upto})"
     if s.status == "waiting" and s.waiting_for:
         return "waiting for " + ", ".join(bare_class(t) for t in s.waiting_for)
     return s.status

@@ -77,16 +77,16 @@ class RunFilter:
     since_us: int | None = None  # started at or after
     parent: str | None = None  # forks of this run
 
-    def keeps(self, s: RunSummary) -> bool:
+    def keeps(self, run: RunSummary) -> bool:
         """Whether the run passes every criterion."""
-        if self.statuses is not None and s.status not in self.statuses:
+        if self.statuses is not None and run.status not in self.statuses:
             return False
-        if self.workflow and not _workflow_matches(s.workflow, self.workflow):
+        if self.workflow and not _workflow_matches(run.workflow, self.workflow):
             return False
-        if self.since_us is not None and s.created < self.since_us:
+        if self.since_us is not None and run.created < self.since_us:
             return False
-        return not (self.parent and s.parent_run_id != self.parent)
+        return not (self.parent and run.parent_run_id != self.parent)
 
     def apply(self, runs: Iterable[RunSummary]) -> list[RunSummary]:
         """The runs it keeps, in order."""
-        return [s for s in runs if self.keeps(s)]
+        return [run for run in runs if self.keeps(run)]

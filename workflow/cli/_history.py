@@ -17,16 +17,8 @@ import orjson
 from eventstore import EventStore, LogCorruptedError, StoredRecord
 
 from .. import _journal as J
-from .._read import (
-    Damaged,
-    event_class,
-    event_types_upto,
-    fold_run,
-    note_event,
-    readable_records,
-    run_info,
-    start_state,
-)
+from .._checkpoints import event_class, event_types_upto, note_event
+from .._read import Damaged, fold_run, readable_records, run_info, start_state
 from ._app import cli
 from ._common import json_option, progress, reader, traceback_option, workflow_option
 from ._inspect import Viewer, describe, record_json, traceback_lines

@@ -6,7 +6,7 @@ import click
 
 from eventstore import Commit, ConcurrencyError, EventStore
 
-from .. import _journal as J
+from .. import _journal as journal
 from .._errors import WorkflowRuntimeError
 from .._read import run_info
 from .._state import TERMINAL
@@ -39,7 +39,7 @@ def cancel_run(store: EventStore, run_id: str) -> int:
         raise WorkflowRuntimeError(msg)
     try:
         done = store.append_sync(
-            Commit(run_id, [J.run_cancelled()], epoch=epoch, status="cancelled")
+            Commit(run_id, [journal.run_cancelled()], epoch=epoch, status="cancelled")
         )
     except ConcurrencyError as exc:
         msg = f"run {run_id!r} was taken over by another process while cancelling it ({exc})"

@@ -32,7 +32,7 @@ from .._ownership import probe_owners
 from .._read import check_seq, fold_run, run_info, run_summaries, shown_status
 from ..cli._filters import RunFilter, parse_since, parse_statuses
 from ..cli._inspect import Viewer, failed_attempts, state_json
-from ..cli._timeline import render_page, timeline_data
+from ..cli._timeline import WINDOW, render_page, timeline_data
 from ._actions import ActionError, Actions
 from ._html import error_page, run_extras, runs_page, runs_table
 
@@ -109,28 +109,44 @@ class UI:
 
     # ------------------------------------------------------------------ one run
 
-    def _data(self, run_id: str) -> dict[str, Any]:
+    def _data(self, run_id: str, q: Any, around: int | None = None) -> dict[str, Any]:
+        """The timeline data of the window the query names (``after``, ``before``,
+        ``around``, ``limit``; the run's last window by default)."""
         self._run(run_id)
-        data = timeline_data(self.store, run_id, self.view)
+        limit = _seq_param(q.get("limit"))
+        try:
+            data = timeline_data(
+                self.store,
+                run_id,
+                self.view,
+                after=_seq_param(q.get("after")),
+                before=_seq_param(q.get("before")),
+                around=around if around is not None else _seq_param(q.get("around")),
+                limit=WINDOW if limit is None else limit,
+            )
+        except ValueError as exc:
+            raise _BadInput(400, str(exc)) from None
         data["link"] = "/runs/{}"
         return data
 
     def run_page(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         seq = _seq_param(request.query_params.get("seq"))
-        data = self._data(run_id)
         if seq is not None:
+            self._run(run_id)
             try:
                 check_seq(self.store, run_id, seq)
             except WorkflowError as exc:
                 raise _BadInput(400, str(exc)) from None
+        data = self._data(run_id, request.query_params, around=seq)
+        if seq is not None:
             data["seq"] = seq
         bar, script = run_extras(None if self.actions is None else self.actions.who)
         return HTMLResponse(render_page(data, bar, script))
 
     def run_data(self, request: Request) -> Response:
         return Response(
-            orjson.dumps(self._data(request.path_params["run_id"])),
+            orjson.dumps(self._data(request.path_params["run_id"], request.query_params)),
             200,
             media_type="application/json",
         )

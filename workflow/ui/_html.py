@@ -212,13 +212,15 @@ _RUN_SCRIPT: Final = """<script>
     if (busy) { again = true; return; }
     busy = true;
     try {
-      const r = await fetch(base + "/data");
+      const r = await fetch(base + "/data" + window.TIMELINE.query());
       if (r.ok) {
         const d = await r.json();
         window.TIMELINE.reload(d);
       }
     } finally { busy = false; if (again) { again = false; refresh(); } }
   }
+  // A long run's other windows, fetched as one moves through it.
+  window.TIMELINE.connect(q => fetch(base + "/data?" + new URLSearchParams(q)).then(r => r.ok ? r.json() : null));
   const es = new EventSource(base + "/events?after=" + have);
   es.onopen = () => live.classList.add("on");
   es.onerror = () => live.classList.remove("on");
