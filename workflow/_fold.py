@@ -17,6 +17,7 @@ from typing import Any, Final
 import orjson
 
 from eventstore import Codec, CodecError, LogCorruptedError, StoredRecord
+from eventstore._encryption import encrypted_error
 
 from . import _journal as J
 from ._buffers import class_qualname, collect_key, taken
@@ -29,6 +30,7 @@ from ._folded import (
     MemoRec,
     Prog,
     WaitRec,
+    drop_input,
     payload_of,
     rename_steps,
 )
@@ -143,15 +145,7 @@ def _step_finished(s: Folded, r: StoredRecord, p: J.StepFinished) -> None:
     del s.in_progress[step][p["id"]]
     for wid in p.get("answers", ()):
         s.answers.pop(wid, None)
-    _drop_input(s, step, p["id"])
-
-
-def _drop_input(s: Folded, step: str, event_id: int) -> None:
-    """An input is done: its memoized calls and first start are never asked for again."""
-    for part in (s.memos, s.started):
-        by_event: Any = part.get(step)
-        if by_event is not None and by_event.pop(event_id, None) is not None and not by_event:
-            del part[step]
+    drop_input(s, step, p["id"])
 
 
 def _step_failed(s: Folded, r: StoredRecord, p: J.StepFailed) -> None:
@@ -344,6 +338,8 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
             except LogCorruptedError:
                 raise
             except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
+                if (sealed := encrypted_error(r)) is not None:  # read without the key
+                    raise sealed from None
                 msg = f"record seq {r.seq} ({kind}) of run {r.run_id!r} is malformed: {exc!r}"
                 raise LogCorruptedError(msg, seq=r.seq) from exc
             n += 1

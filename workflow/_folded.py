@@ -23,6 +23,7 @@ __all__ = [
     "MemoRec",
     "Prog",
     "WaitRec",
+    "drop_input",
     "payload_of",
     "rename_steps",
 ]
@@ -210,3 +211,11 @@ def rename_steps(s: Folded, renamed: Mapping[str, str]) -> None:
         for w in s.waiters.values():
             if w.step == old:
                 w.step = new
+
+
+def drop_input(s: Folded, step: str, event_id: int) -> None:
+    """An input is done: its memoized calls and first start are never asked for again."""
+    for part in (s.memos, s.started):
+        by_event: Any = part.get(step)
+        if by_event is not None and by_event.pop(event_id, None) is not None and not by_event:
+            del part[step]

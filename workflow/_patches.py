@@ -40,7 +40,15 @@ from ._errors import WorkflowRuntimeError
 if TYPE_CHECKING:
     from ._folded import Folded
 
-__all__ = ["PATCH_KEY", "Attempt", "began_in_session", "deprecate_patch", "patched"]
+__all__ = [
+    "PATCH_KEY",
+    "Attempt",
+    "began_in_session",
+    "ctx_deprecate_patch",
+    "ctx_patched",
+    "deprecate_patch",
+    "patched",
+]
 
 # The memoized key of a patch's answer: a colon is in no function's qualified name, so it
 # never meets a memoized call's default key.
@@ -128,3 +136,18 @@ def deprecate_patch(att: Attempt | None, patch_id: str) -> None:
             f" `if await ctx.patched({patch_id!r}):` and its old branch until such runs are done"
         )
         raise WorkflowRuntimeError(msg)
+
+
+# Context's methods (``Context.patched`` is this function): the attempt is the caller's.
+
+
+async def ctx_patched(ctx: Any, patch_id: str) -> bool:
+    """Whether this step input runs the new code of patch ``patch_id`` (True) or keeps the
+    code it started with (False): decided once per input and recorded, so every attempt at
+    it takes the same branch (see :mod:`workflow._patches`)."""
+    return await patched(ctx._attempt("patched"), patch_id)
+
+
+def ctx_deprecate_patch(ctx: Any, patch_id: str) -> None:
+    """Says patch ``patch_id``'s old branch is gone (see :mod:`workflow._patches`)."""
+    deprecate_patch(ctx._attempt("deprecate_patch"), patch_id)

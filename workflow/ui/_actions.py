@@ -195,7 +195,7 @@ class Actions:
             state=state_tag(wf._state_type),
         )
         create = NewRun(
-            meta={"workflow": wf._name},
+            meta={"workflow": wf._name, "submitted": True},
             parent_run_id=parent[0],
             parent_seq=parent[1],
             status="running",
