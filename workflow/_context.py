@@ -26,6 +26,7 @@ from ._changes import refused
 from ._context_store import ContextStore, StoreHost
 from ._errors import ContextStateError, WorkflowRuntimeError, WorkflowTimeoutError
 from ._events import Event
+from ._patches import ctx_deprecate_patch, ctx_patched
 from .retry_policy import RetryInfo
 
 if TYPE_CHECKING:
@@ -436,6 +437,8 @@ class Context(Generic[S]):
             reuse_on_retry=reuse_on_retry,
             retry_policy=retry_policy,
         )
+
+    patched, deprecate_patch = ctx_patched, ctx_deprecate_patch  # see workflow._patches
 
     async def run_workflow(self, flow: Any, /, **start_kwargs: Any) -> Any:
         """Runs ``flow`` (a Workflow class or instance) as a child run and returns its result.

@@ -52,6 +52,7 @@ from ._start_events import (
     start_event_of,
 )
 from ._state import TERMINAL, Checkpoint, RunState
+from ._state_versions import resume_upcast, state_tag
 from ._step import (
     GRAPH_CHECKS,
     STEP_ATTR,
@@ -385,12 +386,18 @@ class Workflow:
         previous: tuple[str, int] | None = None,
     ) -> list[Record]:
         """A new run's first commit (:func:`~workflow._start_events.first_records`)."""
-        return first_records(self._name, self._graph, self._codec, start_event, context, previous)
+        state = state_tag(self._state_type)
+        return first_records(
+            self._name, self._graph, self._codec, start_event, context, previous, state
+        )
 
     def _run_started(
         self, start_id: int, start: Any, previous: tuple[str, int] | None = None
     ) -> Record:
-        return run_started_record(self._name, self._graph, self._codec, start_id, start, previous)
+        state = state_tag(self._state_type)
+        return run_started_record(
+            self._name, self._graph, self._codec, start_id, start, previous, state
+        )
 
     def _new_run(self) -> NewRun:
         return NewRun(meta={"workflow": self._name}, status="running")
@@ -498,6 +505,7 @@ class Workflow:
         renamed = moves_for(folded, self._renames)
         rename_steps(folded, renamed)  # recorded by the resume's run_resumed record
         self._check_stranded(run_id, folded, allow_stranded)
+        upcast = resume_upcast(run_id, folded, self._codec, self._state_type)
         self._owners.acquire(run_id, info.rid)
         try:
             executor = self._executor(run_id, folded, info.rid, 0)
@@ -507,7 +515,9 @@ class Workflow:
         register(self._store, run_id, executor)
         recorded = self._recorded_stream(folded)
         handler = WorkflowHandler(self, run_id, executor.done, executor, recorded)
-        executor.resume(copy.deepcopy(folded), updates, renamed=renamed, deletes=deletes)
+        executor.resume(
+            copy.deepcopy(folded), updates, renamed=renamed, deletes=deletes, upcast=upcast
+        )
         return handler
 
     def run_from(
@@ -539,7 +549,10 @@ class Workflow:
         else:
             parent_id, seq = checkpoint
         folded = self._fold(parent_id, seq)
+        renamed = moves_for(folded, self._renames)
+        rename_steps(folded, renamed)  # recorded by the fork's run_started record
         self._check_stranded(parent_id, folded, False)
+        upcast = resume_upcast(parent_id, folded, self._codec, self._state_type)
         run_id = uuid.uuid4().hex
         at = folded.seq
         folded.run_id = run_id
@@ -547,7 +560,7 @@ class Workflow:
         folded.records = 0
         executor = self._executor(run_id, folded)
         handler = WorkflowHandler(self, run_id, executor.done, executor)
-        executor.fork(folded, (parent_id, at), updates, deletes)
+        executor.fork(folded, (parent_id, at), updates, deletes, renamed=renamed, upcast=upcast)
         return handler
 
     def _check_stranded(self, run_id: str, folded: Folded, allow: bool) -> None:
