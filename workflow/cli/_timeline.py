@@ -33,7 +33,7 @@ from ._app import cli
 from ._common import emit_json, progress, reader, workflow_option
 from ._inspect import Viewer
 from ._page import PAGE
-from ._timeline_build import TEXT, TRACEBACK, UNSHOWN, Builder, lane_rows
+from ._timeline_build import TEXT, TRACEBACK, UNSHOWN, Builder, lane_rows, worker_rows
 
 __all__ = [
     "TEXT",
@@ -149,7 +149,10 @@ def timeline_data(
             if r.kind == J.STATE_SET or r.kind == J.STATE_DELETED:
                 entry = state.context.get(args[0])
                 args.append(None if entry is None else view.show(entry.dump, TEXT))
-    rows = lane_rows(b.attempts, b.waits, len(b.steps))
+    rows = lane_rows(b.attempts, b.waits, len(b.steps), [w for w, _ in b.who])
+    lane_workers = worker_rows(b.attempts, b.who, len(b.steps))
+    for a, (worker, session) in zip(b.attempts, b.who, strict=True):
+        a.append([worker, session])  # [8]: which worker of which session ran it
     first_seqs = [b.cols["seq"][i] for i in b.commit_first]
     forks = []
     last = b.commit_seq[-1] if b.commit_seq else start
@@ -172,6 +175,7 @@ def timeline_data(
         },
         "steps": list(b.steps),
         "lanes": rows,
+        "lane_workers": lane_workers,
         "kinds": list(b.kinds),
         "rec": {**b.cols, "x": b.text},
         "commits": {"seq": b.commit_seq, "first": b.commit_first},
