@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import traceback
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from eventstore import (
@@ -26,9 +24,9 @@ from eventstore import (
     WriterFailedError,
 )
 
-from . import _journal as J
+from . import _journal as journal
 from ._attempt import Attempt, WaitSuspend, current_attempt
-from ._catch_error import StepFailedEvent
+from ._catch_error import recovery_of
 from ._changes import KeyChange
 from ._collects import COLLECT_PREFIX
 from ._commit import (
@@ -50,8 +48,8 @@ from ._stream import say
 from ._waits import Delivery
 
 if TYPE_CHECKING:
-    from ._runner import Executor
     from ._step import StepSpec
+    from ._steps_host import StepsHost
 
 __all__ = ["CONFLICTS_BEFORE_LOCK", "Conflict", "StepRunner"]
 
@@ -85,7 +83,7 @@ class Conflict(ConcurrencyError):
 class StepRunner:
     """The queues and workers of every step of one run, and the attempts they run."""
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: StepsHost) -> None:
         self._executor = executor
         self.queues: dict[str, asyncio.Queue[Delivery]] = {
             name: asyncio.Queue() for name in executor.graph.steps
@@ -141,7 +139,7 @@ class StepRunner:
         durable_start = d.redelivered or d.durable
         dequeued: list[Record] | None = None
         if not d.redelivered:
-            dequeued = [J.dequeued(step, d.event_id, worker)]
+            dequeued = [journal.dequeued(step, d.event_id, worker)]
             if durable_start:
                 await self._executor.append(dequeued)
                 dequeued = None  # else submitted with the attempt's start, just below
@@ -153,7 +151,7 @@ class StepRunner:
         conflicts = 0
         while True:
             attempt += 1
-            started = [J.step_started(step, d.event_id, attempt)]
+            started = [journal.step_started(step, d.event_id, attempt)]
             if durable_start:
                 # An input delivered by a resume may be what killed the process before:
                 # its start is made durable first, so every such death is counted.
@@ -283,36 +281,21 @@ class StepRunner:
         self, att: Attempt, exc: Exception, clock: RetryClock, elapsed: float
     ) -> tuple[str, Delivery, Record] | None:
         """The ``@catch_error`` handler that takes over a step out of retries, if any: its
-        name, the delivery of its StepFailedEvent and that event's ``enqueued`` record.
-
-        None when no handler covers the step, or its ``max_recoveries`` along this event's
-        lineage are used up (the run fails then).
-        """
-        route = self._executor.config.catchers.get(att.step)
-        if route is None:
-            return None
-        handler, limit = route
-        counts = self._executor.folded.recoveries.get(att.event_id, {})
-        n = counts.get(handler, 0) + 1
-        if n > limit:
-            return None
-        failed_at = clock.last_failed_at if clock.last_failed_at is not None else time.time()
-        ev = StepFailedEvent(
-            step_name=att.step,
-            input_event=att.event,
-            exception=exc,
-            attempts=clock.failures,
-            elapsed_seconds=elapsed,
-            failed_at=datetime.fromtimestamp(failed_at, tz=UTC),
+        name, the delivery of its StepFailedEvent and that event's ``enqueued`` record."""
+        executor = self._executor
+        found = recovery_of(
+            att,
+            exc,
+            clock,
+            elapsed,
+            route=executor.config.catchers.get(att.step),
+            counts=executor.folded.recoveries.get(att.event_id, {}),
+            new_id=executor.new_event_id,
+            codec=executor.codec,
         )
-        ev_id = self._executor.new_event_id()
-        record = J.enqueued_recovery(
-            handler,
-            ev_id,
-            self._executor.codec.dump(ev),
-            [att.event_id, att.attempt],
-            {**counts, handler: n},
-        )
+        if found is None:
+            return None
+        handler, ev_id, ev, record = found
         return handler, Delivery(ev_id, ev), record
 
     async def _commit_failure(
@@ -349,7 +332,10 @@ class StepRunner:
     async def _commit_conflict(self, att: Attempt, keys: list[str]) -> None:
         shown = [k.replace(COLLECT_PREFIX, "collect:") for k in keys]
         await self._executor.append(
-            [J.step_conflicted(att.step, att.event_id, att.attempt, shown), *self._streamed(att)]
+            [
+                journal.step_conflicted(att.step, att.event_id, att.attempt, shown),
+                *self._streamed(att),
+            ]
         )
 
     async def _commit_success(self, att: Attempt, outcome: Returned) -> _Written | None:
@@ -462,7 +448,7 @@ class StepRunner:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._drained.wait(), grace)
         try:
-            await self._executor.append([J.run_failed(step, exc)], status="failed")
+            await self._executor.append([journal.run_failed(step, exc)], status="failed")
         except Sealed:
             return  # something else ended the run first
         self._executor.end_with(exc)

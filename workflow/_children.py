@@ -84,14 +84,14 @@ def _child_workflow(parent: Workflow, flow: type[Workflow] | Workflow) -> Workfl
 
 
 async def run_child(
-    x: Any, att: Attempt, flow: type[Workflow] | Workflow, start_kwargs: dict[str, Any]
+    host: Any, att: Attempt, flow: type[Workflow] | Workflow, start_kwargs: dict[str, Any]
 ) -> Any:
     """Starts (or re-attaches to) a child run and returns its result (module docstring)."""
     from ._memo import call_memoized
 
-    child = _child_workflow(x.config.instance, flow)
+    child = _child_workflow(host.config.instance, flow)
     att.child_calls += 1
-    child_id = child_run_id(x.run_id, att.step, att.event_id, att.child_calls)
+    child_id = child_run_id(host.run_id, att.step, att.event_id, att.child_calls)
 
     async def run_to_end(**kwargs: Any) -> Any:
         handler = child.run(run_id=child_id, **kwargs)  # an existing id is resumed
@@ -101,7 +101,7 @@ async def run_child(
         except asyncio.CancelledError:
             # With the parent's cancel, the child is cancelled too; otherwise (the parent
             # failed, timed out or was left) it goes on, and a re-run re-attaches to it.
-            if x.folded.status == "cancelled":
+            if host.folded.status == "cancelled":
                 await asyncio.shield(handler.cancel_run())
             raise
 

@@ -17,7 +17,7 @@ import orjson
 
 from eventstore import EncodeError, Record
 
-from . import _journal as J
+from . import _journal as journal
 from ._attempt import Attempt, WaitRequest
 from ._changes import refused
 from ._events import Event, InputRequiredEvent, StopEvent
@@ -97,7 +97,7 @@ def streamed_records(codec: Codec, att: Attempt) -> list[Record]:
         text = None if att.encoded is None else att.encoded.get(id(e))
         if text is None:
             text = event_json(codec, e, "refused by ctx.write_event_to_stream")
-        records.append(J.streamed(att.step, att.event_id, att.attempt, text))
+        records.append(journal.streamed(att.step, att.event_id, att.attempt, text))
     return records
 
 
@@ -156,10 +156,10 @@ def commit_of(
     next_id = first_id
     try:  # events are dumped (checked but for their strings) and serialized once, here
         for _, buf, put, take in att.collects:
-            put_json: J.EventRef | None = None
+            put_json: journal.EventRef | None = None
             if put is not None:
                 put_json = {"id": put[0], "event": _event_dump(codec, att, put[1], "collected")}
-            body.append(J.collected(step, buf, put_json, take))
+            body.append(journal.collected(step, buf, put_json, take))
         for ev, target in emitted:
             ev_id = next_id
             next_id += 1
@@ -179,13 +179,13 @@ def commit_of(
                 d = _event_dump(codec, att, ev, verb)  # raises, naming the event
             targets = (target,) if target is not None else route(type(ev))
             if not targets:
-                body.append(J.enqueued(None, ev_id, d, source))
+                body.append(journal.enqueued(None, ev_id, d, source))
                 continue
             for t in targets:
-                body.append(J.enqueued(t, ev_id, d, source))
+                body.append(journal.enqueued(t, ev_id, d, source))
                 deliveries.append((t, ev_id, ev))
         records.append(
-            J.step_finished(
+            journal.step_finished(
                 step,
                 att.event_id,
                 att.attempt,
@@ -198,9 +198,9 @@ def commit_of(
         records.extend(streamed_records(codec, att))
         # Recorded as streamed by this commit only: a conflicted or failed attempt never
         # asked them.
-        records.extend(J.streamed(step, att.event_id, att.attempt, text) for _, text in asked)
+        records.extend(journal.streamed(step, att.event_id, att.attempt, text) for _, text in asked)
         if stop is not None:
-            records.append(J.run_finished(stop_dump, stop[0]))
+            records.append(journal.run_finished(stop_dump, stop[0]))
     except orjson.JSONEncodeError:
         _refuse_text(codec, att, emitted, result)
         raise
@@ -217,7 +217,7 @@ def failure_record(
     with_traceback: bool = True,
 ) -> Record:
     """The ``step_failed`` record of an attempt that raised (``delay`` None: no retry)."""
-    return J.step_failed(
+    return journal.step_failed(
         att.step,
         att.event_id,
         att.attempt,
@@ -238,7 +238,7 @@ def wait_records(
     dump = codec.dump
     question = request.waiter_event
     return [
-        J.waiting(
+        journal.waiting(
             att.step,
             att.event_id,
             att.attempt,

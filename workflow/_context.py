@@ -13,7 +13,7 @@ import concurrent.futures
 import contextvars
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, cast
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, cast
 
 import orjson
 from typing_extensions import TypeVar
@@ -29,14 +29,16 @@ from ._events import Event
 from .retry_policy import RetryInfo
 
 if TYPE_CHECKING:
-    from ._runner import Executor
+    from ._fold import Folded
+    from ._graph import Graph
+    from ._run_config import RunConfig
     from ._workflow import Workflow
     from .context.serializers import BaseSerializer
     from .retry_policy import RetryPolicy
 
 # Attempt, WaitSuspend, current_attempt and ContextStore are named here too, where they
 # were first defined.
-__all__ = ["Attempt", "Context", "ContextStore", "WaitSuspend", "current_attempt"]
+__all__ = ["Attempt", "Context", "ContextStore", "RunHost", "WaitSuspend", "current_attempt"]
 
 # The typed state of Context[MyState]; a bare ``Context`` (LlamaIndex's usual spelling) is
 # Context[Any] under mypy --strict too, by PEP 696's default.
@@ -47,6 +49,44 @@ T = TypeVar("T")
 current_context: contextvars.ContextVar[Context[Any] | None] = contextvars.ContextVar(
     "workflow_current_context", default=None
 )
+
+
+class RunHost(StoreHost, Protocol):
+    """What a bound context uses of the executor running its run (``_runner.Executor``,
+    or ``verify``'s stand-in for one): the run's parts a step reaches through ``ctx``."""
+
+    run_id: str
+    ctx: Context[Any]
+
+    @property
+    def config(self) -> RunConfig: ...
+
+    @property
+    def graph(self) -> Graph: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def done(self) -> asyncio.Future[Any]: ...
+
+    @property
+    def folded(self) -> Folded: ...
+
+    @property
+    def answers(self) -> dict[str, tuple[int, Event] | None]: ...
+
+    def stream_now(self, event: Event, att: Attempt | None) -> None: ...
+
+    def send_external_nowait(self, event: Event) -> None: ...
+
+    def new_event_id(self) -> int: ...
+
+    def live_buffer(self, buf_key: str) -> dict[str, list[tuple[int, Event]]]: ...
+
+    def collect_put(self, att: Attempt, buf_key: str, entry: tuple[int, Event]) -> None: ...
+
+    def collect_take(self, att: Attempt, buf_key: str, taken: list[tuple[int, Event]]) -> None: ...
 
 
 class Context(Generic[S]):
@@ -61,20 +101,23 @@ class Context(Generic[S]):
     ``to_dict`` / ``from_dict`` carry it anywhere (see :mod:`workflow._lifecycle`).
     """
 
+    __workflow_context__: Final = True  # what the step decorator recognises (``_step``)
+
     def __init__(
         self,
         workflow: Workflow,
         previous_context: dict[str, Any] | None = None,
         serializer: BaseSerializer | None = None,
     ) -> None:
-        from ._lifecycle import Idle, restore_into
+        from ._context_dict import restore_into
+        from ._lifecycle import Idle
         from ._workflow import Workflow
 
         if not isinstance(workflow, Workflow):
             msg = f"Context() takes the workflow it runs with, not {type(workflow).__name__}"
             raise WorkflowRuntimeError(msg)
         self._wf = workflow
-        self._x: Executor | None = None
+        self._host: RunHost | None = None
         self._run: str | None = None
         self.store: ContextStore[S] = ContextStore(cast("StoreHost", None), workflow._state_type)
         self._idle = Idle(self)
@@ -84,36 +127,44 @@ class Context(Generic[S]):
 
     @classmethod
     def _bound(
-        cls, executor: Executor, workflow: Workflow, state_type: type[Any] | None
+        cls, executor: RunHost, workflow: Workflow, state_type: type[Any] | None
     ) -> Context[Any]:
         """The context of a run this process executes (its steps' ``ctx``)."""
         from ._lifecycle import Idle
 
         ctx: Context[Any] = object.__new__(cls)
         ctx._wf = workflow
-        ctx._x = executor
+        ctx._host = executor
         ctx._run = executor.run_id
         ctx.store = ContextStore(executor, state_type)
         ctx._idle = Idle(ctx)
         return ctx
 
+    @classmethod
+    def _at(cls, workflow: Workflow, run_id: str, seq: int) -> Context[Any]:
+        """An idle context of ``workflow`` pointing at ``seq`` of its run ``run_id``."""
+        ctx: Context[Any] = cls(workflow)
+        ctx._run = run_id
+        ctx._idle.seq = seq
+        return ctx
+
     def _go_idle(self) -> None:
         self.store.bind(cast("StoreHost", self._idle))  # reads and writes of an idle context
 
-    def _bind(self, executor: Executor) -> None:
+    def _bind(self, executor: RunHost) -> None:
         """Binds this context to the run ``executor`` runs (a run started from it)."""
         from ._lifecycle import Idle
 
         executor.ctx = self
         self._wf = executor.config.instance
-        self._x = executor
+        self._host = executor
         self._run = executor.run_id
         self.store.bind(executor)
         self._idle = Idle(self)
 
-    def _ended(self, executor: Executor) -> None:
+    def _ended(self, executor: RunHost) -> None:
         """The run ``executor`` ran has ended: the context is idle, at the run's end."""
-        if self._x is executor:
+        if self._host is executor:
             self._go_idle()
 
     @property
@@ -134,12 +185,12 @@ class Context(Generic[S]):
 
         return run_is_live(self)
 
-    def _live(self) -> Executor | None:
+    def _live(self) -> RunHost | None:
         """The executor running this context's run in this process, if it still runs it."""
-        x = self._x
-        if x is None or x.closing or self.store.host is not x:
+        host = self._host
+        if host is None or host.closing or self.store.host is not host:
             return None
-        return x
+        return host
 
     @staticmethod
     def get_step_context() -> Context[Any]:
@@ -157,7 +208,7 @@ class Context(Generic[S]):
     def _on_loop(self, fn: Callable[[], T]) -> T:
         """Runs ``fn`` on the run's event loop: at once from there, else (a synchronous
         step's worker thread) by handing it to the loop and waiting for its outcome."""
-        loop = cast("Executor", self._x).done.get_loop()  # called for a bound context only
+        loop = cast("RunHost", self._host).done.get_loop()  # called for a bound context only
         try:
             here = asyncio.get_running_loop()
         except RuntimeError:
@@ -217,19 +268,19 @@ class Context(Generic[S]):
             msg = f"send_event takes an Event, not {type(event).__name__}"
             raise WorkflowRuntimeError(msg)
         att = current_attempt.get()
-        x = self._x
+        host = self._host
         if att is None:
             if self._live() is None:
-                from ._lifecycle import send_idle
+                from ._context_run import send_idle
 
                 send_idle(self, event)
                 return
-            assert x is not None
+            assert host is not None
             self._encode_event(event, "handler.ctx.send_event")  # refused here, not later
-            x.send_external_nowait(event)
+            host.send_external_nowait(event)
             return
-        assert x is not None
-        if step is not None and step not in x.graph.steps:
+        assert host is not None
+        if step is not None and step not in host.graph.steps:
             msg = f"send_event: no step named {step!r}"
             raise WorkflowRuntimeError(msg)
         att.sent.append((event, step))
@@ -241,13 +292,13 @@ class Context(Generic[S]):
             is not streamed then).
         """
         att = current_attempt.get()
-        x = self._x if att is not None else self._live()
-        if x is None:
+        host = self._host if att is not None else self._live()
+        if host is None:
             msg = "write_event_to_stream() needs a running workflow: call wf.run(ctx=ctx) first"
             raise ContextStateError(msg)
         if att is not None:
             att.keep_json(event, self._encode_event(event, "ctx.write_event_to_stream"))
-        self._on_loop(lambda: x.stream_now(event, att))
+        self._on_loop(lambda: host.stream_now(event, att))
         if att is not None:
             att.streamed.append(event)
 
@@ -284,16 +335,16 @@ class Context(Generic[S]):
         # program that imports app.
         bid = default_buffer_id(att.step, names) if buffer_id is None else buffer_id
         key = buffer_key(att.step, bid)
-        x = cast("Executor", self._x)  # inside an attempt: the executor running it
+        host = cast("RunHost", self._host)  # inside an attempt: the executor running it
         # The live buffer changes now, atomically on the event loop (no other attempt can
         # see it half done); not an OCC key, so collectors never conflict. The change is
         # undone if this attempt does not commit.
-        buf = x.live_buffer(key)
-        ev_id = att.event_id if event is att.event else x.new_event_id()
+        buf = host.live_buffer(key)
+        ev_id = att.event_id if event is att.event else host.new_event_id()
         entry = (ev_id, event)
         buf.setdefault(type(event).__qualname__, []).append(entry)
         att.collects.append((key, bid, entry, None))
-        x.collect_put(att, key, entry)
+        host.collect_put(att, key, entry)
         need = Counter(names)
         if any(len(buf.get(n, ())) < k for n, k in need.items()):
             return None
@@ -304,7 +355,7 @@ class Context(Generic[S]):
             if not events:
                 del buf[n]
         att.collects.append((key, bid, None, names))
-        x.collect_take(att, key, taken)
+        host.collect_take(att, key, taken)
         return [ev for _, ev in taken]
 
     async def wait_for_event(
@@ -326,11 +377,11 @@ class Context(Generic[S]):
         :raises WorkflowTimeoutError: no matching event came within ``timeout`` seconds.
         """
         att = self._attempt("wait_for_event")
-        x = cast("Executor", self._x)  # inside an attempt: the executor running it
+        host = cast("RunHost", self._host)  # inside an attempt: the executor running it
         att.wait_calls += 1
         wid = waiter_id or f"{att.step}:{att.event_id}:{att.wait_calls}"
-        if wid in x.answers:
-            answer = x.answers[wid]
+        if wid in host.answers:
+            answer = host.answers[wid]
             att.answers_used.append(wid)
             if answer is None:
                 msg = f"wait_for_event({event_type.__name__}) timed out after {timeout} s"
@@ -338,8 +389,8 @@ class Context(Generic[S]):
             return answer[1]
         # What the waiting record will hold is checked here, where the step can be told.
         try:
-            x.codec.encode(wid, name="waiter_id")
-            x.codec.encode(dict(requirements or {}), name="requirements")
+            host.codec.encode(wid, name="waiter_id")
+            host.codec.encode(dict(requirements or {}), name="requirements")
         except EncodeError as exc:
             raise refused(exc, "refused by ctx.wait_for_event") from None
         if waiter_event is not None:
@@ -397,7 +448,7 @@ class Context(Generic[S]):
         """
         from ._children import run_child
 
-        return await run_child(self._x, self._attempt("run_workflow"), flow, start_kwargs)
+        return await run_child(self._host, self._attempt("run_workflow"), flow, start_kwargs)
 
     async def sleep(self, seconds: float) -> None:
         """Sleeps ``seconds``, durably when it is at least the workflow's ``sleep_threshold``.
@@ -409,7 +460,7 @@ class Context(Generic[S]):
         """
         from ._timers import durable_sleep
 
-        await durable_sleep(self._x, self._attempt("sleep"), seconds)
+        await durable_sleep(self._host, self._attempt("sleep"), seconds)
 
     def to_dict(
         self, serializer: BaseSerializer | None = None, *, include_state: bool = True
@@ -422,7 +473,7 @@ class Context(Generic[S]):
         instead (:mod:`workflow.context.serializers`). Restore it with :meth:`from_dict`,
         here or in another process.
         """
-        from ._lifecycle import context_dict
+        from ._context_dict import context_dict
 
         return context_dict(self, serializer, include_state)
 

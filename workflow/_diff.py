@@ -90,7 +90,8 @@ class Tracker:
         self._codec = codec or default_codec
         register_views(self._codec)
         self.base = base
-        self.node = None if type(base) in ATOMS else node_of(base, self._codec)
+        self.token = object()  # carried by each view it makes: they show base as it is now
+        self.node = None if type(base) in ATOMS else node_of(base, self._codec, self.token)
         self._view = base if self.node is None else view_of(self.node)
 
     @property
@@ -117,12 +118,14 @@ def diff(
     *,
     whole_size: int | None = None,
     hint: Tracker | None = None,
+    text: str | None = None,
 ) -> list[Op]:
     """The patch from old to new (:func:`workflow._delta.diff`); ``hint`` is the tracker
     whose view new may derive from (``items + [x]``, ``{**d, k: v}``): what new shares
     with that view by identity costs nothing.
 
     :param whole_size: the length of new's JSON text, when the caller has encoded it already.
+    :param text: new's JSON text, when the caller has it (not encoded again then).
     """
-    node = None if hint is None else hint.node
-    return _delta.diff(old, new, codec, whole_size=whole_size, hint=node)
+    node, token = (None, None) if hint is None else (hint.node, hint.token)
+    return _delta.diff(old, new, codec, whole_size=whole_size, hint=node, text=text, token=token)

@@ -17,6 +17,7 @@ from typing import Any, Final
 import orjson
 
 from eventstore import Codec, CodecError, LogCorruptedError, StoredRecord
+from eventstore._encryption import encrypted_error
 
 from . import _journal as J
 from ._buffers import class_qualname, collect_key, taken
@@ -485,6 +486,8 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
             except LogCorruptedError:
                 raise
             except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
+                if (sealed := encrypted_error(r)) is not None:  # read without the key
+                    raise sealed from None
                 msg = f"record seq {r.seq} ({kind}) of run {r.run_id!r} is malformed: {exc!r}"
                 raise LogCorruptedError(msg, seq=r.seq) from exc
             n += 1

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from eventstore import Record
+from eventstore import CodecError, LogCorruptedError, Record, UnknownClassError
 
-from . import _journal as J
+from . import _journal as journal
 from ._changes import ABSENT, MIN_FULL_BYTES, Encoded, KeyChange, encode_ops
 from ._diff import apply, diff
 from ._patch import apply_copied
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from eventstore import Codec
 
     from ._attempt import Attempt
+    from ._fold import Folded
 
 __all__ = ["LiveContext"]
 
@@ -51,6 +52,31 @@ class LiveContext:
         self.pins: dict[str, int] = {}  # key -> live attempts that read it
         # Held by an edit_state attempt (and one that conflicted too often) until it ends.
         self.state_lock = asyncio.Lock()
+
+    def load(self, folded: Folded) -> None:
+        """Loads the values of ``folded`` (JSON form; its objects become the live values).
+
+        :raises UnknownClassError: a value names a class this program lacks.
+        :raises LogCorruptedError: a value does not decode (the record is named).
+        """
+        load = self.codec.load
+        for key, entry in folded.context.items():
+            try:
+                self.committed[key] = load(entry.dump)
+            except UnknownClassError as exc:  # not damage: a class this program lacks
+                exc.add_note(
+                    f"in record seq {entry.seq} of run {folded.run_id!r}, context key {key!r}"
+                )
+                raise
+            except CodecError as exc:  # refused with the record named, before any work
+                msg = f"record seq {entry.seq} of run {folded.run_id!r}: context key {key!r}: {exc}"
+                raise LogCorruptedError(msg, seq=entry.seq) from exc
+            self.keylog[key] = [entry.full_bytes, entry.patch_bytes]
+
+    def clear(self) -> None:
+        """Forgets the values (the executor starts over from a newer fold)."""
+        self.committed.clear()
+        self.keylog.clear()
 
     # ------------------------------------------------------------------ reads
 
@@ -110,7 +136,7 @@ class LiveContext:
         old = self.committed.get(key, ABSENT)
         if old is ABSENT:
             return KeyChange(key, full=new.value, text=new.text)
-        ops = diff(old, new.value, self.codec, whole_size=len(new.text))
+        ops = diff(old, new.value, self.codec, text=new.text)
         if not ops:
             return None
         if ops[0][:2] == ("replace", ()):
@@ -122,13 +148,13 @@ class LiveContext:
         records = []
         for ch in changes:
             if ch.deleted:
-                records.append(J.state_deleted(step, ch.key))
+                records.append(journal.state_deleted(step, ch.key))
                 continue
             if ch.ops is not None:
                 assert ch.ops_json is not None
                 log = self.keylog.get(ch.key)
                 if log is not None and log[1] + len(ch.ops_json) < max(log[0], MIN_FULL_BYTES):
-                    rec = J.state_set_patch(step, ch.key, orjson.Fragment(ch.ops_json))
+                    rec = journal.state_set_patch(step, ch.key, orjson.Fragment(ch.ops_json))
                     ch.size = len(rec.payload)
                     records.append(rec)
                     continue
@@ -137,7 +163,7 @@ class LiveContext:
                 ch.full, ch.ops = apply_copied(self.committed[ch.key], ch.ops), None
                 ch.text = self.codec.encode(ch.full, name=ch.key)
             assert ch.text is not None
-            rec = J.state_set_value(step, ch.key, orjson.Fragment(ch.text))
+            rec = journal.state_set_value(step, ch.key, orjson.Fragment(ch.text))
             ch.size = len(rec.payload)
             records.append(rec)
         return records

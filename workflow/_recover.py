@@ -13,11 +13,11 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from eventstore import LogCorruptedError, UnknownClassError, class_name
-from eventstore._allowlist import main_names
+from eventstore import LogCorruptedError, UnknownClassError
 
 from ._errors import RunOwnedError, WorkflowChangedError
 from ._fold import payload_of
+from ._names import same_name
 from ._read import waits_of
 
 if TYPE_CHECKING:
@@ -106,18 +106,6 @@ def is_run_of(wf: Workflow, run: RunSummary) -> bool:
     return known
 
 
-def same_name(recorded: str, cls: type) -> bool:
-    """Whether a workflow name the log records (``module:Qual.Name``) can be ``cls``'s: its
-    own, the same qualified name under ``__main__`` (a script's run), or, for a class of this
-    process's ``__main__``, a module name its file imports as."""
-    if recorded == class_name(cls):
-        return True
-    module, _, qualname = recorded.rpartition(":")
-    if qualname != cls.__qualname__:
-        return False
-    return module == "__main__" or (cls.__module__ == "__main__" and module in main_names())
-
-
 def _shares_a_step(wf: Workflow, run: RunSummary) -> bool:
     """Whether the steps a run's first record lists meet ``wf``'s (True when it lists none)."""
     if run.first_seq is None:
@@ -184,10 +172,10 @@ def _recover_one(wf: Workflow, run_id: str) -> Recovery:
         if _unresolved(exc):
             return Recovery(run_id, "stranded", error=exc)
         return Recovery(run_id, "failed", error=exc)
-    x = handler._executor
-    if x is not None:
+    executor = handler._executor
+    if executor is not None:
         # The resume ends such a run itself (once it holds it); say so now.
-        limit = x.recovery_limit()
+        limit = executor.recovery_limit()
         if limit is not None:
             return Recovery(run_id, "recovery_limit", handler, limit)
     return Recovery(run_id, "resumed", handler)

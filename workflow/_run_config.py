@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from eventstore import Codec, EventStore, NewRun
 
@@ -20,7 +20,11 @@ if TYPE_CHECKING:
     from ._ownership import LeaseOwners, Owners
     from .resource import ResourceManager
 
-__all__ = ["RunConfig"]
+__all__ = ["DEFAULT_FAILURE_GRACE", "RunConfig"]
+
+# Seconds that attempts still running get to commit when another step's failure fails the
+# run (``Workflow.failure_grace``).
+DEFAULT_FAILURE_GRACE: Final = 2.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

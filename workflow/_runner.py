@@ -11,19 +11,15 @@ import contextlib
 import copy
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 
 from eventstore import (
-    CodecError,
     ConcurrencyError,
     EventStoreError,
-    LogCorruptedError,
-    NewRun,
     Record,
-    UnknownClassError,
 )
 
-from . import _journal as J
+from . import _journal as journal
 from ._attempts import Conflict, StepRunner
 from ._changes import KeyChange, encode_updates
 from ._collects import CollectBuffers
@@ -39,22 +35,26 @@ from ._errors import (
     WorkflowTimeoutError,
 )
 from ._events import (
-    Event,
     StartEvent,
     StopEvent,
     WorkflowCancelledEvent,
     WorkflowFailedEvent,
     WorkflowTimedOutEvent,
 )
-from ._fold import Folded, MemoRec, rename_steps, result_of, to_run_state
+from ._fold import Folded, MemoRec, result_of
 from ._live_context import LiveContext
 from ._live_runs import own, release
 from ._ownership import LeaseOwners
-from ._read import fold_run
-from ._renames import moves_for
 from ._run_log import RunLog, Sealed
+from ._run_start import (
+    fork_run,
+    over_recovery_limit,
+    resume_run,
+    start_imported_run,
+    start_run,
+)
 from ._stream import RunStream
-from ._waits import Delivery, WaitInfo, Waits
+from ._waits import Delivery, Waits
 
 if TYPE_CHECKING:
     from ._run_config import RunConfig
@@ -67,23 +67,6 @@ __all__ = ["Delivery", "Executor"]
 # state's size of records. A run's executor also writes one as it lets go of the run.
 SNAPSHOT_FACTOR: Final = 10
 SNAPSHOT_MIN_BYTES: Final = 32 * 1024
-# Seconds that attempts still running get to commit when another step's failure fails the
-# run (``Workflow.failure_grace``).
-DEFAULT_FAILURE_GRACE: Final = 2.0
-
-
-def over_recovery_limit(
-    run_id: str, folded: Folded, steps: Mapping[str, object], limit: int
-) -> RecoveryLimitError | None:
-    """The error that ends a run whose in-progress input was started ``limit`` times
-    without ending (each start a process died in), or None."""
-    for step, progs in folded.in_progress.items():
-        if step not in steps:
-            continue  # stranded work the caller chose to leave undone
-        for p in progs.values():
-            if p.crashes >= limit:
-                return RecoveryLimitError(run_id, step, p.crashes, limit)
-    return None
 
 
 class Executor:
@@ -124,6 +107,8 @@ class Executor:
         self.waiters = waits.waiters
         self.answers = waits.answers
         self.unclaimed = waits.unclaimed
+        self.poke = waits.poke  # something was posted to the inbox: take it in now
+        self.send_external_nowait = waits.send_external_nowait
         self.next_id = 1
         self.done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.status = "running"
@@ -156,62 +141,34 @@ class Executor:
         if folded is not None:
             # Live values must never share objects with the fold's JSON, which the
             # executor goes on folding its commits into (the codec does not copy).
-            self._load(copy.deepcopy(folded))
+            self.load(copy.deepcopy(folded))
 
     # ------------------------------------------------------------------ state from the log
 
     def reload(self, folded: Folded) -> None:
         """Starts over from a newer fold of the log (before any work was delivered)."""
-        self.committed.clear()
-        self.keylog.clear()
-        self.buffers.clear()
+        self.live.clear()
+        self.collects.buffers.clear()
         self.waits.clear()
         self.stream.forget()
         self.log.restart(folded)
-        self._load(copy.deepcopy(folded))
+        self.load(copy.deepcopy(folded))
 
-    def _load(self, f: Folded) -> None:
+    def load(self, folded: Folded) -> None:
+        """Loads the live state from ``folded`` (JSON form; its objects become the live ones).
+
+        :raises UnknownClassError: a value names a class this program lacks.
+        :raises LogCorruptedError: a value does not decode.
+        """
+        self.live.load(folded)
         load = self.codec.load
-        for key, entry in f.context.items():
-            try:
-                self.committed[key] = load(entry.dump)
-            except UnknownClassError as exc:  # not damage: a class this program lacks
-                exc.add_note(f"in record seq {entry.seq} of run {f.run_id!r}, context key {key!r}")
-                raise
-            except CodecError as exc:  # refused with the record named, before any work
-                msg = f"record seq {entry.seq} of run {f.run_id!r}: context key {key!r}: {exc}"
-                raise LogCorruptedError(msg, seq=entry.seq) from exc
-            self.keylog[key] = [entry.full_bytes, entry.patch_bytes]
-        for buf, by_type in f.buffers.items():
+        for buf, by_type in folded.buffers.items():
             self.buffers[buf] = {t: [(e.id, load(e.dump)) for e in es] for t, es in by_type.items()}
-        for wid, w in f.waiters.items():
-            self.waiters[wid] = WaitInfo(
-                wid,
-                w.step,
-                w.ev.id,
-                load(w.ev.dump),
-                # The class, not its name: an answer matches whatever module it came under.
-                cast("type[Event]", self.codec.resolve(w.awaited)),
-                w.awaited,
-                load(w.requirements) or {},
-                w.deadline,
-                None if w.waiter_event is None else load(w.waiter_event),
-            )
-        for wid, ans in f.answers.items():
-            self.answers[wid] = None if ans is None else (ans.id, load(ans.dump))
-        self.unclaimed.update((i, load(e.dump)) for i, e in f.unclaimed.items())
-        self.next_id = f.next_id
-        self._exec_before = f.exec_us / 1e6
+        self.waits.load(folded)
+        self.next_id = folded.next_id
+        self._exec_before = folded.exec_us / 1e6
 
     # ------------------------------------------------------------------ helpers for Context
-
-    def poke(self) -> None:
-        """Takes in the inbox now (something was posted to it)."""
-        self.waits.poke()
-
-    def send_external_nowait(self, event: Event) -> None:
-        """Takes an event from outside any step now (``ctx.send_event`` on ``handler.ctx``)."""
-        self.waits.send_external_nowait(event)
 
     async def operator_update(
         self,
@@ -308,13 +265,13 @@ class Executor:
         ``with_context``: the first commit writes context values (a run from a context),
         which the live state loads from the commit just folded.
         """
-        self._spawn(self._start(records, start_event, with_context))
+        self._spawn(start_run(self, records, start_event, with_context))
 
     def start_imported(self, records: list[Record], updates: dict[str, Any]) -> None:
         """Starts a new run whose first commit (``records``) holds a state from elsewhere (a
         context dict of another store); its queued work runs, its waits wait and ask again."""
         self.stream.will_ask_again()  # its waits' questions are asked again, as on a resume
-        self._spawn(self._start_imported(records, updates))
+        self._spawn(start_imported_run(self, records, updates))
 
     def fork(
         self,
@@ -324,7 +281,7 @@ class Executor:
         deletes: list[str] | None = None,
     ) -> None:
         """Starts a fork of ``parent`` (run id, seq) whose state there is ``folded``."""
-        self._spawn(self._fork(folded, parent, updates, deletes))
+        self._spawn(fork_run(self, folded, parent, updates, deletes))
 
     def resume(
         self,
@@ -336,98 +293,11 @@ class Executor:
     ) -> None:
         """Continues the run from ``folded``, the fold of its log (its owner lock is held):
         claims it (fencing any previous owner), records the resume, and goes on."""
-        self._spawn(self._resume(folded, updates, renamed, deletes))
+        self._spawn(resume_run(self, folded, updates, renamed, deletes))
 
-    async def _start(
-        self, records: list[Record], start_event: StartEvent, with_context: bool
-    ) -> None:
-        config = self.config
-        await config.slot(self.done)  # a new run: num_concurrent_runs counts it
-        await self.append(records, create=config.new_run())
-        self._hold(self.store.run(self.run_id).rid)
-        if with_context:
-            self._load(copy.deepcopy(self.folded))
-        self.ready.set()
-        for t in self.graph.route(type(start_event)):
-            self.deliver(t, Delivery(1, start_event))
-        self.waits.start_taking()
-        self.start_tasks()
-
-    async def _start_imported(self, records: list[Record], updates: dict[str, Any]) -> None:
-        config = self.config
-        await config.slot(self.done)
-        await self.append(records, create=config.new_run())
-        self._hold(self.store.run(self.run_id).rid)
-        self._load(copy.deepcopy(self.folded))
-        self.ready.set()
-        await self._go_on(copy.deepcopy(self.folded), updates, resumed=False)
-
-    async def _fork(
-        self,
-        folded: Folded,
-        parent: tuple[str, int],
-        updates: dict[str, Any] | None,
-        deletes: list[str] | None,
-    ) -> None:
-        config = self.config
-        # Read before the fork's first commit is folded into the same state.
-        ended = folded.result if folded.status == "finished" else None
-        await self.append(
-            [
-                J.run_started(
-                    config.name,
-                    self.graph.fingerprint(),
-                    0,
-                    None,
-                    parent,
-                    self.codec,
-                    self.graph.describe(),
-                )
-            ],
-            create=NewRun(
-                meta={"workflow": config.name},
-                parent_run_id=parent[0],
-                parent_seq=parent[1],
-                status="running",
-            ),
-        )
-        self._hold(self.store.run(self.run_id).rid)
-        self.ready.set()
-        if ended is not None:
-            # Forked where the parent had finished: nothing is left to run, so the fork
-            # ends at once with the parent's result at that point (after any updates).
-            if updates or deletes:
-                await self.operator_update(updates or {}, deletes)
-            stop = self.codec.load(ended)
-            await self.append([J.run_finished(ended, folded.next_id)], status="finished")
-            self.finish(stop)
-            return
-        await self._go_on(copy.deepcopy(folded), updates, resumed=False, deletes=deletes)
-
-    async def _resume(
-        self,
-        folded: Folded,
-        updates: dict[str, Any] | None,
-        renamed: dict[str, str] | None,
-        deletes: list[str] | None,
-    ) -> None:
-        self.log.epoch = await self.store.claim(self.run_id)
-        self.ready.set()
-        # The log as read before the claim may have grown since: a previous owner that
-        # had not yet noticed it lost the run could commit until the claim fenced it.
-        if self.store.last_seq(self.run_id) != folded.seq:
-            folded = fold_run(self.store, self.run_id, None)
-            renamed = moves_for(folded, self.config.renames)
-            rename_steps(folded, renamed)
-            self.reload(folded)
-            folded = copy.deepcopy(folded)
-            if folded.status == "finished":
-                self._close(result=to_run_state(folded, self.codec).result)
-                return
-        await self.append([J.run_resumed(self.log.epoch, folded.status, renamed)], status="running")
-        if folded.status == "timed_out":
-            self._exec_before = 0.0  # a fresh timeout budget (the fold resets it too)
-        await self._go_on(folded, updates, resumed=True, deletes=deletes)
+    def reset_budget(self) -> None:
+        """A fresh timeout budget (a timed-out run resumed; the fold resets it too)."""
+        self._exec_before = 0.0
 
     def recovery_limit(self) -> RecoveryLimitError | None:
         """The error that ends this run at its resume if its in-progress input was started
@@ -436,57 +306,10 @@ class Executor:
             self.run_id, self.folded, self.graph.steps, self.config.max_recovery
         )
 
-    def _hold(self, rid: int) -> None:
+    def hold(self, rid: int) -> None:
         """The run's row exists (id ``rid``): this executor owns it from now on."""
         self.rid = rid
         own(self.store, self.config.owners, self.run_id, rid, self)
-
-    async def _go_on(
-        self,
-        folded: Folded,
-        updates: dict[str, Any] | None,
-        *,
-        resumed: bool,
-        deletes: list[str] | None = None,
-    ) -> None:
-        """Goes on from ``folded``: operator updates first, then the work it left, in-progress
-        events first (attempt counts kept), then the queues; waits are armed again."""
-        if updates or deletes:
-            await self.operator_update(updates or {}, deletes)
-        failed = folded.status == "failed"
-        steps = self.graph.steps
-        exc = over_recovery_limit(self.run_id, folded, steps, self.config.max_recovery)
-        if exc is not None:
-            await self.append([J.run_failed(exc.step, exc)], status="failed")
-            self.end_with(exc)
-            return
-        load = self.codec.load
-        for step, progs in folded.in_progress.items():
-            if step not in steps:
-                continue  # stranded, and the caller said to proceed without it
-            for p in progs.values():
-                self.deliver(
-                    step,
-                    Delivery(
-                        p.ev.id,
-                        load(p.ev.dump),
-                        attempts=p.attempt,
-                        failures=0 if failed else p.failures,
-                        redelivered=True,
-                        failure=None if failed else p.failure,
-                    ),
-                )
-        for step, queue in folded.queues.items():
-            if step not in steps:
-                continue
-            for ev in queue.values():
-                self.deliver(step, Delivery(ev.id, load(ev.dump), durable=resumed))
-        for w in self.waiters.values():
-            self.waits.arm(w)
-        self.waits.take_inbox()
-        self.waits.start_taking()  # what was sent as the run resumed follows its inbox
-        self.stream.ask_again(self.waiters.values())
-        self.start_tasks()
 
     # ------------------------------------------------------------------ the run
 
@@ -573,7 +396,7 @@ class Executor:
                     "Currently active steps: " + ", ".join(active) if active else "No steps active"
                 )
                 await self._end_run(
-                    J.run_timed_out(self.exec_time()),
+                    journal.run_timed_out(self.exec_time()),
                     WorkflowTimeoutError(
                         f"Operation timed out after {timeout} seconds of execution"
                         f" (run {self.run_id!r}). {steps}"
@@ -588,9 +411,9 @@ class Executor:
         if self.closing:
             return
         status = {
-            J.RUN_CANCELLED: "cancelled",
-            J.RUN_TIMED_OUT: "timed_out",
-            J.RUN_SUSPENDED: "waiting",
+            journal.RUN_CANCELLED: "cancelled",
+            journal.RUN_TIMED_OUT: "timed_out",
+            journal.RUN_SUSPENDED: "waiting",
         }[record.kind]
         try:
             await self.append([record], status=status)
@@ -605,17 +428,17 @@ class Executor:
     async def cancel(self) -> None:
         await self.wait_ready()
         await self._end_run(
-            J.run_cancelled(), WorkflowCancelledByUser(f"run {self.run_id!r} was cancelled")
+            journal.run_cancelled(), WorkflowCancelledByUser(f"run {self.run_id!r} was cancelled")
         )
 
     async def suspend(self, exc: BaseException) -> None:
         await self.wait_ready()
-        await self._end_run(J.run_suspended(), exc)
+        await self._end_run(journal.run_suspended(), exc)
 
     def finish(self, stop: StopEvent) -> None:
         self.status = "finished"
         self.stream.finish(stop)
-        self._close(result=result_of(stop))
+        self.close(result=result_of(stop))
 
     def end_with(self, exc: BaseException) -> None:
         if isinstance(exc, Sealed):
@@ -625,11 +448,11 @@ class Executor:
                 # `workflow cancel` (or another process's cancel) took the run over to end
                 # it: this handler's run was cancelled, not lost to another executor.
                 self.status = "cancelled"
-                self._close(exc=WorkflowCancelledByUser(f"run {self.run_id!r} was cancelled"))
+                self.close(exc=WorkflowCancelledByUser(f"run {self.run_id!r} was cancelled"))
                 return
             exc = RunLostError(self.run_id, str(exc))
         self.status = "failed"
-        self._close(exc=exc)
+        self.close(exc=exc)
 
     def _cancelled_elsewhere(self) -> bool:
         """Whether another process cancelled the run (its runs row says so)."""
@@ -652,7 +475,7 @@ class Executor:
             step_name=step, exception=exc, attempts=attempts, elapsed_seconds=elapsed
         )
 
-    def _close(self, *, result: Any = None, exc: BaseException | None = None) -> None:
+    def close(self, *, result: Any = None, exc: BaseException | None = None) -> None:
         if self.closing:
             return
         self.closing = True

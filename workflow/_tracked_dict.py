@@ -44,10 +44,10 @@ class ObjectCopy:
     compared whole by encoded value when the patch is taken.
     """
 
-    __slots__ = ("base", "codec", "kids", "names", "obj")
+    __slots__ = ("base", "codec", "kids", "names", "obj", "token")
 
-    def __init__(self, base: Any, codec: Codec) -> None:
-        self.base, self.codec = base, codec
+    def __init__(self, base: Any, codec: Codec, token: object = None) -> None:
+        self.base, self.codec, self.token = base, codec, token
         self.names = field_names(base)
         self.kids: dict[str, Node] = {}
         if self.names is None:
@@ -59,13 +59,13 @@ class ObjectCopy:
                 object.__setattr__(self.obj, attr, copy.deepcopy(getattr(base, attr)))
         for name in self.names:
             value = getattr(base, name)
-            node = None if type(value) in ATOMS else node_of(value, codec)
+            node = None if type(value) in ATOMS else node_of(value, codec, token)
             if node is not None:
                 self.kids[name] = node
                 object.__setattr__(self.obj, name, view_of(node))
 
     def _collect(self, out: list[Op], path: Path) -> None:
-        diff_obj(self.base, self.obj, path, self.codec, out, self)
+        diff_obj(self.base, self.obj, path, self.codec, out, self, self.token)
 
 
 class TrackedDict(dict):  # type: ignore[type-arg]
@@ -79,7 +79,17 @@ class TrackedDict(dict):  # type: ignore[type-arg]
     wrapped too. ``d | {k: v}`` and ``d.copy()`` are views of the same committed dict.
     """
 
-    __slots__ = ("_base", "_cleared", "_codec", "_del", "_kids", "_set", "_shared", "_values")
+    __slots__ = (
+        "_base",
+        "_cleared",
+        "_codec",
+        "_del",
+        "_kids",
+        "_set",
+        "_shared",
+        "_token",
+        "_values",
+    )
 
     _base: dict[Any, Any]
     _codec: Codec
@@ -89,19 +99,22 @@ class TrackedDict(dict):  # type: ignore[type-arg]
     _shared: dict[Any, Node]
     _cleared: bool
     _values: list[Any] | None  # the committed values, listed when the view was made
+    _token: object  # its tracker's: the views of one attempt (see _delta.diff)
 
-    def __init__(self, base: dict[Any, Any], codec: Codec = default_codec) -> None:
+    def __init__(
+        self, base: dict[Any, Any], codec: Codec = default_codec, token: object = None
+    ) -> None:
         dict.__init__(self, base)
-        self._base, self._codec = base, codec
+        self._base, self._codec, self._token = base, codec, token
         self._set, self._del, self._kids, self._shared = {}, {}, {}, {}
         self._cleared = False
         self._values = None
 
     @staticmethod
-    def of(base: dict[Any, Any], codec: Codec = default_codec) -> TrackedDict:
+    def of(base: dict[Any, Any], codec: Codec = default_codec, token: object = None) -> TrackedDict:
         """A view of base: a :class:`_NestedDict` if a value of base is not an atom."""
         values = list(dict.values(base))
-        view = (TrackedDict if MEMO.atoms(values, base) else _NestedDict)(base, codec)
+        view = (TrackedDict if MEMO.atoms(values, base) else _NestedDict)(base, codec, token)
         view._values = values
         return view
 
@@ -109,6 +122,7 @@ class TrackedDict(dict):  # type: ignore[type-arg]
         new = type(self).__new__(type(self))
         dict.update(new, dict.copy(self))
         new._base, new._codec, new._cleared = self._base, self._codec, self._cleared
+        new._token = self._token
         new._values = self._values
         new._set, new._del = dict(self._set), dict(self._del)
         if not deep:
@@ -150,7 +164,7 @@ class TrackedDict(dict):  # type: ignore[type-arg]
         x = dict.__getitem__(self, key)
         if type(x) in ATOMS or key in self._kids or key in self._set or self._added(key):
             return x
-        node = shared_node(self._shared, key, x, self._codec)
+        node = shared_node(self._shared, key, x, self._codec, self._token)
         if node is None:
             return x
         self._kids[key] = node
@@ -278,7 +292,7 @@ class TrackedDict(dict):  # type: ignore[type-arg]
             if k in self._del or k not in base:
                 out.append(("set", (*path, elem(k)), fresh(v)))
             else:  # diffed against the committed value: {**d, k: v} costs the change
-                diff_into(base[k], v, (*path, elem(k)), codec, out, shared.get(k))
+                diff_into(base[k], v, (*path, elem(k)), codec, out, shared.get(k), self._token)
         for k, node in self._kids.items():
             node._collect(out, (*path, elem(k)))
 

@@ -46,7 +46,18 @@ class TrackedList(list):  # type: ignore[type-arg]
     too (of the same committed list), so ``set()`` of them costs the change.
     """
 
-    __slots__ = ("_base", "_codec", "_kids", "_n", "_n0", "_own", "_set", "_shared", "_wrapped")
+    __slots__ = (
+        "_base",
+        "_codec",
+        "_kids",
+        "_n",
+        "_n0",
+        "_own",
+        "_set",
+        "_shared",
+        "_token",
+        "_wrapped",
+    )
 
     _base: list[Any]
     _codec: Codec
@@ -57,10 +68,11 @@ class TrackedList(list):  # type: ignore[type-arg]
     _set: dict[int, None]  # index < _n -> assigned, in order (an ordered set)
     _shared: dict[int, Node]  # committed index -> its wrapper, shared with copies
     _wrapped: bool  # no committed mutable item is left unwrapped
+    _token: object  # its tracker's: the views of one attempt (see _delta.diff)
 
-    def __init__(self, base: list[Any], codec: Codec = default_codec) -> None:
+    def __init__(self, base: list[Any], codec: Codec = default_codec, token: object = None) -> None:
         list.__init__(self, base)
-        self._base, self._codec = base, codec
+        self._base, self._codec, self._token = base, codec, token
         self._n = self._n0 = len(base)
         self._set, self._kids, self._shared = {}, {}, {}
         self._own = self._wrapped = False
@@ -74,6 +86,7 @@ class TrackedList(list):  # type: ignore[type-arg]
         new = TrackedList.__new__(TrackedList)
         list.extend(new, list.__iter__(self))
         new._base, new._codec, new._n, new._n0 = self._base, self._codec, self._n, self._n0
+        new._token = self._token
         new._own, new._set = self._own, dict(self._set)
         if not deep:
             new._kids, new._shared, new._wrapped = dict(self._kids), self._shared, self._wrapped
@@ -105,7 +118,7 @@ class TrackedList(list):  # type: ignore[type-arg]
         x = list.__getitem__(self, i)
         if type(x) in ATOMS or self._own or i >= self._n or i in self._set or i in self._kids:
             return x
-        node = shared_node(self._shared, i, x, self._codec)
+        node = shared_node(self._shared, i, x, self._codec, self._token)
         if node is None:
             return x
         self._kids[i] = node
@@ -344,7 +357,8 @@ class TrackedList(list):  # type: ignore[type-arg]
             return
         base, codec, shared = self._base, self._codec, self._shared
         for i in self._set:  # diffed against the committed item: items + [x] costs x
-            diff_into(base[i], list.__getitem__(self, i), (*path, i), codec, out, shared.get(i))
+            mine = list.__getitem__(self, i)
+            diff_into(base[i], mine, (*path, i), codec, out, shared.get(i), self._token)
         for i, node in self._kids.items():
             node._collect(out, (*path, i))
         if self._n < self._n0:

@@ -74,7 +74,7 @@ class Node(Protocol):
 VIEWS: Final[dict[type, Callable[[Any], Any]]] = {}
 # What makes the node of a committed value: by its type (list, dict), or ``object`` for
 # any other mutable value (a copy); filled by the views' modules.
-NODES: Final[dict[type, Callable[[Any, Codec], Node]]] = {}
+NODES: Final[dict[type, Callable[[Any, Codec, object], Node]]] = {}
 
 # Per class, weakly: classes made at run time (in functions, in tests) may go away.
 _FIELD_NAMES: weakref.WeakKeyDictionary[type, tuple[str, ...] | None] = weakref.WeakKeyDictionary()
@@ -202,12 +202,16 @@ def tail_ops(path: Path, tail: list[Any], out: list[Op]) -> None:
         out.append(("extend", path, [fresh(v) for v in tail]))
 
 
-def node_of(x: Any, codec: Codec) -> Node | None:
-    """The node that tracks x, or None when x is immutable and handed out as it is."""
+def node_of(x: Any, codec: Codec, token: object) -> Node | None:
+    """The node that tracks x, or None when x is immutable and handed out as it is.
+
+    :param token: its tracker's (each view carries it, so a diff knows the views that are
+        current from those kept from an earlier attempt).
+    """
     make = NODES.get(type(x))
     if make is not None:
-        return make(x, codec)
-    return None if immutable(x) else NODES[object](x, codec)
+        return make(x, codec, token)
+    return None if immutable(x) else NODES[object](x, codec, token)
 
 
 def view_of(node: Node) -> Any:
@@ -220,11 +224,13 @@ def tracked(x: Any) -> bool:
     return type(x) in VIEWS
 
 
-def shared_node(shared: dict[Any, Node], key: Any, x: Any, codec: Codec) -> Node | None:
+def shared_node(
+    shared: dict[Any, Node], key: Any, x: Any, codec: Codec, token: object
+) -> Node | None:
     """The wrapper of committed item x at key, shared by a view and the copies made of it."""
     node = shared.get(key)
     if node is None:
-        node = node_of(x, codec)
+        node = node_of(x, codec, token)
         if node is not None:
             shared[key] = node
     return node

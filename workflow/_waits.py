@@ -18,14 +18,14 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from eventstore import ConcurrencyError, EventStore, Record, class_name
 
-from . import _journal as J
+from . import _journal as journal
 from ._commit import wait_records
 from ._events import Event
-from ._fold import Failure
+from ._fold import Failure, Folded
 
 if TYPE_CHECKING:
     from eventstore import Codec
@@ -119,6 +119,27 @@ class Waits:
         # Events sent from outside before the executor holds the run, taken in once it does.
         self._early: list[tuple[Event, Any]] = []
         self._taking = False
+
+    def load(self, folded: Folded) -> None:
+        """Loads the waits, answers and unclaimed events of ``folded`` (JSON form)."""
+        codec = self._host.codec
+        load = codec.load
+        for wid, w in folded.waiters.items():
+            self.waiters[wid] = WaitInfo(
+                wid,
+                w.step,
+                w.ev.id,
+                load(w.ev.dump),
+                # The class, not its name: an answer matches whatever module it came under.
+                cast("type[Event]", codec.resolve(w.awaited)),
+                w.awaited,
+                load(w.requirements) or {},
+                w.deadline,
+                None if w.waiter_event is None else load(w.waiter_event),
+            )
+        for wid, ans in folded.answers.items():
+            self.answers[wid] = None if ans is None else (ans.id, load(ans.dump))
+        self.unclaimed.update((i, load(e.dump)) for i, e in folded.unclaimed.items())
 
     def clear(self) -> None:
         """Forgets the waits (the executor starts over from a newer fold)."""
@@ -235,8 +256,8 @@ class Waits:
 
         fut = self._host.submit(
             [
-                J.wait_resolved(w.step, w.waiter_id, ev_id, None if ev is None else dump(ev)),
-                J.enqueued(w.step, w.event_id, dump(w.event), J.SRC_WAITER),
+                journal.wait_resolved(w.step, w.waiter_id, ev_id, None if ev is None else dump(ev)),
+                journal.enqueued(w.step, w.event_id, dump(w.event), journal.SRC_WAITER),
             ],
             inbox_taken=[inbox_id] if inbox_id is not None else None,
             check=None if w.written else recorded,
@@ -286,7 +307,7 @@ class Waits:
         self,
         ev: Event,
         inbox_id: int | None,
-        src: J.Source = J.SRC_EXTERNAL,
+        src: journal.Source = journal.SRC_EXTERNAL,
         *,
         dumped: Any = _ABSENT,
     ) -> asyncio.Future[Any] | None:
@@ -304,8 +325,8 @@ class Waits:
         if w is not None:
             return self._resolve(w, ev_id, ev, inbox_id)
         targets = self._host.graph.route(type(ev))
-        records = [J.enqueued(t, ev_id, dump, src) for t in targets] or [
-            J.enqueued(None, ev_id, dump, src)
+        records = [journal.enqueued(t, ev_id, dump, src) for t in targets] or [
+            journal.enqueued(None, ev_id, dump, src)
         ]
         fut = self._host.submit(records, inbox_taken=[inbox_id] if inbox_id is not None else None)
         if not targets:

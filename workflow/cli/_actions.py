@@ -21,6 +21,7 @@ from .._state import TERMINAL
 from ._app import cli
 from ._common import check_store_to_write, emit_json, import_object, json_option, load_workflow
 from ._inspect import open_store
+from ._keys import cli_codec, refuse_plain_write
 from ._render import show_dump
 from ._running import (
     build_workflow,
@@ -206,7 +207,8 @@ def send(
             wf.store.close()
     else:
         open_store(db).close()
-        with EventStore(db) as store:
+        with EventStore(db, payload_codec=cli_codec()) as store:
+            refuse_plain_write(store, run)
             info = run_info(store, run)
             if (info.status or "running") in TERMINAL:
                 msg = f"run {run!r} has {info.status}; nothing would take the event in"

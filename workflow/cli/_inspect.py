@@ -22,6 +22,7 @@ from .._buffers import taken
 from .._checkpoints import event_type
 from .._fold import Folded
 from .._read import run_info
+from ._keys import cli_codec, encrypted_text
 from ._render import Show, short_class, show_dump, show_typed
 
 __all__ = [
@@ -79,7 +80,7 @@ def open_store(db: str, *, readonly: bool = True) -> EventStore:
             raise FileNotFoundError(msg)
         if path.is_dir():
             raise NotAStoreError(db, "it is a directory")
-    store = EventStore(db, readonly=readonly)
+    store = EventStore(db, readonly=readonly, payload_codec=cli_codec())
     # Closed when the command ends, also when it runs in-process (tests, a shell):
     # a PostgreSQL store holds server connections.
     ctx = click.get_current_context(silent=True)
@@ -246,6 +247,9 @@ def _run_resumed(payload: journal.RunResumed, show: Show, limit: int) -> str:
 
 def describe(record: StoredRecord, payload: Any, view: Viewer, limit: int = 200) -> str:
     """A record's payload as one short line: what happened, with ids and values."""
+    sealed = encrypted_text(record.payload)  # read without its key: what can be said of it
+    if sealed is not None:
+        return sealed
     line = _LINES.get(record.kind)
     if line is None:
         return show_dump(payload, limit)

@@ -13,6 +13,7 @@ from .._state import TERMINAL
 from ._app import cli
 from ._common import emit_json, json_option
 from ._inspect import open_store
+from ._keys import cli_codec
 
 __all__ = ["cancel_run"]
 
@@ -61,7 +62,7 @@ def cancel(db: str, run: str, as_json: bool) -> None:
     Needs no user code. `workflow resume --cancelled` continues the run later.
     """
     open_store(db).close()  # an existing store: cancelling never makes one
-    with EventStore(db) as store:
+    with EventStore(db, payload_codec=cli_codec()) as store:
         seq = cancel_run(store, run)
     if as_json:
         emit_json({"run_id": run, "status": "cancelled", "seq": seq})

@@ -105,6 +105,17 @@ function drawLabels() {
     out += `<text x="6" y="${laneY[s] + ROW - 2}" font-size="12" class="lane-label">${esc(S[s])}</text>`;
     w = Math.max(w, 14 + 7.2 * S[s].length);
   }
+  // A lane per worker: each row of a step names the worker whose attempts it holds.
+  const LW = D.lane_workers || [], wx = w;
+  for (let s = 0; s < nLanes; s++) {
+    const rows = LW[s] || [];
+    if (rows.filter(v => v !== null).length < 2) continue;
+    rows.forEach((wk, r) => {
+      if (wk === null) return;
+      out += `<text x="${wx}" y="${laneY[s] + r * ROW + ROW - 5}" font-size="10" fill="#667085" class="worker-label" data-step="${esc(S[s])}" data-worker="${wk}">w${wk}</text>`;
+    });
+    w = wx + 28;
+  }
   labels.setAttribute("width", w);
   labels.setAttribute("height", height);
   labels.innerHTML = out;
@@ -163,14 +174,15 @@ function draw() {
     out.push(`<a class="forklink" href="${esc(runHref(child))}"><path d="M${cx} ${AXIS + 2}l5 7l-5 7l-5 -7z" fill="#f79009"><title>fork ${esc(child)} at seq ${pseq}</title></path></a>`);
   }
   // Step attempts, and waits.
-  for (const [s, id, att, c0, c1, outcome, note, row] of D.attempts) {
+  for (const [s, id, att, c0, c1, outcome, note, row, who] of D.attempts) {
     const end = c1 < 0 ? N - 1 : c1;
     const x0 = x(c0), w = Math.max(2, xe(end) - x0), y = laneY[s] + row * ROW;
     const cls = "bar " + outcome + (att > 1 ? " retry" : "");
     const took = ((CT[end] - CT[c0]) / 1000).toFixed(3);
+    const ran = who && who[0] !== null ? `, worker ${who[0]} of session ${who[1]}` : "";
     const tip = `${S[s]} #${id} ${evType(id)}, attempt ${att}: ${outcome}` +
-      `${note ? " (" + note + ")" : ""}, seq ${C.seq[c0]}–${c1 < 0 ? "…" : C.seq[c1]}, ${took} s\n${evLabel(id)}`;
-    out.push(`<rect class="${cls}" data-step="${esc(S[s])}" data-event="${id}" data-attempt="${att}" data-outcome="${outcome}" x="${x0}" y="${y}" width="${w}" height="${ROW - 3}" rx="2"><title>${esc(tip)}</title></rect>`);
+      `${note ? " (" + note + ")" : ""}, seq ${C.seq[c0]}–${c1 < 0 ? "…" : C.seq[c1]}, ${took} s${ran}\n${evLabel(id)}`;
+    out.push(`<rect class="${cls}" data-step="${esc(S[s])}" data-event="${id}" data-attempt="${att}" data-outcome="${outcome}" data-worker="${who && who[0] !== null ? who[0] : ""}" data-session="${who ? who[1] : ""}" x="${x0}" y="${y}" width="${w}" height="${ROW - 3}" rx="2"><title>${esc(tip)}</title></rect>`);
     if (w > 24) {
       const label = `#${id}${att > 1 ? " ×" + att : ""} ${evLabel(id)}`;
       out.push(`<text class="blabel" x="${x0 + 3}" y="${y + ROW - 5}">${esc(clipTo(label, w - 6))}</text>`);

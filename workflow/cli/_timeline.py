@@ -114,6 +114,11 @@ class _Builder:
         self._tb_index: dict[str, int] = {}
         self._open: dict[tuple[str, int], int] = {}
         self._waiting: dict[str, int] = {}
+        # Who ran each attempt: the step's worker that dequeued its event (None: not in
+        # this log), and the session (1 + the resumes before it: which process ran it).
+        self.who: list[tuple[int | None, int]] = []
+        self._worker: dict[tuple[str, int], int] = {}
+        self._session = 1
 
     def step(self, name: str | None) -> int:
         if name is None:
@@ -165,6 +170,7 @@ class _Builder:
                     if p.attempt > 0:
                         self._open[(step, p.ev.id)] = len(self.attempts)
                         self.attempts.append([self.step(step), p.ev.id, p.attempt, 0, -1, OPEN, ""])
+                        self.who.append((None, self._session))  # begun before the window
             for w in s.waiters.values():
                 self._waiting[w.waiter_id] = len(self.waits)
                 self.waits.append([self.step(w.step), w.ev.id, 0, -1, short_class(w.awaited)])
@@ -208,6 +214,10 @@ class _Builder:
             ended: J.Dequeued | J.StepFinished | J.StepConflicted = p
             args = [ended["id"]]
             key = (step or "", ended["id"])
+            if k == J.DEQUEUED:
+                worker = p.get("worker")
+                if isinstance(worker, int):
+                    self._worker[key] = worker
             if k == J.STEP_FINISHED:
                 finished: J.StepFinished = p
                 emitted = ", ".join(f"#{i}" for i in finished["emitted"]) or "nothing"
@@ -224,6 +234,7 @@ class _Builder:
             self._close(key, ci, LOST, "the process died during this attempt")
             self._open[key] = len(self.attempts)
             self.attempts.append([self.step(step), ev_id, attempt, ci, -1, OPEN, ""])
+            self.who.append((self._worker.get(key), self._session))
         elif k == J.STEP_FAILED:
             failed: J.StepFailed = p
             error = f"{failed.get('error')}: {failed.get('message')}"
@@ -283,6 +294,7 @@ class _Builder:
             self._close_all(ci, CANCELLED)
         elif k == J.RUN_RESUMED:
             self._close_all(ci, LOST)
+            self._session += 1
         c = self.cols
         c["seq"].append(r.seq)
         c["c"].append(ci)
@@ -294,25 +306,60 @@ class _Builder:
         return args
 
 
-def _rows(attempts: list[list[Any]], waits: list[list[Any]], n_steps: int) -> list[int]:
-    """Gives overlapping bars of a lane their own rows (parallel workers); rows per lane."""
+def _rows(
+    attempts: list[list[Any]],
+    waits: list[list[Any]],
+    n_steps: int,
+    workers: list[int | None] | None = None,
+) -> list[int]:
+    """Gives each bar of a lane a row: an attempt the row of the step's worker that ran it
+    (a lane per worker), a wait or an attempt of no known worker the first free row (so
+    overlapping bars never share one); returns the rows per lane."""
     ends: list[list[int]] = [[] for _ in range(n_steps)]
-    bars = [(a[0], a[3], a, 7) for a in attempts] + [(w[0], w[2], w, 5) for w in waits]
+    ranks: list[dict[int, int]] = [{} for _ in range(n_steps)]
+    by = workers if workers is not None else [None] * len(attempts)
+    for a, w in zip(attempts, by, strict=True):
+        if a[0] >= 0 and w is not None:
+            ranks[a[0]].setdefault(w, 0)
+    for step_ranks in ranks:  # workers 0, 1, 2 ... top to bottom
+        for rank, w in enumerate(sorted(step_ranks)):
+            step_ranks[w] = rank
+    bars = [(a[0], a[3], a, 7, w) for a, w in zip(attempts, by, strict=True)]
+    bars += [(w[0], w[2], w, 5, None) for w in waits]
     bars.sort(key=lambda b: (b[0], b[1]))
-    for step, start, bar, slot in bars:
+    for step, start, bar, slot, worker in bars:
         if step < 0:
             continue
         end = bar[4] if slot == 7 else bar[3]
         lane = ends[step]
-        for row, last in enumerate(lane):
-            if last < start:
-                lane[row] = end if end >= 0 else 1 << 60
-                break
+        want = None if worker is None else ranks[step][worker]
+        if want is not None:
+            while len(lane) <= want:
+                lane.append(-1)
+        if want is not None and lane[want] < start:
+            row = want
         else:
-            row = len(lane)
-            lane.append(end if end >= 0 else 1 << 60)
+            row = next((r for r, last in enumerate(lane) if last < start), len(lane))
+            if row == len(lane):
+                lane.append(-1)
+        lane[row] = end if end >= 0 else 1 << 60
         bar.append(row)
     return [max(1, len(lane)) for lane in ends]
+
+
+def _worker_rows(
+    attempts: list[list[Any]], who: list[tuple[int | None, int]], n: int
+) -> list[list[Any]]:
+    """Per lane, the worker each row shows (None for a row of waits alone)."""
+    rows: list[list[Any]] = [[] for _ in range(n)]
+    for a, (worker, _) in zip(attempts, who, strict=True):
+        if a[0] < 0 or worker is None:
+            continue
+        lane = rows[a[0]]
+        while len(lane) <= a[7]:
+            lane.append(None)
+        lane[a[7]] = worker
+    return rows
 
 
 def _ends(store: EventStore, rid: int, upto: int, n: int) -> list[int]:
@@ -413,7 +460,10 @@ def timeline_data(
             if r.kind == J.STATE_SET or r.kind == J.STATE_DELETED:
                 entry = state.context.get(args[0])
                 args.append(None if entry is None else view.show(entry.dump, TEXT))
-    rows = _rows(b.attempts, b.waits, len(b.steps))
+    rows = _rows(b.attempts, b.waits, len(b.steps), [w for w, _ in b.who])
+    lane_workers = _worker_rows(b.attempts, b.who, len(b.steps))
+    for a, (worker, session) in zip(b.attempts, b.who, strict=True):
+        a.append([worker, session])  # [8]: which worker of which session ran it
     first_seqs = [b.cols["seq"][i] for i in b.commit_first]
     forks = []
     last = b.commit_seq[-1] if b.commit_seq else start
@@ -436,6 +486,7 @@ def timeline_data(
         },
         "steps": list(b.steps),
         "lanes": rows,
+        "lane_workers": lane_workers,
         "kinds": list(b.kinds),
         "rec": {**b.cols, "x": b.text},
         "commits": {"seq": b.commit_seq, "first": b.commit_first},

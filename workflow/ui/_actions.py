@@ -181,7 +181,7 @@ class Actions:
             wf._name, wf._graph.fingerprint(), 0, None, parent, wf._codec, wf._graph.describe()
         )
         create = NewRun(
-            meta={"workflow": wf._name},
+            meta={"workflow": wf._name, "submitted": True},
             parent_run_id=parent[0],
             parent_seq=parent[1],
             status="running",
