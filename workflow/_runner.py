@@ -196,6 +196,7 @@ class Executor(ContextChanges, WaitsAndInbox):
         self.ready = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._busy = 0  # deliveries queued or running
+        self.children_awaited = 0  # attempts awaiting a child run (their time is not counted)
         # Attempts being handled; once a failure is to end the run (``_failing``), no new
         # one starts, and ``_drained`` is set when the failing one is the last.
         self._handling = 0
@@ -1065,13 +1066,19 @@ class Executor(ContextChanges, WaitsAndInbox):
     def only_waiters(self) -> bool:
         return bool(self.waiters) and self._busy == 0
 
+    def _paused(self) -> bool:
+        """Whether the run's clock stands: all it has pending is waits, timers or child runs
+        (every delivery under way is an attempt awaiting a child, which counts its own)."""
+        waiting = bool(self.waiters) or self.children_awaited > 0
+        return waiting and self._busy == self.children_awaited
+
     def _update_clock(self) -> None:
         now = time.monotonic()
-        paused = self.only_waiters()
+        paused = self._paused()
         if paused and self._clock_start is not None:
             self._exec_before += now - self._clock_start
             self._clock_start = None
-            if self._internal:  # nothing to do but wait for an event: idle
+            if self._internal and self.only_waiters():  # nothing but waits for events: idle
                 idle = WorkflowIdleEvent()
                 for q in self._internal:
                     q.put_nowait(idle)
