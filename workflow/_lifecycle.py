@@ -70,7 +70,6 @@ class Idle:
         self._committed: dict[str, Any] | None = None
         self.pending: dict[str, Encoded] = {}
         self.deleted: set[str] = set()
-        self.drop_state = False  # restored from a dict without state: start with none
         self.seq: int | None = None  # restored at this seq of its run (None: the run's end)
         self.imported: Folded | None = None  # a dict's state this store has no run of
         self.origin: tuple[str, int] | None = None  # where the imported state came from
@@ -83,7 +82,7 @@ class Idle:
     def committed(self) -> dict[str, Any]:
         """The context's values as its next run will start with them (read lazily)."""
         if self._committed is None:
-            base = {} if self.drop_state else _base_values(self._ctx)
+            base = _base_values(self._ctx)
             for k in self.deleted:
                 base.pop(k, None)
             for k, e in self.pending.items():
@@ -146,7 +145,7 @@ def _base_values(ctx: Context[Any]) -> dict[str, Any]:
 def _state_dumps(ctx: Context[Any], f: Folded) -> dict[str, Any]:
     """The context's values in the codec's JSON form, with its idle writes."""
     idle = ctx._idle
-    out = {} if idle.drop_state else {k: e.dump for k, e in f.context.items()}
+    out = {k: e.dump for k, e in f.context.items()}
     if ctx._live() is None:
         for k in idle.deleted:
             out.pop(k, None)
@@ -225,6 +224,8 @@ def context_dict(
         "is_running": (ctx._run is not None or imported) and f.status not in ("finished", "failed"),
         "live": run_is_live(ctx),  # executed now, here or in another process
         "serializer": kind,
+        # False: written with include_state=False, so a missing 'state' is not damage.
+        "include_state": include_state,
         "state": state,
         "pending": sorted(idle.pending) if ctx._live() is None else [],
         "deleted": sorted(idle.deleted) if ctx._live() is None else [],
@@ -282,6 +283,12 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
     except (KeyError, TypeError, ValueError) as exc:
         msg = f"its run state is damaged: {exc!r}"
         raise _serde(msg) from None
+    if "state" not in data and data.get("include_state") is not False:
+        msg = (
+            "it has no 'state' key and does not say it was written without state"
+            " (to_dict(include_state=False) writes 'include_state': false and 'state': null)"
+        )
+        raise _serde(msg)
     state = data.get("state")
     if state is not None and not isinstance(state, dict):
         msg = f"its 'state' is a {type(state).__name__}, not a dict"
@@ -311,7 +318,6 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
     if here:
         ctx._run = run_id
         idle.seq = seq
-        idle.drop_state = state is None
         idle.pending = _encoded(wf, {k: dumps[k] for k in pending})
         return
     # Not in this store: imported as a new run when the context next runs.
@@ -559,8 +565,6 @@ def run_with_context(
         # state there is imported here, as a dict of it would be.
         imported = copy.deepcopy(_point(ctx))
         origin = (ctx._run, imported.seq)
-        if idle.drop_state:
-            imported.context.clear()
     handler: WorkflowHandler
     if imported is not None:
         if starting or imported.status == "finished":
@@ -581,8 +585,6 @@ def run_with_context(
             start = wf._start_event(start_event, fields)
             handler = _run_linked(wf, _state_dumps(ctx, _point(ctx)), start, (run, at), run_id)
         else:
-            if idle.drop_state:
-                deletes = sorted(set(deletes) | set(_point(ctx).context))
             if at < end:
                 handler = wf._run_from((run, at), updates, deletes)
             else:
