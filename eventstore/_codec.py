@@ -66,7 +66,14 @@ import attrs
 import orjson
 from pydantic import BaseModel
 
-from ._errors import CodecError, DecodeError, EncodeError, UnknownClassError, UpcastError
+from ._errors import (
+    CodecError,
+    DecodeError,
+    EncodeError,
+    PickleDisabledError,
+    UnknownClassError,
+    UpcastError,
+)
 
 __all__ = [
     "MAX_DEPTH",
@@ -846,8 +853,12 @@ class Codec:
 
     def _unpickle(self, x: dict[str, Any]) -> Any:
         if not self.allow_pickle:
-            msg = f"the value is a pickle and pickle is disabled; use {self._how_to_allow_pickle}"
-            raise DecodeError(msg)
+            msg = (
+                "the value is a pickle and pickle is disabled (the log is not damaged: it was"
+                f" written with the pickle opt-in); to read it, use {self._how_to_allow_pickle}"
+                " (only for a log you trust: unpickling runs code)"
+            )
+            raise PickleDisabledError(msg)
         self._warn_pickle("unpickling")
         return pickle.loads(_unb64(x))  # opted in, and warned about
 

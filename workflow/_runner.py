@@ -69,7 +69,7 @@ from ._events import (
     WorkflowIdleEvent,
     WorkflowTimedOutEvent,
 )
-from ._fold import FOLD_VERSION, Folded, MemoRec, fold, result_of
+from ._fold import FOLD_VERSION, Folded, MemoRec, fold, not_damage, result_of
 from ._ownership import LeaseOwners
 from ._retry import RetryClock
 from ._snapshot import dump_folded
@@ -252,6 +252,7 @@ class Executor(ContextChanges, WaitsAndInbox):
                 exc.add_note(f"in record seq {entry.seq} of run {f.run_id!r}, context key {key!r}")
                 raise
             except CodecError as exc:  # refused with the record named, before any work
+                not_damage(exc, f"record seq {entry.seq} of run {f.run_id!r}, context key {key!r}")
                 msg = f"record seq {entry.seq} of run {f.run_id!r}: context key {key!r}: {exc}"
                 raise LogCorruptedError(msg, seq=entry.seq) from exc
             self._keylog[key] = [entry.full_bytes, entry.patch_bytes]

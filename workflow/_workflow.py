@@ -42,7 +42,7 @@ from ._errors import (
     WorkflowValidationError,
 )
 from ._events import Event, StartEvent, StopEvent
-from ._fold import Folded, rename_steps, to_run_state
+from ._fold import Folded, not_damage, rename_steps, to_run_state
 from ._graph import Graph
 from ._handler import WorkflowHandler
 from ._ownership import LEASE_TTL_S, LeaseOwners, Owners
@@ -756,6 +756,7 @@ class Workflow:
                 problems.append(f"event {ev.id} for step {step!r} no longer decodes: {exc}")
                 continue
             except CodecError as exc:  # not a changed class: a damaged record
+                not_damage(exc, f"record seq {ev.seq} of run {run_id!r}, event {ev.id}")
                 msg = (
                     f"record seq {ev.seq} of run {run_id!r}: its event {ev.id} is malformed: {exc}"
                 )

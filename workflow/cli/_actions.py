@@ -26,7 +26,14 @@ from .._recover import Recovery
 from .._state import TERMINAL
 from .._workflow import Workflow
 from ._app import cli
-from ._common import check_store_to_write, emit_json, import_object, json_option, load_workflow
+from ._common import (
+    allow_pickle_option,
+    check_store_to_write,
+    emit_json,
+    import_object,
+    json_option,
+    load_workflow,
+)
 from ._inspect import open_store
 from ._render import short_class, show_dump, show_typed, table
 
@@ -34,13 +41,15 @@ __all__ = ["fork", "parse_sets", "recover", "resume", "run", "send"]
 
 
 def _workflow_required(f: Any) -> Any:
-    return click.option(
-        "--workflow",
-        "workflow_spec",
-        required=True,
-        metavar="MODULE:CLASS",
-        help="The Workflow class to run (imported, then built as Class(store=DB)).",
-    )(f)
+    return allow_pickle_option(
+        click.option(
+            "--workflow",
+            "workflow_spec",
+            required=True,
+            metavar="MODULE:CLASS",
+            help="The Workflow class to run (imported, then built as Class(store=DB)).",
+        )(f)
+    )
 
 
 def _sets_option(f: Any) -> Any:
@@ -465,6 +474,7 @@ def fork(
     metavar="MODULE:CLASS",
     help="Send through this Workflow class (wf.send) instead of posting the event directly.",
 )
+@allow_pickle_option
 @json_option
 def send(
     db: str,
