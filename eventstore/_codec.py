@@ -374,6 +374,7 @@ class Codec:
         self.allow_pickle = allow_pickle
         self._how_to_allow_pickle = how_to_allow_pickle
         self._pickle_warned = False
+        self._private_skipped: set[tuple[type, str]] = set()
         self._how_to_register = how_to_register
         self._classes: dict[str, type] = {}  # registered (or encoded) classes by their name
         self._by_qualname: dict[str, dict[str, type]] = {}  # the same, by qualified name
@@ -757,7 +758,9 @@ class Codec:
                     "v": fields(m.__dict__ | (m.__pydantic_extra__ or {}), d, m),
                 }
                 if m.__pydantic_private__:
-                    out["p"] = fields(dict(m.__pydantic_private__), d, m)
+                    private = self._private_to_keep(m, d)
+                    if private:
+                        out["p"] = fields(private, d, m)
                 return out
 
             return enc_model
@@ -767,6 +770,29 @@ class Codec:
             "c": name,
             "v": fields({n: getattr(obj, n) for n in names}, d, obj),
         }
+
+    def _private_to_keep(self, m: BaseModel, d: int) -> dict[str, Any]:
+        """A model's private attributes that the log can hold. Pydantic never serializes
+        private attributes (LlamaIndex keeps a lock or a client in one): one this codec
+        cannot encode is left out, and comes back with its default, logged once a class."""
+        private = dict(m.__pydantic_private__ or {})
+        kept = {}
+        for key, value in private.items():
+            try:
+                self._dump_fields({key: value}, d, m)
+            except _Unencodable as exc:
+                if (type(m), key) not in self._private_skipped:
+                    self._private_skipped.add((type(m), key))
+                    _log.warning(
+                        "%s.%s is not recorded (a private attribute the log cannot hold: %s);"
+                        " it comes back with its default",
+                        type(m).__qualname__,
+                        key,
+                        exc.detail,
+                    )
+                continue
+            kept[key] = value
+        return kept
 
     def _dump_fields(self, raw: dict[str, Any], d: int, owner: Any) -> Any:
         # raw is a new dict, so the copy-on-write walk may hand it back as it is.

@@ -1,11 +1,17 @@
 """LlamaIndex 2.26 public behaviours that its own users rely on, checked here in our words:
 ``workflow.context.state_store.DictState``, ``ctx.store.clear()``, the error of a missing
-context value, a cancelled handler's run restored from its dict at once."""
+context value, ``handler.cancel()``."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, PrivateAttr
 
 from workflow import (
     Context,
@@ -17,6 +23,8 @@ from workflow import (
     step,
 )
 from workflow.context.state_store import DictState, StateStore
+
+BOUND = 10.0  # seconds an await here may take at most (a bound, not a speed goal)
 
 
 class Noted(Event):
@@ -108,3 +116,88 @@ async def test_a_missing_value_is_a_key_error_and_a_value_error() -> None:
         await ctx.store.get("nope")
     assert str(got.value) == "context has no value at 'nope'"
     assert await ctx.store.get("nope", default=None) is None
+
+
+class Held(Event):
+    pass
+
+
+class Hold(Workflow):
+    """Writes a value, then holds its second step until the test opens the gate."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.started = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    @step
+    async def first(self, ctx: Context, ev: StartEvent) -> Held:
+        await ctx.store.set("k", 1)
+        return Held()
+
+    @step
+    async def second(self, ctx: Context, ev: Held) -> StopEvent:
+        self.started.set()
+        await self.gate.wait()
+        return StopEvent(result=await ctx.store.get("k"))
+
+
+async def test_handler_cancel_leaves_the_run_resumable(tmp_path: Path) -> None:
+    """LlamaIndex's deprecated ``handler.cancel()`` (a hard cancel): it warns, the handler
+    is cancelled at once, nothing is recorded (the run is ``interrupted``), and a dict of
+    its context taken before restores and finishes the same run."""
+    wf = Hold(store=tmp_path / "h.db")
+    handler = wf.run()
+    await asyncio.wait_for(wf.started.wait(), BOUND)
+    data = handler.ctx.to_dict()
+    with pytest.warns(DeprecationWarning, match="cancel_run"):
+        assert handler.cancel() is True
+    await handler.cancel_run()  # a no-op once the handler is cancelled
+    assert handler.cancelled()
+    with pytest.raises(asyncio.CancelledError):
+        await handler
+    assert [r.status for r in wf.runs()] == ["interrupted"]
+    wf.gate.set()
+    again = wf.run(ctx=Context.from_dict(wf, data))
+    assert await asyncio.wait_for(again, BOUND) == 1
+    assert again.run_id == handler.run_id
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        assert again.cancel() is False  # the run had ended
+
+
+class Handle(StartEvent):
+    """A start event carrying a live object in a private attribute, as LlamaIndex users do
+    (pydantic never serializes private attributes)."""
+
+    topic: str = "t"
+    _lock: threading.Lock | None = PrivateAttr(default=None)
+    _note: str = PrivateAttr(default="")
+
+
+class UsesHandle(Workflow):
+    @step
+    async def go(self, ev: Handle) -> StopEvent:
+        return StopEvent(result=(ev._lock is not None, ev._note, ev.topic))
+
+
+async def test_a_private_attribute_the_log_cannot_hold_is_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run takes the event as it is (the step sees the lock); the log records the event
+    without that attribute (logged once), keeps the private attributes it can hold, and
+    the event read back has the left-out one at its default."""
+    wf = UsesHandle(store=tmp_path / "h.db")
+    start = Handle(topic="x")
+    start._lock = threading.Lock()
+    start._note = "kept"
+    with caplog.at_level(logging.WARNING, logger="eventstore.codec"):
+        handler = wf.run(start_event=start)
+        assert await handler == (True, "kept", "x")
+        data = handler.ctx.to_dict()
+    assert [r.getMessage().split(" ")[0] for r in caplog.records] == ["Handle._lock"]
+    stored = wf.checkpoints(handler.run_id)[0]
+    assert stored.event_types
+    back = UsesHandle(store=tmp_path / "h.db").state_at(handler.run_id, stored.seq)
+    (queued,) = back.queues["go"]
+    assert (queued._lock, queued._note, queued.topic) == (None, "kept", "x")
+    assert Context.from_dict(wf, data)
