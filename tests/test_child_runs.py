@@ -44,20 +44,21 @@ class Trunk(Workflow):
 
 
 def test_a_workflow_lists_its_own_runs_of_a_shared_store(tmp_path: Path) -> None:
-    """The parent's and the child's ``runs()`` each list their own runs of the store they
-    share; ``all_workflows=True`` lists them all."""
+    """``runs()`` lists every run of the store the parent and the child share (the named
+    contract); ``runs(all_workflows=False)`` lists each workflow's own."""
 
     async def go() -> None:
         wf = Trunk(store=tmp_path / "s.db", timeout=None)
         handler = wf.run(nap=0)
         assert await asyncio.wait_for(handler, BOUND) == "slept 0"
         child_id = f"{handler.run_id}/grow/1/1"
-        assert [r.run_id for r in wf.runs()] == [handler.run_id]
-        assert [r.run_id for r in wf.leaf.runs()] == [child_id]
-        assert sorted(r.run_id for r in wf.runs(all_workflows=True)) == sorted(
-            [handler.run_id, child_id]
-        )
-        assert sorted(r.run_id for r in Leaf(store=wf.store).runs()) == [child_id]
+        every = sorted([handler.run_id, child_id])
+        assert sorted(r.run_id for r in wf.runs()) == every
+        assert sorted(r.run_id for r in wf.leaf.runs()) == every
+        assert [r.run_id for r in wf.runs(all_workflows=False)] == [handler.run_id]
+        assert [r.run_id for r in wf.leaf.runs(all_workflows=False)] == [child_id]
+        leaf = Leaf(store=wf.store)
+        assert [r.run_id for r in leaf.runs(all_workflows=False)] == [child_id]
 
     asyncio.run(go())
 

@@ -448,7 +448,7 @@ async def test_pending_runs_are_only_this_workflow_s(tmp_path: Path) -> None:
     ours.submit(run_id="ours")
     theirs.submit(run_id="theirs")
     ScriptTwin(store=db).submit(run_id="script")
-    assert [r.workflow for r in ours.runs(all_workflows=True)] == [
+    assert [r.workflow for r in ours.runs()] == [
         "tests.test_recover:Twin",
         "billing.flows:Twin",
         "__main__:Twin",

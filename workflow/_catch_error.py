@@ -15,22 +15,28 @@ the handler runs resumes with the handler's input queued and the recoveries coun
 
 from __future__ import annotations
 
+import time
 import typing
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
+from . import _journal as journal
 from ._errors import WorkflowValidationError
 from ._events import Event
 from ._journal._builders import _message as recorded_message
 from ._retry import rebuild_error
 
 if TYPE_CHECKING:
+    from eventstore import Codec, Record
+
+    from ._attempt import Attempt
+    from ._retry import RetryClock
     from ._step import StepSpec
 
-__all__ = ["CATCH_ATTR", "Catcher", "StepFailedEvent", "catch_error", "catchers"]
+__all__ = ["CATCH_ATTR", "Catcher", "StepFailedEvent", "catch_error", "catchers", "recovery_of"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 CATCH_ATTR: Final = "__workflow_catch_error__"
@@ -222,3 +228,43 @@ def catchers(steps: Mapping[str, StepSpec], workflow: str) -> dict[str, tuple[st
             if name not in handlers and name not in routes:
                 routes[name] = (wild, handlers[wild].max_recoveries)
     return routes
+
+
+def recovery_of(
+    att: Attempt,
+    exc: Exception,
+    clock: RetryClock,
+    elapsed: float,
+    *,
+    route: tuple[str, int] | None,
+    counts: Mapping[str, int],
+    new_id: Callable[[], int],
+    codec: Codec,
+) -> tuple[str, int, StepFailedEvent, Record] | None:
+    """The ``@catch_error`` handler (``route``: its name and ``max_recoveries``) that takes
+    over a step out of retries: its name, the id of its StepFailedEvent, the event, and its
+    ``enqueued`` record (``counts``: the recoveries along the input's lineage so far).
+
+    None when no handler covers the step, or its ``max_recoveries`` along this event's
+    lineage are used up (the run fails then).
+    """
+    if route is None:
+        return None
+    handler, limit = route
+    n = counts.get(handler, 0) + 1
+    if n > limit:
+        return None
+    failed_at = clock.last_failed_at if clock.last_failed_at is not None else time.time()
+    ev = StepFailedEvent(
+        step_name=att.step,
+        input_event=att.event,
+        exception=exc,
+        attempts=clock.failures,
+        elapsed_seconds=elapsed,
+        failed_at=datetime.fromtimestamp(failed_at, tz=UTC),
+    )
+    ev_id = new_id()
+    record = journal.enqueued_recovery(
+        handler, ev_id, codec.dump(ev), [att.event_id, att.attempt], {**counts, handler: n}
+    )
+    return handler, ev_id, ev, record

@@ -14,32 +14,25 @@ value every K patches" rule would grow quadratically with a growing value).
 
 from __future__ import annotations
 
-import asyncio
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from eventstore import EncodeError, Record
+from eventstore import EncodeError
 
-from . import _journal as J
-from ._diff import KeyRef, Op, Tracker, apply, diff
+from ._diff import KeyRef, Op, Tracker, diff
 from ._errors import WorkflowRuntimeError
-from ._patch import apply_copied
 
 if TYPE_CHECKING:
     from eventstore import Codec
-
-    from ._context import Attempt
 
 __all__ = [
     "ABSENT",
     "BY_SET",
     "BY_UPDATE",
     "MIN_FULL_BYTES",
-    "ContextChanges",
     "Encoded",
     "KeyChange",
     "check_key",
@@ -206,7 +199,8 @@ def value_change(
     if hint is not None and hint.base is not old:
         hint = None  # the view is of a value since replaced: identity says nothing
     try:
-        ops = diff(old, value, codec, whole_size=len(text) if text is not None else size, hint=hint)
+        whole = len(text) if text is not None else size
+        ops = diff(old, value, codec, whole_size=whole, hint=hint, text=text)
         if ops and ops[0][:2] != ("replace", ()):
             ops_json = encode_ops(codec, ops, key)[0]
     except (EncodeError, orjson.JSONEncodeError, RecursionError) as exc:
@@ -248,132 +242,3 @@ def encode_updates(codec: Codec, updates: Mapping[str, Any] | None) -> dict[str,
         text = encode_value(codec, key, value, BY_UPDATE, key)
         out[key] = Encoded(text, codec.decode(text))
     return out
-
-
-class ContextChanges:
-    """Context writes of :class:`~workflow._runner.Executor` (its base class)."""
-
-    # What this part uses of the executor.
-    codec: Codec
-    committed: dict[str, Any]
-    versions: dict[str, int]
-    _wversions: dict[str, int]
-    _keylog: dict[str, list[int]]
-    _pins: dict[str, int]
-    state_lock: asyncio.Lock
-
-    if TYPE_CHECKING:
-
-        async def append(self, records: list[Record], **kw: Any) -> int: ...
-
-        async def wait_ready(self) -> None: ...
-
-        def _observe(self, seq: int) -> None: ...
-
-    # ------------------------------------------------------------------ context changes
-
-    def _key_changes(self, att: Attempt) -> list[KeyChange]:
-        out: list[KeyChange] = []
-        for key, w in att.writes.items():
-            if w.deleted:
-                if key in self.committed:
-                    out.append(KeyChange(key, deleted=True))
-            elif w.tracker is not None or self.versions.get(key, 0) == w.version:
-                if w.change is not None:  # made at set()
-                    out.append(w.change)
-            else:
-                # A new value set without reading the key, which a commit changed since:
-                # the change made at set() may not fit what is there now; written whole.
-                # (A value derived from a view of the key has no text: its attempt read
-                # the key, so it conflicts and this commit is not written.)
-                text = w.text if w.text is not None else self.codec.encode(w.value, name=key)
-                out.append(KeyChange(key, full=self.codec.decode(text), text=text))
-        return out
-
-    def _update_change(self, key: str, new: Encoded) -> KeyChange | None:
-        """An operator's new value of ``key``: the patch from the committed value, or whole."""
-        old = self.committed.get(key, ABSENT)
-        if old is ABSENT:
-            return KeyChange(key, full=new.value, text=new.text)
-        ops = diff(old, new.value, self.codec, whole_size=len(new.text))
-        if not ops:
-            return None
-        if ops[0][:2] == ("replace", ()):
-            return KeyChange(key, full=new.value, text=new.text)
-        return KeyChange(key, ops=ops, ops_json=encode_ops(self.codec, ops, key)[0])
-
-    def _state_records(self, step: str | None, changes: list[KeyChange]) -> list[Record]:
-        """The records of context changes; each change learns its record's size."""
-        records = []
-        for ch in changes:
-            if ch.deleted:
-                records.append(J.state_deleted(step, ch.key))
-                continue
-            if ch.ops is not None:
-                assert ch.ops_json is not None
-                log = self._keylog.get(ch.key)
-                if log is not None and log[1] + len(ch.ops_json) < max(log[0], MIN_FULL_BYTES):
-                    rec = J.state_set_patch(step, ch.key, orjson.Fragment(ch.ops_json))
-                    ch.size = len(rec.payload)
-                    records.append(rec)
-                    continue
-                # Time to write the value whole again: the new value, sharing what the
-                # patch does not touch with the committed value (no deep copy of it).
-                ch.full, ch.ops = apply_copied(self.committed[ch.key], ch.ops), None
-                ch.text = self.codec.encode(ch.full, name=ch.key)
-            assert ch.text is not None
-            rec = J.state_set_value(step, ch.key, orjson.Fragment(ch.text))
-            ch.size = len(rec.payload)
-            records.append(rec)
-        return records
-
-    def _apply_changes(self, changes: list[KeyChange], seq: int) -> None:
-        for ch in changes:
-            key = ch.key
-            self.versions[key] = seq
-            if ch.deleted:
-                self.committed.pop(key, None)
-                self._keylog.pop(key, None)
-                continue
-            size = ch.size
-            if ch.ops is not None:
-                current = self.committed[key]
-                if self._pins.get(key):
-                    # Another live attempt reads this value: never change it under it.
-                    current = copy.deepcopy(current)
-                self.committed[key] = apply(current, ch.ops)
-                log = self._keylog.setdefault(key, [size, 0])
-                log[1] += size
-            else:
-                self.committed[key] = ch.full  # plain: no view is ever written whole
-                self._keylog[key] = [size, 0]
-
-    async def operator_update(
-        self, updates: Mapping[str, Any], deletes: list[str] | None = None
-    ) -> int:
-        """Records operator writes (``updates`` of ``resume``/``run_from``, ``handler.ctx``).
-
-        :raises EncodeError: a value cannot be stored (nothing is recorded then).
-        """
-        encoded = encode_updates(self.codec, updates)  # all refused before any is written
-        await self.wait_ready()
-        changes: list[KeyChange] = []
-        for key, new in encoded.items():
-            change = self._update_change(key, new)
-            if change is not None:
-                changes.append(change)
-        changes.extend(KeyChange(k, deleted=True) for k in deletes or () if k in self.committed)
-        if not changes:
-            return 0
-        records = self._state_records(None, changes)
-        written = [c.key for c in changes]
-
-        def on_written(seq: Any) -> None:
-            for k in written:
-                self._wversions[k] = int(seq)
-
-        async with self.state_lock:
-            seq = await self.append(records, on_written=on_written)
-        self._apply_changes(changes, seq)
-        self._observe(seq)
-        return seq

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Container, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._context import Attempt
+from ._attempt import Attempt
 from ._errors import WorkflowRuntimeError
 
 if TYPE_CHECKING:
@@ -90,14 +90,14 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
 
 
 async def run_child(
-    x: Any, att: Attempt, flow: type[Workflow] | Workflow, start_kwargs: dict[str, Any]
+    host: Any, att: Attempt, flow: type[Workflow] | Workflow, start_kwargs: dict[str, Any]
 ) -> Any:
     """Starts (or re-attaches to) a child run and returns its result (module docstring)."""
     from ._memo import call_memoized
 
-    child = _child_workflow(x.wf, flow)
+    child = _child_workflow(host.config.instance, flow)
     att.child_calls += 1
-    child_id = child_run_id(x.run_id, att.step, att.event_id, att.child_calls)
+    child_id = child_run_id(host.run_id, att.step, att.event_id, att.child_calls)
 
     async def run_to_end(**kwargs: Any) -> Any:
         handler = child.run(run_id=child_id, **kwargs)  # an existing id is resumed
@@ -107,19 +107,19 @@ async def run_child(
         waited = asyncio.ensure_future(handler)
         waited.add_done_callback(_retrieve)
         # The parent's clock stands while it awaits the child (the child has its own).
-        x.children_awaited += 1
-        x._update_clock()
+        host.children_awaited += 1
+        host.update_clock()
         try:
             return await asyncio.shield(waited)
         except asyncio.CancelledError:
             # With the parent's cancel, the child is cancelled too; otherwise (the parent
             # failed, timed out or was left) it goes on, and a re-run re-attaches to it.
-            if x._folded.status == "cancelled":
+            if host.folded.status == "cancelled":
                 await asyncio.shield(handler.cancel_run())
             raise
         finally:
-            x.children_awaited -= 1
-            x._update_clock()
+            host.children_awaited -= 1
+            host.update_clock()
 
     run_to_end.__qualname__ = type(child).__qualname__
     return await call_memoized(

@@ -12,44 +12,38 @@ import asyncio
 import concurrent.futures
 import contextvars
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, cast
 
 import orjson
 from typing_extensions import TypeVar
 
 from eventstore import EncodeError, class_name
 
+from ._attempt import MISSING, Attempt, WaitRequest, WaitSuspend, current_attempt
 from ._buffers import buffer_key, default_buffer_id
-from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, value_change
-from ._diff import Tracker, is_view, materialize
-from ._errors import ContextKeyError, ContextStateError, WorkflowRuntimeError, WorkflowTimeoutError
+from ._changes import refused
+from ._context_store import ContextStore, StoreHost
+from ._errors import ContextStateError, WorkflowRuntimeError, WorkflowTimeoutError
 from ._events import Event
 from .retry_policy import RetryInfo
 
 if TYPE_CHECKING:
-    from ._changes import KeyChange
-    from ._retry import RetryClock
-    from ._runner import Executor
+    from ._fold import Folded
+    from ._graph import Graph
+    from ._run_config import RunConfig
     from ._workflow import Workflow
     from .context.serializers import BaseSerializer
     from .retry_policy import RetryPolicy
 
-__all__ = ["Attempt", "Context", "ContextStore", "WaitSuspend"]
+# Attempt, WaitSuspend, current_attempt and ContextStore are named here too, where they
+# were first defined.
+__all__ = ["Attempt", "Context", "ContextStore", "RunHost", "WaitSuspend", "current_attempt"]
 
 # The typed state of Context[MyState]; a bare ``Context`` (LlamaIndex's usual spelling) is
 # Context[Any] under mypy --strict too, by PEP 696's default.
 S = TypeVar("S", default=Any)
 T = TypeVar("T")
-_MISSING: Any = object()
-COLLECT_PREFIX = "\x00collect:"
-
-current_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
-    "workflow_attempt", default=None
-)
-
 
 # The context of the step attempt running in this task (or its worker thread).
 current_context: contextvars.ContextVar[Context[Any] | None] = contextvars.ContextVar(
@@ -57,354 +51,42 @@ current_context: contextvars.ContextVar[Context[Any] | None] = contextvars.Conte
 )
 
 
-class StateDict(dict[str, Any]):
-    """The untyped state ``get_state`` / ``edit_state`` give: a dict whose keys are also
-    attributes (``state.count += 1``), as LlamaIndex's ``DictState``; ``_data`` is itself."""
+class RunHost(StoreHost, Protocol):
+    """What a bound context uses of the executor running its run (``_runner.Executor``,
+    or ``verify``'s stand-in for one): the run's parts a step reaches through ``ctx``."""
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self[name] = value
-
-    def __delattr__(self, name: str) -> None:
-        try:
-            del self[name]
-        except KeyError:
-            raise AttributeError(name) from None
+    run_id: str
+    ctx: Context[Any]
 
     @property
-    def _data(self) -> dict[str, Any]:
-        return self
+    def config(self) -> RunConfig: ...
 
+    @property
+    def graph(self) -> Graph: ...
 
-class WaitSuspend(BaseException):
-    """Ends an attempt that waits for an event (a BaseException: user code must not catch it)."""
+    @property
+    def closing(self) -> bool: ...
 
-    def __init__(self, waiter: dict[str, Any]) -> None:
-        self.waiter = waiter
-        super().__init__(waiter["waiter_id"])
+    @property
+    def done(self) -> asyncio.Future[Any]: ...
 
+    @property
+    def folded(self) -> Folded: ...
 
-@dataclass(slots=True)
-class Write:
-    """One key's pending change in an attempt, as ``set()`` encoded it: a tracked view's
-    patch, a new value, or a delete.
+    @property
+    def answers(self) -> dict[str, tuple[int, Event] | None]: ...
 
-    What the commit writes is fixed at the ``set()`` call, as a durable store writes what it
-    is given: a change made to the value afterwards, without setting it again, is not
-    written (the attempt's own reads still see it).
-    """
+    def stream_now(self, event: Event, att: Attempt | None) -> None: ...
 
-    tracker: Tracker | None = None
-    value: Any = _MISSING  # what the attempt reads back, when not the tracker's view
-    deleted: bool = False
-    change: KeyChange | None = None  # what the commit writes, encoded (None: no change)
-    text: str | None = None  # a new value's JSON text
-    version: int = 0  # the key's version a new value's change was made against
+    def send_external_nowait(self, event: Event) -> None: ...
 
+    def new_event_id(self) -> int: ...
 
-@dataclass(slots=True)
-class Attempt:
-    """An attempt's buffers: what it read (with versions), wrote, sent, streamed, collected."""
+    def live_buffer(self, buf_key: str) -> dict[str, list[tuple[int, Event]]]: ...
 
-    step: str
-    event_id: int
-    attempt: int
-    event: Event
-    reads: dict[str, int] = field(default_factory=dict)
-    trackers: dict[str, Tracker] = field(default_factory=dict)
-    writes: dict[str, Write] = field(default_factory=dict)
-    sent: list[tuple[Event, str | None]] = field(default_factory=list)
-    streamed: list[Event] = field(default_factory=list)
-    # (buffer key, buffer id, event put in, names taken out) of each collect_events change
-    collects: list[tuple[str, str, tuple[int, Event] | None, list[str] | None]] = field(
-        default_factory=list
-    )
-    buffers: dict[str, dict[str, list[tuple[int, Event]]]] = field(default_factory=dict)
-    # What its collect_events calls took out of live buffers (buffer key, entries), the
-    # outcomes of the attempts whose puts it took, and its own outcome (True: committed;
-    # False: its collects were undone), for those who took what it put.
-    taken: list[tuple[str, list[tuple[int, Event]]]] = field(default_factory=list)
-    deps: list[Attempt] = field(default_factory=list)
-    outcome: asyncio.Future[bool] | None = None
-    put_written: bool = False  # its commit, with its puts, is written (set in the writer)
-    collect_base: int = 0  # the latest commit of the buffers it collected in (for "base")
-    wait_calls: int = 0
-    answers_used: list[str] = field(default_factory=list)
-    holds_lock: bool = False
-    retry: RetryClock | None = None  # where this event's attempts stand (ctx.retry_info())
-    # The JSON of events checked when they were streamed or asked, by id(event): the
-    # attempt's outcome commit writes it (the events stay alive in ``streamed``).
-    encoded: dict[int, orjson.Fragment] | None = None
-    # The run it belongs to, for memoized calls (``_memo.MemoHost``), and how many times
-    # each memo key was used in it (so repeated calls keep their call order).
-    host: Any = None
-    memo_keys: dict[str, int] | None = None
-    sleep_calls: int = 0
-    child_calls: int = 0
+    def collect_put(self, att: Attempt, buf_key: str, entry: tuple[int, Event]) -> None: ...
 
-    def keep_json(self, event: Event, text: orjson.Fragment) -> None:
-        """Keeps the JSON of an event the attempt streams, for its outcome commit."""
-        if self.encoded is None:
-            self.encoded = {}
-        self.encoded[id(event)] = text
-
-
-def _split(path: str) -> tuple[str, list[str]]:
-    root, *rest = path.split(".")
-    return root, rest
-
-
-def _step_into(obj: Any, part: str) -> Any:
-    if isinstance(obj, Event | dict) or (hasattr(obj, "__getitem__") and not hasattr(obj, part)):
-        try:
-            return obj[part]
-        except (KeyError, TypeError, IndexError):
-            pass
-    if isinstance(obj, list | tuple):
-        return obj[int(part)]
-    return getattr(obj, part)
-
-
-def _assign(parent: Any, part: str, value: Any) -> None:
-    """``parent[part] = value`` for a dict or list, else ``setattr`` (an event, a model)."""
-    if isinstance(parent, Event) or not hasattr(parent, "__setitem__"):
-        setattr(parent, part, value)
-    elif isinstance(parent, list):
-        parent[int(part)] = value
-    else:
-        parent[part] = value
-
-
-class ContextStore(Generic[S]):
-    """The run's context data: ``get``/``set`` with dotted paths, ``edit_state``.
-
-    ``get`` returns a copy-on-write view: mutating it changes nothing until ``set``, and
-    nothing at all if the attempt fails. A key read by an attempt that another attempt
-    changed before it could commit makes it run again (a conflict), so a
-    read-modify-write is never lost and never applied twice. A conflicted attempt runs
-    again from the start, external calls included.
-    """
-
-    def __init__(self, executor: Executor, state_type: type[S] | None) -> None:
-        self._x = executor
-        self._state_type = state_type
-
-    # -------------------------------------------------------------- reading
-
-    def _root(self, att: Attempt | None, key: str) -> Any:
-        x = self._x
-        if att is None:
-            return x.committed.get(key, _MISSING)
-        w = att.writes.get(key)
-        if w is not None:
-            if w.deleted:
-                return _MISSING
-            if w.tracker is not None:
-                return w.tracker.view
-            return w.value
-        tracker = att.trackers.get(key)
-        if tracker is not None:
-            return tracker.view
-        if key not in att.reads:
-            att.reads[key] = x.versions.get(key, 0)
-            x.pin(key)
-        value = x.committed.get(key, _MISSING)
-        if value is _MISSING:
-            return _MISSING
-        tracker = att.trackers[key] = Tracker(value)
-        return tracker.view
-
-    async def get(self, path: str, default: Any = _MISSING) -> Any:
-        """The value at ``path`` (``"key"`` or dotted ``"key.field.0"``), or ``default``.
-
-        :raises ContextKeyError: the path does not exist and no default was given (a
-            ``KeyError`` and a ``ValueError``, as LlamaIndex raises).
-        """
-        root_key, rest = _split(path)
-        value = self._root(current_attempt.get(), root_key)
-        try:
-            if value is _MISSING:
-                raise KeyError(root_key)
-            for part in rest:
-                value = _step_into(value, part)
-        except (KeyError, AttributeError, IndexError, ValueError):
-            if default is _MISSING:
-                msg = f"context has no value at {path!r}"
-                raise ContextKeyError(msg) from None
-            return default
-        return value
-
-    # -------------------------------------------------------------- writing
-
-    async def set(self, path: str, value: Any) -> None:
-        """Sets the value at ``path``; committed with the attempt (outside one: at once).
-
-        The value is encoded here, as the commit will write it (a tracked value: only
-        what changed), so what the log cannot hold is refused here, and what is written
-        is the value as it is now.
-
-        :raises EncodeError: the value holds something the log cannot hold (a type the
-            codec does not store, a string with a lone surrogate, nesting deeper than
-            ``Codec.MAX_DEPTH``, a cycle); the message names the key, the path
-            inside the value and the type.
-        """
-        att = current_attempt.get()
-        root_key, rest = _split(path)
-        if att is None:
-            await self._x.operator_update({path: value})
-            return
-        codec = self._x.codec
-        if not root_key.isascii():
-            check_key(codec, root_key, BY_SET, path)
-        x = self._x
-        if rest:
-            # Checked where it will sit before anything changes, so a refusal leaves no trace
-            # (a view's change is checked as the root's patch is encoded).
-            if not is_view(value):
-                try:
-                    codec.encode(value, depth=len(rest) + 1, name=path)
-                except EncodeError as exc:
-                    raise refused(exc, BY_SET.format(path)) from None
-            root = self._root(att, root_key)
-            if root is _MISSING:  # missing parents are created as dicts, as in LlamaIndex
-                root = {}
-            parent = root
-            for part in rest[:-1]:
-                try:
-                    parent = _step_into(parent, part)
-                except (KeyError, AttributeError, IndexError, TypeError, ValueError):
-                    child: dict[str, Any] = {}
-                    _assign(parent, part, child)
-                    parent = child
-            _assign(parent, rest[-1], value)
-            value = root
-        tracker = att.trackers.get(root_key)
-        if tracker is not None and tracker.is_view(value):
-            change = encode_tracked(codec, root_key, tracker, BY_SET, path)
-            att.writes[root_key] = Write(tracker=tracker, change=change)
-            return
-        # A value derived from the view (items + [x], {**d, k: v}) is diffed against it by
-        # identity and costs the change; any other value is encoded whole once.
-        text = None if tracker is not None else encode_value(codec, root_key, value, BY_SET, path)
-        log = x._keylog.get(root_key)
-        change, version = value_change(
-            codec,
-            x.committed,
-            x.versions,
-            root_key,
-            value,
-            text,
-            hint=tracker,
-            size=None if log is None else log[0] + log[1],
-            how=BY_SET.format(path),
-        )
-        att.writes[root_key] = Write(value=value, change=change, text=text, version=version)
-
-    async def delete(self, path: str) -> None:
-        """Removes a top-level key (committed with the attempt)."""
-        att = current_attempt.get()
-        if att is None:
-            await self._x.operator_update({}, deletes=[path])
-            return
-        self._root(att, path)  # a delete depends on what it deletes
-        att.writes[path] = Write(deleted=True)
-
-    async def clear(self) -> None:
-        """Resets the state: every key removed, or with a typed state, each field back to
-        its default (a required field is removed). Committed with the attempt, as
-        ``set`` and ``delete`` are (outside one: at once)."""
-        att = current_attempt.get()
-        keys = list(self._x.committed)
-        if att is not None:
-            keys += [k for k in att.writes if k not in self._x.committed]
-        defaults: dict[str, Any] = {}
-        if self._state_type is not None:
-            for name, info in getattr(self._state_type, "model_fields", {}).items():
-                if not info.is_required():
-                    defaults[name] = info.get_default(call_default_factory=True)
-        removed = [k for k in keys if k not in defaults]
-        if att is None:
-            await self._x.operator_update(defaults, deletes=removed)
-            return
-        for k in removed:
-            await self.delete(k)
-        for k, v in defaults.items():
-            await self.set(k, v)
-
-    # -------------------------------------------------------------- typed state
-
-    async def get_state(self) -> Any:
-        """The whole state: the typed state model, or a dict of every key."""
-        x = self._x
-        att = current_attempt.get()
-        if self._state_type is not None:
-            fields = getattr(self._state_type, "model_fields", {})
-            values = {}
-            for name in fields:
-                v = self._root(att, name)
-                if v is not _MISSING:
-                    values[name] = materialize(v) if att is None else v
-            model_construct = getattr(self._state_type, "model_construct", None)
-            if model_construct is None:
-                return self._state_type(**values)
-            return model_construct(**values)
-        keys = list(x.committed)
-        if att is not None:
-            keys += [k for k in att.writes if k not in x.committed]
-        out = StateDict()
-        for k in keys:
-            v = self._root(att, k)
-            if v is not _MISSING:
-                out[k] = v
-        return out
-
-    async def set_state(self, state: Any) -> None:
-        """Replaces the whole state (each field or key is diffed against what it was)."""
-        if self._state_type is not None:
-            data = {name: getattr(state, name) for name in type(state).model_fields}
-        else:
-            data = dict(state)
-        att = current_attempt.get()
-        if att is None:
-            await self._x.operator_update(data)
-            return
-        for k, v in data.items():
-            await self.set(k, v)
-
-    @asynccontextmanager
-    async def edit_state(self) -> AsyncIterator[Any]:
-        """Holds the run's state lock until the attempt commits: this edit never conflicts.
-
-        Yields the state (the typed model, or a dict of every key whose keys are also
-        attributes); what it looks like at the end of the block is written back.
-        """
-        att = current_attempt.get()
-        if att is None:
-            state = await self.get_state()
-            yield state
-            await self.set_state(state)
-            return
-        if not att.holds_lock:
-            await self._x.state_lock.acquire()
-            att.holds_lock = True
-            # What the attempt read before it held the lock may already be stale.
-        state = await self.get_state()
-        yield state
-        if self._state_type is not None:
-            for name in type(state).model_fields:
-                if name in state.__dict__:
-                    await self.set(name, state.__dict__[name])
-            return
-        for k, v in state.items():
-            await self.set(k, v)
-        removed = [k for k in self._x.committed if k not in state and k not in att.writes]
-        for k in removed:
-            await self.delete(k)
+    def collect_take(self, att: Attempt, buf_key: str, taken: list[tuple[int, Event]]) -> None: ...
 
 
 class Context(Generic[S]):
@@ -419,57 +101,70 @@ class Context(Generic[S]):
     ``to_dict`` / ``from_dict`` carry it anywhere (see :mod:`workflow._lifecycle`).
     """
 
+    __workflow_context__: Final = True  # what the step decorator recognises (``_step``)
+
     def __init__(
         self,
         workflow: Workflow,
         previous_context: dict[str, Any] | None = None,
         serializer: BaseSerializer | None = None,
     ) -> None:
-        from ._lifecycle import Idle, restore_into
+        from ._context_dict import restore_into
+        from ._lifecycle import Idle
         from ._workflow import Workflow
 
         if not isinstance(workflow, Workflow):
             msg = f"Context() takes the workflow it runs with, not {type(workflow).__name__}"
             raise WorkflowRuntimeError(msg)
         self._wf = workflow
-        self._x: Executor | None = None
+        self._host: RunHost | None = None
         self._run: str | None = None
-        self.store: ContextStore[S] = ContextStore(cast("Executor", None), workflow._state_type)
+        self.store: ContextStore[S] = ContextStore(cast("StoreHost", None), workflow._state_type)
         self._idle = Idle(self)
         self._go_idle()
         if previous_context is not None:
             restore_into(self, previous_context, serializer)
 
     @classmethod
-    def _bound(cls, executor: Executor, state_type: type[Any] | None) -> Context[Any]:
+    def _bound(
+        cls, executor: RunHost, workflow: Workflow, state_type: type[Any] | None
+    ) -> Context[Any]:
         """The context of a run this process executes (its steps' ``ctx``)."""
         from ._lifecycle import Idle
 
         ctx: Context[Any] = object.__new__(cls)
-        ctx._wf = executor.wf
-        ctx._x = executor
+        ctx._wf = workflow
+        ctx._host = executor
         ctx._run = executor.run_id
         ctx.store = ContextStore(executor, state_type)
         ctx._idle = Idle(ctx)
         return ctx
 
-    def _go_idle(self) -> None:
-        self.store._x = cast("Executor", self._idle)  # reads and writes of an idle context
+    @classmethod
+    def _at(cls, workflow: Workflow, run_id: str, seq: int) -> Context[Any]:
+        """An idle context of ``workflow`` pointing at ``seq`` of its run ``run_id``."""
+        ctx: Context[Any] = cls(workflow)
+        ctx._run = run_id
+        ctx._idle.seq = seq
+        return ctx
 
-    def _bind(self, executor: Executor) -> None:
+    def _go_idle(self) -> None:
+        self.store.bind(cast("StoreHost", self._idle))  # reads and writes of an idle context
+
+    def _bind(self, executor: RunHost) -> None:
         """Binds this context to the run ``executor`` runs (a run started from it)."""
         from ._lifecycle import Idle
 
         executor.ctx = self
-        self._wf = executor.wf
-        self._x = executor
+        self._wf = executor.config.instance
+        self._host = executor
         self._run = executor.run_id
-        self.store._x = executor
+        self.store.bind(executor)
         self._idle = Idle(self)
 
-    def _ended(self, executor: Executor) -> None:
+    def _ended(self, executor: RunHost) -> None:
         """The run ``executor`` ran has ended: the context is idle, at the run's end."""
-        if self._x is executor:
+        if self._host is executor:
             self._go_idle()
 
     @property
@@ -490,12 +185,12 @@ class Context(Generic[S]):
 
         return run_is_live(self)
 
-    def _live(self) -> Executor | None:
+    def _live(self) -> RunHost | None:
         """The executor running this context's run in this process, if it still runs it."""
-        x = self._x
-        if x is None or x._closing or self.store._x is not x:
+        host = self._host
+        if host is None or host.closing or self.store.host is not host:
             return None
-        return x
+        return host
 
     @staticmethod
     def get_step_context() -> Context[Any]:
@@ -513,7 +208,7 @@ class Context(Generic[S]):
     def _on_loop(self, fn: Callable[[], T]) -> T:
         """Runs ``fn`` on the run's event loop: at once from there, else (a synchronous
         step's worker thread) by handing it to the loop and waiting for its outcome."""
-        loop = cast("Executor", self._x).done.get_loop()  # called for a bound context only
+        loop = cast("RunHost", self._host).done.get_loop()  # called for a bound context only
         try:
             here = asyncio.get_running_loop()
         except RuntimeError:
@@ -532,7 +227,7 @@ class Context(Generic[S]):
         return fut.result()
 
     # The older LlamaIndex spelling of ctx.store.get / ctx.store.set.
-    async def get(self, key: str, default: Any = _MISSING) -> Any:
+    async def get(self, key: str, default: Any = MISSING) -> Any:
         """Same as ``ctx.store.get``."""
         return await self.store.get(key, default)
 
@@ -573,19 +268,19 @@ class Context(Generic[S]):
             msg = f"send_event takes an Event, not {type(event).__name__}"
             raise WorkflowRuntimeError(msg)
         att = current_attempt.get()
-        x = self._x
+        host = self._host
         if att is None:
             if self._live() is None:
-                from ._lifecycle import send_idle
+                from ._context_run import send_idle
 
                 send_idle(self, event)
                 return
-            assert x is not None
+            assert host is not None
             self._encode_event(event, "handler.ctx.send_event")  # refused here, not later
-            x.send_external_nowait(event)
+            host.send_external_nowait(event)
             return
-        assert x is not None
-        if step is not None and step not in x.graph.steps:
+        assert host is not None
+        if step is not None and step not in host.graph.steps:
             msg = f"send_event: no step named {step!r}"
             raise WorkflowRuntimeError(msg)
         att.sent.append((event, step))
@@ -597,13 +292,13 @@ class Context(Generic[S]):
             is not streamed then).
         """
         att = current_attempt.get()
-        x = self._x if att is not None else self._live()
-        if x is None:
+        host = self._host if att is not None else self._live()
+        if host is None:
             msg = "write_event_to_stream() needs a running workflow: call wf.run(ctx=ctx) first"
             raise ContextStateError(msg)
         if att is not None:
             att.keep_json(event, self._encode_event(event, "ctx.write_event_to_stream"))
-        self._on_loop(lambda: x.stream_now(event, att))
+        self._on_loop(lambda: host.stream_now(event, att))
         if att is not None:
             att.streamed.append(event)
 
@@ -640,16 +335,16 @@ class Context(Generic[S]):
         # program that imports app.
         bid = default_buffer_id(att.step, names) if buffer_id is None else buffer_id
         key = buffer_key(att.step, bid)
-        x = cast("Executor", self._x)  # inside an attempt: the executor running it
+        host = cast("RunHost", self._host)  # inside an attempt: the executor running it
         # The live buffer changes now, atomically on the event loop (no other attempt can
         # see it half done); not an OCC key, so collectors never conflict. The change is
         # undone if this attempt does not commit.
-        buf = x.live_buffer(key)
-        ev_id = att.event_id if event is att.event else x.new_event_id()
+        buf = host.live_buffer(key)
+        ev_id = att.event_id if event is att.event else host.new_event_id()
         entry = (ev_id, event)
         buf.setdefault(type(event).__qualname__, []).append(entry)
         att.collects.append((key, bid, entry, None))
-        x.collect_put(att, key, entry)
+        host.collect_put(att, key, entry)
         need = Counter(names)
         if any(len(buf.get(n, ())) < k for n, k in need.items()):
             return None
@@ -660,7 +355,7 @@ class Context(Generic[S]):
             if not events:
                 del buf[n]
         att.collects.append((key, bid, None, names))
-        x.collect_take(att, key, taken)
+        host.collect_take(att, key, taken)
         return [ev for _, ev in taken]
 
     async def wait_for_event(
@@ -682,11 +377,11 @@ class Context(Generic[S]):
         :raises WorkflowTimeoutError: no matching event came within ``timeout`` seconds.
         """
         att = self._attempt("wait_for_event")
-        x = cast("Executor", self._x)  # inside an attempt: the executor running it
+        host = cast("RunHost", self._host)  # inside an attempt: the executor running it
         att.wait_calls += 1
         wid = waiter_id or f"{att.step}:{att.event_id}:{att.wait_calls}"
-        if wid in x.answers:
-            answer = x.answers[wid]
+        if wid in host.answers:
+            answer = host.answers[wid]
             att.answers_used.append(wid)
             if answer is None:
                 msg = f"wait_for_event({event_type.__name__}) timed out after {timeout} s"
@@ -694,20 +389,14 @@ class Context(Generic[S]):
             return answer[1]
         # What the waiting record will hold is checked here, where the step can be told.
         try:
-            x.codec.encode(wid, name="waiter_id")
-            x.codec.encode(dict(requirements or {}), name="requirements")
+            host.codec.encode(wid, name="waiter_id")
+            host.codec.encode(dict(requirements or {}), name="requirements")
         except EncodeError as exc:
             raise refused(exc, "refused by ctx.wait_for_event") from None
         if waiter_event is not None:
             att.keep_json(waiter_event, self._encode_event(waiter_event, "ctx.wait_for_event"))
         raise WaitSuspend(
-            {
-                "waiter_id": wid,
-                "awaited": event_type,
-                "requirements": dict(requirements or {}),
-                "timeout": timeout,
-                "waiter_event": waiter_event,
-            }
+            WaitRequest(wid, event_type, dict(requirements or {}), timeout, waiter_event)
         )
 
     async def memo(
@@ -759,7 +448,7 @@ class Context(Generic[S]):
         """
         from ._children import run_child
 
-        return await run_child(self._x, self._attempt("run_workflow"), flow, start_kwargs)
+        return await run_child(self._host, self._attempt("run_workflow"), flow, start_kwargs)
 
     async def sleep(self, seconds: float) -> None:
         """Sleeps ``seconds``, durably when it is at least the workflow's ``sleep_threshold``.
@@ -771,7 +460,7 @@ class Context(Generic[S]):
         """
         from ._timers import durable_sleep
 
-        await durable_sleep(self._x, self._attempt("sleep"), seconds)
+        await durable_sleep(self._host, self._attempt("sleep"), seconds)
 
     def to_dict(
         self, serializer: BaseSerializer | None = None, *, include_state: bool = True
@@ -786,7 +475,7 @@ class Context(Generic[S]):
         instead (:mod:`workflow.context.serializers`). Restore it with :meth:`from_dict`,
         here or in another process.
         """
-        from ._lifecycle import context_dict
+        from ._context_dict import context_dict
 
         return context_dict(self, serializer, include_state)
 

@@ -234,8 +234,8 @@ class WorkflowHandler:
         """Returns once the run has nothing to do but wait for an event (or has ended)."""
         async with asyncio.timeout(timeout):
             while not self._future.done():
-                x = self._executor
-                if x is None or x.only_waiters():
+                executor = self._executor
+                if executor is None or executor.only_waiters():
                     return
                 await asyncio.sleep(0.01)
 

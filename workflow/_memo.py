@@ -29,8 +29,8 @@ import orjson
 from eventstore import Codec, EncodeError
 
 from . import _journal as J
+from ._attempt import Attempt, current_attempt
 from ._changes import refused
-from ._context import Attempt, current_attempt
 from ._errors import MemoizedError, WorkflowRuntimeError
 from .retry_policy import RetryPolicy, _ask, _derive
 

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from eventstore import LogCorruptedError, UnknownClassError, class_name
-from eventstore._codec import _main_names
+from eventstore import LogCorruptedError, UnknownClassError
 
-from ._errors import RecoveryLimitError, RunOwnedError, WorkflowChangedError
+from ._errors import RunOwnedError, WorkflowChangedError
 from ._fold import payload_of
+from ._names import same_name
 from ._read import waits_of
 
 if TYPE_CHECKING:
-    from ._fold import Folded
     from ._handler import WorkflowHandler
     from ._journal import RunStarted
     from ._read import RunSummary
@@ -33,7 +32,6 @@ __all__ = [
     "Recovery",
     "RecoveryOutcome",
     "is_run_of",
-    "over_recovery_limit",
     "recover",
     "same_name",
 ]
@@ -108,18 +106,6 @@ def is_run_of(wf: Workflow, run: RunSummary) -> bool:
     return known
 
 
-def same_name(recorded: str, cls: type) -> bool:
-    """Whether a workflow name the log records (``module:Qual.Name``) can be ``cls``'s: its
-    own, the same qualified name under ``__main__`` (a script's run), or, for a class of this
-    process's ``__main__``, a module name its file imports as."""
-    if recorded == class_name(cls):
-        return True
-    module, _, qualname = recorded.rpartition(":")
-    if qualname != cls.__qualname__:
-        return False
-    return module == "__main__" or (cls.__module__ == "__main__" and module in _main_names())
-
-
 def _shares_a_step(wf: Workflow, run: RunSummary) -> bool:
     """Whether the steps a run's first record lists meet ``wf``'s (True when it lists none)."""
     if run.first_seq is None:
@@ -133,20 +119,6 @@ def _shares_a_step(wf: Workflow, run: RunSummary) -> bool:
     if not isinstance(graph, dict) or not graph:
         return True
     return not graph.keys().isdisjoint(wf._graph.steps)
-
-
-def over_recovery_limit(
-    run_id: str, folded: Folded, steps: Mapping[str, object], limit: int
-) -> RecoveryLimitError | None:
-    """The error that ends a run whose in-progress input was started ``limit`` times
-    without ending (each start a process died in), or None."""
-    for step, progs in folded.in_progress.items():
-        if step not in steps:
-            continue  # stranded work the caller chose to leave undone
-        for p in progs.values():
-            if p.crashes >= limit:
-                return RecoveryLimitError(run_id, step, p.crashes, limit)
-    return None
 
 
 def _unresolved(exc: BaseException) -> bool:
@@ -200,10 +172,10 @@ def _recover_one(wf: Workflow, run_id: str) -> Recovery:
         if _unresolved(exc):
             return Recovery(run_id, "stranded", error=exc)
         return Recovery(run_id, "failed", error=exc)
-    x = handler._executor
-    if x is not None:
+    executor = handler._executor
+    if executor is not None:
         # The resume ends such a run itself (once it holds it); say so now.
-        limit = over_recovery_limit(run_id, x._folded, wf._graph.steps, wf._max_recovery)
+        limit = executor.recovery_limit()
         if limit is not None:
             return Recovery(run_id, "recovery_limit", handler, limit)
     return Recovery(run_id, "resumed", handler)
@@ -259,7 +231,7 @@ def recover(wf: Workflow, *, compatible_only: bool = False) -> Recoveries:
     routes; the others are ``incompatible``, with the problems, and left as they are.
     """
     done = Recoveries()
-    listed = {r.run_id: r for r in wf.runs()}
+    listed = {r.run_id: r for r in wf.runs(all_workflows=False)}
     for run_id in wf.pending_runs():
         run = listed.get(run_id)
         if run is None or has_work(wf, run):

@@ -116,12 +116,9 @@ class Checkpoint(BaseModel):
                 " here; read the state with wf.state_at(cp.run_id, cp.seq)"
             )
             raise WorkflowRuntimeError(msg)
-        from ._context import Context
-
-        ctx: Context[Any] = Context(wf)
-        ctx._run = self.run_id
-        ctx._idle.seq = self.seq
-        return ctx.to_dict(serializer)
+        # The workflow that listed it reads it (this module sits below the context's).
+        state: dict[str, Any] = wf._context_dict_at(self.run_id, self.seq, serializer)
+        return state
 
 
 class LazyDict(MutableMapping[K, V]):

@@ -6,27 +6,34 @@ import dataclasses
 import inspect
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import Any, Final, Literal, Protocol, TypeVar, overload
 
 from ._errors import WorkflowValidationError
 from ._events import Event
 from .resource import ResourceDefinition, resource_of
 from .retry_policy import RetryPolicy, _SeedlessRetryPolicy
 
-if TYPE_CHECKING:
-    from ._workflow import Workflow
-
 __all__ = [
     "StepConfig",
     "StepGraphCheck",
     "StepSpec",
     "WorkflowGraphCheck",
+    "state_model",
     "step",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class StepOwner(Protocol):
+    """What ``@step(workflow=Cls)`` adds a free function to: a ``Workflow`` class."""
+
+    @classmethod
+    def add_step(cls, func: Callable[..., Any]) -> None: ...
+
+
 STEP_ATTR = "__workflow_step__"
 
 # LlamaIndex's names of the graph checks a workflow (or one step) may skip.
@@ -110,7 +117,7 @@ def step(func: F, /) -> F: ...
 @overload
 def step(
     *,
-    workflow: type[Workflow] | None = None,
+    workflow: type[StepOwner] | None = None,
     num_workers: int = 4,
     retry_policy: Policy | None = None,
     skip_graph_checks: list[StepGraphCheck] | None = None,
@@ -122,7 +129,7 @@ def step(
     func: F | None = None,
     /,
     *,
-    workflow: type[Workflow] | None = None,
+    workflow: type[StepOwner] | None = None,
     num_workers: int = 4,
     retry_policy: Policy | None = None,
     skip_graph_checks: list[StepGraphCheck] | None = None,
@@ -253,11 +260,14 @@ def _event_types(annotation: Any, where: str) -> tuple[type[Event], ...]:
     raise WorkflowValidationError(msg)
 
 
-def _is_context(annotation: Any) -> bool:
-    from ._context import Context  # the context module imports this one
+# Set (True) on ``Context``: a step's context parameter is found by it, without this module
+# importing the context's, which sits above it.
+CONTEXT_MARK: Final = "__workflow_context__"
 
+
+def _is_context(annotation: Any) -> bool:
     target = typing.get_origin(annotation) or annotation
-    return isinstance(target, type) and issubclass(target, Context)
+    return isinstance(target, type) and getattr(target, CONTEXT_MARK, False) is True
 
 
 def _state_type(annotation: Any) -> type | None:
@@ -389,3 +399,29 @@ def collect_steps(
         name: inspect_step(name, f, bound=name not in added or _takes_self(f))
         for name, f in (step_functions(cls) if funcs is None else funcs).items()
     }
+
+
+def state_model(steps: Mapping[str, StepSpec], workflow: str) -> type | None:
+    """The state model the steps' ``Context[MyState]`` annotations name: the most derived
+    one, when some steps name a base class of another's model (None: no step names one).
+
+    :raises WorkflowValidationError: the models are not in one inheritance chain.
+    """
+    from pydantic import BaseModel
+
+    found: list[type] = []
+    for spec in steps.values():
+        t = spec.state_type
+        if isinstance(t, type) and issubclass(t, BaseModel) and t not in found:
+            found.append(t)
+    if not found:
+        return None
+    for candidate in found:
+        if all(issubclass(candidate, other) for other in found):
+            return candidate
+    msg = (
+        f"{workflow}: the steps' Context[...] state models are not in one"
+        " inheritance chain (each must be a base class of the most derived one): "
+        + ", ".join(t.__name__ for t in found)
+    )
+    raise WorkflowValidationError(msg)

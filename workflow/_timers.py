@@ -16,7 +16,7 @@ import asyncio
 import math
 from typing import Any, Final
 
-from ._context import Attempt, WaitSuspend
+from ._attempt import Attempt, WaitRequest, WaitSuspend
 from ._errors import WorkflowRuntimeError
 from ._events import Event
 
@@ -29,8 +29,8 @@ class DurableSleep(Event):
     """What a durable sleep's wait awaits: never sent, so only its deadline resolves it."""
 
 
-async def durable_sleep(x: Any, att: Attempt, seconds: float) -> None:
-    """Sleeps ``seconds`` in attempt ``att`` of the run executed by ``x`` (module docstring).
+async def durable_sleep(host: Any, att: Attempt, seconds: float) -> None:
+    """Sleeps ``seconds`` in attempt ``att`` of the run executed by ``host`` (module docstring).
 
     :raises WorkflowRuntimeError: ``seconds`` is not a finite, non-negative number.
     """
@@ -42,19 +42,11 @@ async def durable_sleep(x: Any, att: Attempt, seconds: float) -> None:
     # Ids count every sleep of the attempt, short or long, so they stay the same if the
     # threshold changes between runs.
     wid = f"{att.step}:{att.event_id}:sleep:{att.sleep_calls}"
-    if wid in x.answers:  # its deadline passed before this re-run: slept already
+    if wid in host.answers:  # its deadline passed before this re-run: slept already
         att.answers_used.append(wid)
         return
-    threshold = getattr(x.wf, "sleep_threshold", DEFAULT_SLEEP_THRESHOLD)
+    threshold = host.config.sleep_threshold
     if seconds < threshold:
         await asyncio.sleep(seconds)
         return
-    raise WaitSuspend(
-        {
-            "waiter_id": wid,
-            "awaited": DurableSleep,
-            "requirements": {},
-            "timeout": float(seconds),
-            "waiter_event": None,
-        }
-    )
+    raise WaitSuspend(WaitRequest(wid, DurableSleep, {}, float(seconds)))

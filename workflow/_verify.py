@@ -23,12 +23,13 @@ import orjson
 from eventstore import StoredRecord, UnknownClassError, class_name
 
 from . import _journal as J
-from ._context import Attempt, current_attempt
+from ._attempt import Attempt, current_attempt
+from ._checkpoints import event_class
 from ._diff import apply, materialize
 from ._errors import WorkflowRuntimeError
 from ._events import Event
 from ._fold import Folded, MemoRec, fold
-from ._read import commits, event_class, fold_run, run_info, start_state
+from ._read import commits, fold_run, run_info, start_state
 from ._retry import RetryClock
 
 if TYPE_CHECKING:
@@ -286,16 +287,17 @@ class _Replay:
 
         self._memos = memos
         self.wf = wf
+        self.config = wf._run_config()  # the settings a run started now would have
         self.codec = wf._codec
         self.graph = wf._graph
         self.committed = context
         self.versions: dict[str, int] = {}
-        self._keylog: dict[str, list[int]] = {}  # sizes of values: none known here
+        self.keylog: dict[str, list[int]] = {}  # sizes of values: none known here
         self.buffers: dict[str, dict[str, list[tuple[int, Event]]]] = {}
         self.answers: dict[str, Any] = {}
         self.state_lock = asyncio.Lock()
         self.run_id = "verify"
-        self.ctx: Context[Any] = Context._bound(self, wf._state_type)  # type: ignore[arg-type]
+        self.ctx: Context[Any] = Context._bound(self, wf, wf._state_type)  # type: ignore[arg-type]
         self._next = 10**9
 
     def pin(self, key: str) -> None:

@@ -18,21 +18,22 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from eventstore import ConcurrencyError, EventStore, Record, class_name
 
-from . import _journal as J
+from . import _journal as journal
+from ._commit import wait_records
 from ._events import Event
-from ._fold import Failure
+from ._fold import Failure, Folded
 
 if TYPE_CHECKING:
     from eventstore import Codec
 
-    from ._context import Attempt
+    from ._attempt import Attempt, WaitRequest
     from ._graph import Graph
 
-__all__ = ["INBOX_POLL_S", "Delivery", "WaitInfo", "WaitsAndInbox"]
+__all__ = ["INBOX_POLL_S", "Delivery", "WaitInfo", "Waits", "WaitsHost"]
 
 INBOX_POLL_S: Final = 0.1
 _ABSENT: Final[Any] = object()
@@ -78,37 +79,73 @@ class _Unrecorded(ConcurrencyError):
         super().__init__(msg, run_id=run_id)
 
 
-class WaitsAndInbox:
-    """Waits and external events of :class:`~workflow._runner.Executor` (its base class)."""
+class WaitsHost(Protocol):
+    """What the waits use of the executor that owns them."""
 
-    # What this part uses of the executor.
     run_id: str
     codec: Codec
     graph: Graph
     store: EventStore
-    waiters: dict[str, WaitInfo]
-    answers: dict[str, tuple[int, Event] | None]
-    unclaimed: dict[int, Event]
-    _taken_inbox: set[int]
-    _poke: asyncio.Event
-    _closing: bool
-    # Events sent from outside before the executor holds the run, taken in once it does.
-    _early: list[tuple[Event, Any]]
-    _taking: bool
 
-    if TYPE_CHECKING:
+    @property
+    def closing(self) -> bool: ...
 
-        def _submit(self, records: list[Record], **kw: Any) -> asyncio.Future[Any]: ...
+    def submit(self, records: list[Record], **kw: Any) -> asyncio.Future[Any]: ...
 
-        def _end_with(self, exc: BaseException) -> None: ...
+    def end_with(self, exc: BaseException) -> None: ...
 
-        def deliver(self, step: str, d: Delivery) -> None: ...
+    def deliver(self, step: str, d: Delivery) -> None: ...
 
-        def stream_now(self, event: Event, att: Attempt | None) -> None: ...
+    def stream_now(self, event: Event, att: Attempt | None) -> None: ...
 
-        def new_event_id(self) -> int: ...
+    def new_event_id(self) -> int: ...
 
-        def _streamed(self, att: Attempt) -> list[Record]: ...
+
+class Waits:
+    """A run's waits and the events that come from outside it (the inbox, ``handler.ctx``).
+
+    Owned by the executor (:class:`~workflow._runner.Executor`), which it reaches through
+    :class:`WaitsHost`: commits go through ``submit``, effects through ``deliver`` and
+    ``stream_now``.
+    """
+
+    def __init__(self, host: WaitsHost) -> None:
+        self._host = host
+        self.waiters: dict[str, WaitInfo] = {}
+        self.answers: dict[str, tuple[int, Event] | None] = {}
+        self.unclaimed: dict[int, Event] = {}
+        self._taken_inbox: set[int] = set()
+        self._poke = asyncio.Event()
+        # Events sent from outside before the executor holds the run, taken in once it does.
+        self._early: list[tuple[Event, Any]] = []
+        self._taking = False
+
+    def load(self, folded: Folded) -> None:
+        """Loads the waits, answers and unclaimed events of ``folded`` (JSON form)."""
+        codec = self._host.codec
+        load = codec.load
+        for wid, w in folded.waiters.items():
+            self.waiters[wid] = WaitInfo(
+                wid,
+                w.step,
+                w.ev.id,
+                load(w.ev.dump),
+                # The class, not its name: an answer matches whatever module it came under.
+                cast("type[Event]", codec.resolve(w.awaited)),
+                w.awaited,
+                load(w.requirements) or {},
+                w.deadline,
+                None if w.waiter_event is None else load(w.waiter_event),
+            )
+        for wid, ans in folded.answers.items():
+            self.answers[wid] = None if ans is None else (ans.id, load(ans.dump))
+        self.unclaimed.update((i, load(e.dump)) for i, e in folded.unclaimed.items())
+
+    def clear(self) -> None:
+        """Forgets the waits (the executor starts over from a newer fold)."""
+        self.waiters.clear()
+        self.answers.clear()
+        self.unclaimed.clear()
 
     def _then(self, fut: asyncio.Future[Any], effect: Callable[[], None]) -> None:
         """Runs ``effect`` once the commit of ``fut`` is durable; a failed commit ends the run."""
@@ -119,32 +156,31 @@ class WaitsAndInbox:
             exc = f.exception()
             if exc is None:
                 effect()
-            elif not self._closing and not isinstance(exc, _Unrecorded):
+            elif not self._host.closing and not isinstance(exc, _Unrecorded):
                 # (An unrecorded wait's own commit failed first and ends the run with that.)
-                self._end_with(exc)
+                self._host.end_with(exc)
 
         fut.add_done_callback(done)
 
     # ------------------------------------------------------------------ waits
 
-    async def _commit_wait(self, att: Attempt, info: dict[str, Any]) -> None:
+    async def commit_wait(self, att: Attempt, request: WaitRequest) -> None:
         """Ends an attempt in a wait; the wait is matched from the moment its commit is queued.
 
         The question (the waiter event) is streamed once the wait is durable, unless the
         wait was answered by then.
         """
-        dump = self.codec.dump
-        awaited: type[Event] = info["awaited"]
-        question: Event | None = info["waiter_event"]
-        deadline = None if info["timeout"] is None else time.time() + float(info["timeout"])
+        question = request.waiter_event
+        timeout = request.timeout
+        deadline = None if timeout is None else time.time() + float(timeout)
         w = WaitInfo(
-            info["waiter_id"],
+            request.waiter_id,
             att.step,
             att.event_id,
             att.event,
-            awaited,
-            class_name(awaited),
-            info["requirements"],
+            request.awaited,
+            request.awaited_name,
+            request.requirements,
             deadline,
             question,
             written=False,
@@ -154,31 +190,19 @@ class WaitsAndInbox:
         ask = question if early is None else None
         if ask is not None:
             att.streamed.insert(0, ask)
-        records = [
-            J.waiting(
-                att.step,
-                att.event_id,
-                att.attempt,
-                w.waiter_id,
-                w.awaited_name,
-                dump(info["requirements"]),
-                deadline,
-                None if question is None else dump(question),
-            ),
-            *self._streamed(att),
-        ]
+        records = wait_records(self._host.codec, att, request, deadline)
 
         def written(seq: Any) -> None:
             w.written = True
 
-        fut = self._submit(records, on_written=written)
+        fut = self._host.submit(records, on_written=written)
         # Nothing awaited since the match above: the wait and the events are still as seen.
         if early is not None:
             del self.unclaimed[early[0]]
             self._resolve(w, early[0], early[1])
         else:
             self.waiters[w.waiter_id] = w
-            self._arm(w)
+            self.arm(w)
         try:
             await fut
         except BaseException:
@@ -188,9 +212,9 @@ class WaitsAndInbox:
                     w.timer.cancel()
             raise
         if ask is not None and self.waiters.get(w.waiter_id) is w:
-            self.stream_now(ask, att)
+            self._host.stream_now(ask, att)
 
-    def _arm(self, w: WaitInfo) -> None:
+    def arm(self, w: WaitInfo) -> None:
         if w.deadline is None:
             return
         loop = asyncio.get_running_loop()
@@ -198,12 +222,12 @@ class WaitsAndInbox:
         w.timer = loop.call_later(delay, self._expire, w)
 
     def _expire(self, w: WaitInfo) -> None:
-        if self.waiters.get(w.waiter_id) is not w or self._closing:
+        if self.waiters.get(w.waiter_id) is not w or self._host.closing:
             return
         try:
             self._resolve(w, None, None)
         except Exception as exc:  # a timer callback: nobody else would see it
-            self._end_with(exc)
+            self._host.end_with(exc)
 
     def _matches(self, w: WaitInfo, ev: Event) -> bool:
         if w.awaited is not None:
@@ -221,19 +245,19 @@ class WaitsAndInbox:
     ) -> asyncio.Future[Any]:
         """Answers a wait (``ev`` None: its deadline passed) now; its step runs again once
         the answer is durable. Returns the answer's commit."""
-        dump = self.codec.dump
+        dump = self._host.codec.dump
         self.waiters.pop(w.waiter_id, None)
         if w.timer is not None:
             w.timer.cancel()
 
         def recorded() -> None:
             if not w.written:
-                raise _Unrecorded(self.run_id, w.waiter_id)
+                raise _Unrecorded(self._host.run_id, w.waiter_id)
 
-        fut = self._submit(
+        fut = self._host.submit(
             [
-                J.wait_resolved(w.step, w.waiter_id, ev_id, None if ev is None else dump(ev)),
-                J.enqueued(w.step, w.event_id, dump(w.event), J.SRC_WAITER),
+                journal.wait_resolved(w.step, w.waiter_id, ev_id, None if ev is None else dump(ev)),
+                journal.enqueued(w.step, w.event_id, dump(w.event), journal.SRC_WAITER),
             ],
             inbox_taken=[inbox_id] if inbox_id is not None else None,
             check=None if w.written else recorded,
@@ -242,7 +266,7 @@ class WaitsAndInbox:
 
         def run_again() -> None:
             self.answers[w.waiter_id] = answer
-            self.deliver(w.step, Delivery(w.event_id, w.event))
+            self._host.deliver(w.step, Delivery(w.event_id, w.event))
 
         self._then(fut, run_again)
         return fut
@@ -266,7 +290,7 @@ class WaitsAndInbox:
         Before the executor holds the run it is kept, in order, and taken in right after
         the inbox. A value the codec cannot store is refused here.
         """
-        dumped = self.codec.dump(event)
+        dumped = self._host.codec.dump(event)
         if not self._taking:
             self._early.append((event, dumped))
             return
@@ -283,7 +307,7 @@ class WaitsAndInbox:
         self,
         ev: Event,
         inbox_id: int | None,
-        src: J.Source = J.SRC_EXTERNAL,
+        src: journal.Source = journal.SRC_EXTERNAL,
         *,
         dumped: Any = _ABSENT,
     ) -> asyncio.Future[Any] | None:
@@ -293,38 +317,38 @@ class WaitsAndInbox:
         durable, or, if no step takes it, it is parked at once, so a wait that begins
         before that commit is durable still finds it.
         """
-        if self._closing:
+        if self._host.closing:
             return None
-        dump = self.codec.dump(ev) if dumped is _ABSENT else dumped
-        ev_id = self.new_event_id()
+        dump = self._host.codec.dump(ev) if dumped is _ABSENT else dumped
+        ev_id = self._host.new_event_id()
         w = self._waiter_for(ev)
         if w is not None:
             return self._resolve(w, ev_id, ev, inbox_id)
-        targets = self.graph.route(type(ev))
-        records = [J.enqueued(t, ev_id, dump, src) for t in targets] or [
-            J.enqueued(None, ev_id, dump, src)
+        targets = self._host.graph.route(type(ev))
+        records = [journal.enqueued(t, ev_id, dump, src) for t in targets] or [
+            journal.enqueued(None, ev_id, dump, src)
         ]
-        fut = self._submit(records, inbox_taken=[inbox_id] if inbox_id is not None else None)
+        fut = self._host.submit(records, inbox_taken=[inbox_id] if inbox_id is not None else None)
         if not targets:
             self.unclaimed[ev_id] = ev
 
         def reach_steps() -> None:
             for t in targets:
-                self.deliver(t, Delivery(ev_id, ev))
+                self._host.deliver(t, Delivery(ev_id, ev))
 
         self._then(fut, reach_steps)
         return fut
 
     def take_inbox(self) -> None:
         """Takes in the inbox's new entries, in order (their commits are queued in order)."""
-        for entry in self.store.inbox(self.run_id):
-            if entry.id in self._taken_inbox or self._closing:
+        for entry in self._host.store.inbox(self._host.run_id):
+            if entry.id in self._taken_inbox or self._host.closing:
                 continue
             self._taken_inbox.add(entry.id)
-            ev = self.codec.decode(entry.payload)
+            ev = self._host.codec.decode(entry.payload)
             self.take_external(ev, entry.id)
 
-    async def _inbox_loop(self) -> None:
+    async def inbox_loop(self) -> None:
         # A timer pokes too, so another process's send is taken in within the interval.
         # (Not asyncio.wait_for: on Python 3.11 cancelling it can hang the task.)
         loop = asyncio.get_running_loop()

@@ -7,90 +7,71 @@ import contextlib
 import copy
 import logging
 import os
-import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
-
-import orjson
-from pydantic import BaseModel, ValidationError
 
 from eventstore import (
     Codec,
-    CodecError,
     Commit,
     EventStore,
-    LogCorruptedError,
     NewRun,
     Record,
     RunInfo,
-    UnknownClassError,
     class_name,
 )
 
-from . import _journal as J
 from ._catch_error import catchers
 from ._changes import encode_updates
-from ._context import StateDict
+from ._checkpoints import checkpoints
+from ._context_store import StateDict
 from ._diff import register_views
 from ._errors import (
     RunFinishedError,
-    WorkflowChangedError,
     WorkflowRuntimeError,
     WorkflowValidationError,
 )
 from ._events import Event, StartEvent, StopEvent
-from ._fold import Folded, not_damage, rename_steps, to_run_state
+from ._fold import Folded, rename_steps, to_run_state
 from ._graph import Graph
 from ._handler import WorkflowHandler
+from ._live_runs import live_executor, register
 from ._ownership import LEASE_TTL_S, LeaseOwners, Owners
 from ._prune import PruneReport, prune_runs
-from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
-from ._recover import Recoveries, is_run_of, over_recovery_limit, same_name
+from ._read import RunSummary, fold_run, refuse_cut, run_info, run_summaries, shown_status
+from ._recover import Recoveries, is_run_of
 from ._recover import recover as recover_runs
 from ._renames import class_aliases, moves_for, step_renames
+from ._run_config import DEFAULT_FAILURE_GRACE, RunConfig
 from ._runner import Executor
+from ._start_events import (
+    checked_start_event,
+    first_records,
+    run_started_record,
+    start_event_of,
+)
 from ._state import TERMINAL, Checkpoint, RunState
-from ._step import GRAPH_CHECKS, STEP_ATTR, collect_steps, graph_checks, step_functions
+from ._step import (
+    GRAPH_CHECKS,
+    STEP_ATTR,
+    collect_steps,
+    graph_checks,
+    state_model,
+    step_functions,
+)
+from ._stores import open_store
+from ._stranded import check_stranded
 from ._timers import DEFAULT_SLEEP_THRESHOLD
-from ._waits import Delivery
 from .resource import ResourceManager, check_configs
 
 if TYPE_CHECKING:
     from ._context import Context
+    from .context.serializers import BaseSerializer
 
 __all__ = ["RunSummary", "Workflow"]
 
 _log = logging.getLogger("workflow")
-_stores_lock = threading.Lock()
-_stores: dict[str, EventStore] = {}
-_live: dict[tuple[int, str], Executor] = {}
-
-
-# Where workflows created without ``store=`` journal: a file path or a PostgreSQL URL. Unset
-# (or empty), each such workflow gets a private in-memory store.
-STORE_ENV = "WORKFLOW_STORE"
-
-
-def _open_store(store: str | os.PathLike[str] | EventStore | None) -> EventStore:
-    if isinstance(store, EventStore):
-        return store
-    if store is None:
-        # LlamaIndex code passes no store: the environment can make it durable unchanged.
-        store = os.environ.get(STORE_ENV) or None
-    if store is None or os.fspath(store) == ":memory:":
-        return EventStore()
-    # One store object per file (or database) and process: its writer batches every run's
-    # commits.
-    text = os.fspath(store)
-    key = text if text.startswith(("postgresql://", "postgres://")) else str(Path(text).resolve())
-    with _stores_lock:
-        found = _stores.get(key)
-        if found is None or found._closed or found._failed is not None:
-            found = _stores[key] = EventStore(store)
-        return found
 
 
 class Workflow:
@@ -184,7 +165,7 @@ class Workflow:
         self._validate()
         # Resources are this object's, never the log's: a resume elsewhere builds its own.
         self._resource_manager = resource_manager or ResourceManager()
-        self._store = _open_store(store)
+        self._store = open_store(store)
         self._timeout = timeout
         self._verbose = verbose
         self._max_recovery = max_recovery_attempts
@@ -198,7 +179,7 @@ class Workflow:
         register_views(self._codec)
         # The untyped state get_state() gives is a dict whose keys are also attributes.
         self._codec.register_proxy(StateDict, dict)
-        self._state_type: type | None = self._find_state_type()
+        self._state_type: type | None = state_model(self._graph.steps, type(self).__name__)
         if self._state_type is not None:
             self._codec.register(self._state_type)
         # A run of `python flows.py` records this module's classes as __main__:X.
@@ -227,26 +208,6 @@ class Workflow:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} store={self._store!r}>"
-
-    def _find_state_type(self) -> type | None:
-        """The state model the steps' ``Context[MyState]`` annotations name: the most
-        derived one, when some steps name a base class of another's model."""
-        found: list[type] = []
-        for spec in self._graph.steps.values():
-            t = spec.state_type
-            if isinstance(t, type) and issubclass(t, BaseModel) and t not in found:
-                found.append(t)
-        if not found:
-            return None
-        for candidate in found:
-            if all(issubclass(candidate, other) for other in found):
-                return candidate
-        msg = (
-            f"{type(self).__name__}: the steps' Context[...] state models are not in one"
-            " inheritance chain (each must be a base class of the most derived one): "
-            + ", ".join(t.__name__ for t in found)
-        )
-        raise WorkflowValidationError(msg)
 
     # ------------------------------------------------------------------ LlamaIndex's API
 
@@ -344,26 +305,7 @@ class Workflow:
 
         :raises WorkflowRuntimeError: the keyword arguments do not make a start event.
         """
-        if start_event is not None:
-            if not isinstance(start_event, StartEvent):
-                msg = "The 'start_event' argument must be an instance of 'StartEvent'."
-                raise WorkflowRuntimeError(msg)
-            if kwargs:
-                _log.warning(
-                    "Keyword arguments are not supported when 'run()' is invoked with the"
-                    " 'start_event' parameter. These keyword arguments will be ignored: %s",
-                    kwargs,
-                )
-            return start_event
-        cls = self._start_event_class
-        try:
-            return cls(**kwargs)
-        except ValidationError as exc:
-            msg = (
-                f"Failed creating a start event of type '{cls.__name__}' with the keyword"
-                f" arguments: {kwargs}"
-            )
-            raise WorkflowRuntimeError(msg) from exc
+        return start_event_of(self._start_event_class, start_event, kwargs)
 
     @property
     def store(self) -> EventStore:
@@ -374,19 +316,9 @@ class Workflow:
 
     def _start_event(self, given: StartEvent | None, fields: dict[str, Any]) -> StartEvent:
         """The start event: the one given, or the start step's class built from ``fields``."""
-        if given is None:
-            return self._get_start_event_instance(None, **fields)
-        if not isinstance(given, StartEvent):
-            msg = f"start_event must be a StartEvent, not {type(given).__qualname__}"
-            raise WorkflowRuntimeError(msg)
-        if not self._graph.route(type(given)):
-            # Nothing would ever run: the run could only idle until its timeout.
-            msg = (
-                f"no step of {type(self).__qualname__} takes {class_name(type(given))}; its"
-                f" start step takes {class_name(self._start_event_class)}"
-            )
-            raise WorkflowRuntimeError(msg)
-        return self._get_start_event_instance(given, **fields)  # fields: ignored, warned
+        return checked_start_event(
+            self._graph, self._start_event_class, type(self).__qualname__, given, fields
+        )
 
     def run(
         self,
@@ -411,7 +343,7 @@ class Workflow:
         """
         _require_loop("run")
         if ctx is not None:
-            from ._lifecycle import run_with_context
+            from ._context_run import run_with_context
 
             return run_with_context(self, ctx, start_event, kwargs, run_id)
         start_event = self._start_event(start_event, kwargs)
@@ -419,10 +351,10 @@ class Workflow:
         if self._store.get_run(run_id) is not None:
             return self.resume(run_id)
         records = self._start_records(start_event)  # a start event the log cannot hold: here
-        executor = Executor(self, run_id, 0, 1, None)
+        executor = self._executor(run_id, None)
         executor.next_id = 2
         handler = WorkflowHandler(self, run_id, executor.done, executor)
-        executor._spawn(self._begin(executor, start_event, records))
+        executor.start(records, start_event)
         return handler
 
     def submit(
@@ -438,8 +370,11 @@ class Workflow:
         run_id = run_id or uuid.uuid4().hex
         if self._store.get_run(run_id) is not None:
             return run_id
+        # "submitted" in its row: listings tell it, until a worker claims it, from a run
+        # whose process died (its log looks the same).
+        create = NewRun(meta={"workflow": self._name, "submitted": True}, status="running")
         self._store.append_sync(
-            Commit(run_id, self._start_records(start_event), epoch=1, create=self._new_run())
+            Commit(run_id, self._start_records(start_event), epoch=1, create=create)
         )
         return run_id
 
@@ -449,34 +384,46 @@ class Workflow:
         context: Iterable[Record] = (),
         previous: tuple[str, int] | None = None,
     ) -> list[Record]:
-        """A new run's first commit: run_started, its ``context`` records (a run from a
-        context, linked to the ``previous`` run), and the start event for its steps."""
-        dump = orjson.Fragment(self._codec.encode(start_event, name=type(start_event).__name__))
-        targets = self._graph.route(type(start_event))
-        return [
-            self._run_started(1, dump, previous),
-            *context,
-            *(J.enqueued(t, 1, dump, J.SRC_START) for t in targets),
-        ]
+        """A new run's first commit (:func:`~workflow._start_events.first_records`)."""
+        return first_records(self._name, self._graph, self._codec, start_event, context, previous)
 
     def _run_started(
         self, start_id: int, start: Any, previous: tuple[str, int] | None = None
     ) -> Record:
-        return J.run_started(
-            self._name,
-            self._graph.fingerprint(),
-            start_id,
-            start,
-            None,
-            self._codec,
-            self._graph.describe(),
-            previous,
-        )
+        return run_started_record(self._name, self._graph, self._codec, start_id, start, previous)
 
     def _new_run(self) -> NewRun:
         return NewRun(meta={"workflow": self._name}, status="running")
 
-    async def _slot(self, x: Executor) -> None:
+    def _run_config(self) -> RunConfig:
+        """This workflow's settings as a run started now sees them."""
+        return RunConfig(
+            name=self._name,
+            graph=self._graph,
+            codec=self._codec,
+            store=self._store,
+            owners=self._owners,
+            timeout=self._timeout,
+            verbose=self._verbose,
+            failure_grace=float(getattr(self, "failure_grace", DEFAULT_FAILURE_GRACE)),
+            sleep_threshold=getattr(self, "sleep_threshold", DEFAULT_SLEEP_THRESHOLD),
+            max_recovery=self._max_recovery,
+            catchers=self._catchers,
+            renames=self._renames,
+            state_type=self._state_type,
+            resources=self._resource_manager,
+            instance=self,
+            slot=self._slot,
+            commit_hook=self._commit_hook,
+        )
+
+    def _executor(
+        self, run_id: str, folded: Folded | None, rid: int = 0, epoch: int = 1
+    ) -> Executor:
+        """An executor for ``run_id``, to go on from ``folded`` (None: a new run)."""
+        return Executor(self._run_config(), run_id, rid, epoch, folded)
+
+    async def _slot(self, done: asyncio.Future[Any]) -> None:
         """Waits until fewer than ``num_concurrent_runs`` runs of this instance execute."""
         if self._num_concurrent_runs is None:
             return
@@ -485,34 +432,13 @@ class Workflow:
         if sem is None:
             sem = self._run_slots[id(loop)] = asyncio.Semaphore(self._num_concurrent_runs)
         await sem.acquire()
-        x.done.add_done_callback(lambda _: sem.release())
-
-    async def _begin(self, x: Executor, start_event: StartEvent, records: list[Record]) -> None:
-        await self._slot(x)
-        await x.append(records, create=self._new_run())
-        info = self._store.run(x.run_id)
-        x.rid = info.rid
-        self._own(x)
-        x.ready.set()
-        for t in self._graph.route(type(start_event)):
-            x.deliver(t, Delivery(1, start_event))
-        x.start_taking()
-        x.start_tasks()
+        done.add_done_callback(lambda _: sem.release())
 
     def _posted(self, run_id: str) -> None:
-        live = _live.get((id(self._store), run_id))
+        live = live_executor(self._store, run_id)
         if live is not None:
             with contextlib.suppress(RuntimeError):  # its loop has closed
                 live.done.get_loop().call_soon_threadsafe(live.poke)
-
-    def _own(self, x: Executor) -> None:
-        self._owners.acquire(x.run_id, x.rid)
-        _live[(id(self._store), x.run_id)] = x
-
-    def _release(self, x: Executor) -> None:
-        if _live.get((id(self._store), x.run_id)) is x:
-            del _live[(id(self._store), x.run_id)]
-            self._owners.release(x.rid, x.run_id)
 
     # ------------------------------------------------------------------ resume and fork
 
@@ -551,12 +477,13 @@ class Workflow:
     ) -> WorkflowHandler:
         _require_loop("resume")
         updates = encode_updates(self._codec, updates)  # refused before the run is claimed
-        live = _live.get((id(self._store), run_id))
+        live = live_executor(self._store, run_id)
         if live is not None:
             if updates:
-                live._spawn(live.operator_update(updates))
+                live.launch(live.operator_update(updates))
             return WorkflowHandler(self, run_id, live.done, live)
         info = self._run_info(run_id)
+        refuse_cut(info)
         folded = self._fold(run_id, None)
         loop = asyncio.get_running_loop()
         if folded.status == "finished":
@@ -573,17 +500,14 @@ class Workflow:
         self._check_stranded(run_id, folded, allow_stranded)
         self._owners.acquire(run_id, info.rid)
         try:
-            x = Executor(self, run_id, info.rid, 0, folded)
+            executor = self._executor(run_id, folded, info.rid, 0)
         except BaseException:
-            self._owners.release(info.rid, run_id)
+            self._owners.release(run_id, info.rid)
             raise
-        _live[(id(self._store), run_id)] = x
-        handler = WorkflowHandler(self, run_id, x.done, x, self._recorded_stream(folded))
-        x._spawn(
-            self._continue(
-                x, copy.deepcopy(folded), updates, resumed=True, renamed=renamed, deletes=deletes
-            )
-        )
+        register(self._store, run_id, executor)
+        recorded = self._recorded_stream(folded)
+        handler = WorkflowHandler(self, run_id, executor.done, executor, recorded)
+        executor.resume(copy.deepcopy(folded), updates, renamed=renamed, deletes=deletes)
         return handler
 
     def run_from(
@@ -621,157 +545,15 @@ class Workflow:
         folded.run_id = run_id
         folded.first_seq = None  # the fork's own records start it
         folded.records = 0
-        x = Executor(self, run_id, 0, 1, folded)
-        handler = WorkflowHandler(self, run_id, x.done, x)
-        x._spawn(self._fork(x, folded, (parent_id, at), updates, deletes))
+        executor = self._executor(run_id, folded)
+        handler = WorkflowHandler(self, run_id, executor.done, executor)
+        executor.fork(folded, (parent_id, at), updates, deletes)
         return handler
 
-    async def _fork(
-        self,
-        x: Executor,
-        folded: Folded,
-        parent: tuple[str, int],
-        updates: dict[str, Any] | None,
-        deletes: list[str] | None = None,
-    ) -> None:
-        # Read before the fork's first commit is folded into the same state.
-        ended = folded.result if folded.status == "finished" else None
-        await x.append(
-            [
-                J.run_started(
-                    self._name,
-                    self._graph.fingerprint(),
-                    0,
-                    None,
-                    parent,
-                    self._codec,
-                    self._graph.describe(),
-                )
-            ],
-            create=NewRun(
-                meta={"workflow": self._name},
-                parent_run_id=parent[0],
-                parent_seq=parent[1],
-                status="running",
-            ),
-        )
-        x.rid = self._store.run(x.run_id).rid
-        self._own(x)
-        x.ready.set()
-        if ended is not None:
-            # Forked where the parent had finished: nothing is left to run, so the fork
-            # ends at once with the parent's result at that point (after any updates).
-            if updates or deletes:
-                await x.operator_update(updates or {}, deletes)
-            stop = self._codec.load(ended)
-            await x.append([J.run_finished(ended, folded.next_id)], status="finished")
-            x._finish(stop)
-            return
-        await self._continue(x, copy.deepcopy(folded), updates, resumed=False, deletes=deletes)
-
-    async def _continue(
-        self,
-        x: Executor,
-        folded: Folded,
-        updates: dict[str, Any] | None,
-        *,
-        resumed: bool,
-        renamed: dict[str, str] | None = None,
-        deletes: list[str] | None = None,
-    ) -> None:
-        if resumed:
-            x.epoch = await self._store.claim(x.run_id)
-            x.ready.set()
-            # The log as read before the claim may have grown since: a previous owner that
-            # had not yet noticed it lost the run could commit until the claim fenced it.
-            if self._store.last_seq(x.run_id) != folded.seq:
-                folded = self._fold(x.run_id, None)
-                renamed = moves_for(folded, self._renames)
-                rename_steps(folded, renamed)
-                x.reload(folded)
-                folded = copy.deepcopy(folded)
-                if folded.status == "finished":
-                    x._close(result=to_run_state(folded, self._codec).result)
-                    return
-            await x.append(
-                [J.run_resumed(x.epoch, folded.status, renamed)],
-                status="running",
-            )
-            if folded.status == "timed_out":
-                x._exec_before = 0.0  # a fresh timeout budget (the fold resets it too)
-        if updates or deletes:
-            await x.operator_update(updates or {}, deletes)
-        failed = folded.status == "failed"
-        steps = self._graph.steps
-        exc = over_recovery_limit(x.run_id, folded, steps, self._max_recovery)
-        if exc is not None:
-            await x.append([J.run_failed(exc.step, exc)], status="failed")
-            x._end_with(exc)
-            return
-        for step, progs in folded.in_progress.items():
-            if step not in steps:
-                continue  # stranded, and the caller said to proceed without it
-            for p in progs.values():
-                x.deliver(
-                    step,
-                    Delivery(
-                        p.ev.id,
-                        self._codec.load(p.ev.dump),
-                        attempts=p.attempt,
-                        failures=0 if failed else p.failures,
-                        redelivered=True,
-                        failure=None if failed else p.failure,
-                    ),
-                )
-        for step, queue in folded.queues.items():
-            if step not in steps:
-                continue
-            for ev in queue.values():
-                x.deliver(step, Delivery(ev.id, self._codec.load(ev.dump), durable=resumed))
-        for w in x.waiters.values():
-            x._arm(w)
-        x.take_inbox()
-        x.start_taking()  # what was sent as the run resumed follows its inbox
-        x.ask_again()
-        x.start_tasks()
-
     def _check_stranded(self, run_id: str, folded: Folded, allow: bool) -> None:
-        problems: list[str] = []
-        steps = self._graph.steps
-        pending = [(s, e) for s, q in folded.queues.items() for e in q.values()]
-        pending += [(s, p.ev) for s, ps in folded.in_progress.items() for p in ps.values()]
-        pending += [(w.step, w.ev) for w in folded.waiters.values()]
-        for step, ev in pending:
-            if step not in steps:
-                problems.append(
-                    f"event {ev.id} ({ev.type}) is for step {step!r}, which no longer exists"
-                )
-                continue
-            try:
-                event = self._codec.load(ev.dump)
-                # The codec rebuilds without validation (it trusts what it wrote); a class
-                # that changed since must still accept the stored fields.
-                type(event).model_validate(event._fields())
-            except (UnknownClassError, ValidationError) as exc:
-                problems.append(f"event {ev.id} for step {step!r} no longer decodes: {exc}")
-                continue
-            except CodecError as exc:  # not a changed class: a damaged record
-                not_damage(exc, f"record seq {ev.seq} of run {run_id!r}, event {ev.id}")
-                msg = (
-                    f"record seq {ev.seq} of run {run_id!r}: its event {ev.id} is malformed: {exc}"
-                )
-                raise LogCorruptedError(msg, seq=ev.seq) from exc
-            if not any(isinstance(event, t) for t in steps[step].accepted):
-                problems.append(
-                    f"event {ev.id} ({type(event).__name__}) is no longer accepted by step {step!r}"
-                )
-        if problems and not allow:
-            if folded.workflow and not same_name(folded.workflow, type(self)):
-                # Not a changed version of this workflow: another one's run.
-                raise WorkflowChangedError(
-                    run_id, problems, recorded_by=folded.workflow, workflow=self._name
-                )
-            raise WorkflowChangedError(run_id, problems)
+        check_stranded(
+            run_id, folded, self._graph, self._codec, type(self), self._name, allow=allow
+        )
 
     async def _post(self, run_id: str, event: Event, key: str | None) -> int:
         text = self._codec.encode(event, name=type(event).__name__)
@@ -818,14 +600,14 @@ class Workflow:
             cp._source = (self, None)
         return found
 
-    def runs(self, *, all_workflows: bool = False) -> list[RunSummary]:
-        """This workflow's runs in the store with their status: ``interrupted`` when a run is
-        unfinished and no live executor owns it, ``waiting`` (``waiting_for`` names the
-        awaited classes) when, so unowned or suspended, it has nothing to do but wait.
+    def runs(self, *, all_workflows: bool = True) -> list[RunSummary]:
+        """Every run in the store with its status: ``interrupted`` when a run is unfinished
+        and no live executor owns it, ``waiting`` (``waiting_for`` names the awaited
+        classes) when, so unowned or suspended, it has nothing to do but wait.
 
         A store shared by several workflows (a parent and its children) holds the runs of
-        each: a run is this workflow's as :meth:`pending_runs` says;
-        ``all_workflows=True`` lists every run of the store.
+        each, and all are listed; ``all_workflows=False`` lists only this workflow's (a
+        run is this workflow's as :meth:`pending_runs` says).
 
         A run a live executor owns is ``running`` here (a listing that is polled does not
         fold busy runs); ``state_at`` and ``workflow runs`` tell when it is waiting.
@@ -842,10 +624,10 @@ class Workflow:
         """
         return [
             r.run_id
-            for r in self.runs()
-            if is_run_of(self, r)
-            and r.status in ("interrupted", "waiting")
-            and (id(self._store), r.run_id) not in _live
+            for r in self.runs(all_workflows=False)
+            if r.status in ("interrupted", "waiting")
+            and r.copied_upto is None  # an exported ancestor: its log ends at its fork
+            and live_executor(self._store, r.run_id) is None
         ]
 
     def prune(
@@ -922,11 +704,19 @@ class Workflow:
             raise WorkflowRuntimeError(msg)
         text = self._codec.encode(event, name=type(event).__name__)
         entry = self._store.post_sync(run_id, text, key=idempotency_key)
-        live = _live.get((id(self._store), run_id))
+        live = live_executor(self._store, run_id)
         if live is not None:
             loop = live.done.get_loop()
             loop.call_soon_threadsafe(live.poke)
         return entry
+
+    def _context_dict_at(
+        self, run_id: str, seq: int, serializer: BaseSerializer | None
+    ) -> dict[str, Any]:
+        """``Context.to_dict()`` of a context at ``seq`` of the run (``Checkpoint.ctx_state``)."""
+        from ._context import Context
+
+        return Context._at(self, run_id, seq).to_dict(serializer)
 
     def _recorded_stream(self, folded: Folded) -> list[Event]:
         return [self._codec.load(e.dump) for e in folded.stream]

@@ -11,8 +11,8 @@ context is the run's log, so there is one class, whatever the workflow's store.
 
 from __future__ import annotations
 
-from .._context import ContextStore
-from .._context import StateDict as DictState
+from .._context_store import ContextStore
+from .._context_store import StateDict as DictState
 
 __all__ = ["DictState", "StateStore"]
 

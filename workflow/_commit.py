@@ -1,0 +1,252 @@
+"""What an attempt's outcome writes: the outcome types, and the records of each, built by
+pure functions (no executor, no store: tested on their own in tests/test_commit.py).
+
+An attempt ends in one of three ways (:data:`Outcome`): the step returned (:class:`Returned`),
+it waits for an event (:class:`Waited`), or it raised (:class:`Raised`). The executor turns
+the outcome into records here, writes them, and only once they are durable applies what
+:class:`Planned` says takes effect (durable before visible).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from eventstore import EncodeError, Record
+
+from . import _journal as journal
+from ._attempt import Attempt, WaitRequest
+from ._changes import refused
+from ._events import Event, InputRequiredEvent, StopEvent
+
+if TYPE_CHECKING:
+    from eventstore import Codec
+
+__all__ = [
+    "Outcome",
+    "Planned",
+    "Raised",
+    "Returned",
+    "Waited",
+    "commit_of",
+    "event_json",
+    "failure_record",
+    "streamed_records",
+    "wait_records",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """The step returned ``result`` (None: it returned nothing)."""
+
+    result: Event | None
+
+
+@dataclass(frozen=True, slots=True)
+class Waited:
+    """The step called ``wait_for_event`` (or a durable ``sleep``) with no answer yet."""
+
+    request: WaitRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Raised:
+    """The step raised ``error`` (or returned what is not an event), with its traceback."""
+
+    error: Exception
+    traceback: str
+
+
+Outcome = Returned | Waited | Raised
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """The commit of a returned attempt: its records, and what takes effect once durable.
+
+    ``ids`` are the new ids of ``emitted`` (in order); ``deliveries`` the (step, event id,
+    event) each routed event reaches; ``asked`` the questions no step takes, streamed once
+    the commit is durable; ``stop`` the StopEvent that finishes the run (its id and event).
+    """
+
+    records: list[Record]
+    ids: list[int]
+    emitted: list[tuple[Event, str | None]]
+    deliveries: list[tuple[str, int, Event]]
+    asked: list[Event]
+    stop: tuple[int, StopEvent] | None
+
+
+def event_json(codec: Codec, ev: Event, how: str) -> orjson.Fragment:
+    """An event's JSON for a record, checked: what the log cannot hold is refused ``how``."""
+    try:
+        return orjson.Fragment(codec.encode(ev, name=type(ev).__name__))
+    except EncodeError as exc:
+        raise refused(exc, how) from None
+
+
+def streamed_records(codec: Codec, att: Attempt) -> list[Record]:
+    """The ``streamed`` records of what the attempt wrote to the stream (JSON made when it
+    was streamed is reused)."""
+    records = []
+    for e in att.streamed:
+        text = None if att.encoded is None else att.encoded.get(id(e))
+        if text is None:
+            text = event_json(codec, e, "refused by ctx.write_event_to_stream")
+        records.append(journal.streamed(att.step, att.event_id, att.attempt, text))
+    return records
+
+
+def _event_dump(codec: Codec, att: Attempt, ev: Event, verb: str) -> Any:
+    """An event's dump for a record of the attempt's commit, which it ``verb`` (returned,
+    sent, collected); its strings are checked as the record is serialized."""
+    try:
+        return codec.dump(ev, name=type(ev).__name__)
+    except EncodeError as exc:
+        raise refused(exc, f"step {att.step!r} {verb} it") from None
+
+
+def _refuse_text(
+    codec: Codec, att: Attempt, emitted: list[tuple[Event, str | None]], result: Event | None
+) -> None:
+    """Raises the refusal of the event whose record orjson could not serialize."""
+    events = [(put[1], "collected") for _, _, put, _ in att.collects if put is not None]
+    events += [(ev, "returned" if ev is result else "sent") for ev, _ in emitted]
+    for ev, verb in events:
+        try:
+            codec.encode(ev, name=type(ev).__name__)
+        except EncodeError as exc:
+            raise refused(exc, f"step {att.step!r} {verb} it") from None
+
+
+def commit_of(
+    att: Attempt,
+    outcome: Returned,
+    state_records: list[Record],
+    *,
+    codec: Codec,
+    route: Callable[[type[Event]], Sequence[str]],
+    first_id: int,
+) -> Planned:
+    """The commit of an attempt that returned: ``step_finished``, its context changes
+    (``state_records``), collects, the events it sent and returned (ids from ``first_id``,
+    one per event), what it streamed and asked, and ``run_finished`` for a StopEvent.
+
+    :raises EncodeError: an event it emitted or collected cannot be stored.
+    """
+    step = att.step
+    result = outcome.result
+    emitted: list[tuple[Event, str | None]] = list(att.sent)
+    if result is not None:
+        emitted.append((result, None))
+    ids: list[int] = []
+    deliveries: list[tuple[str, int, Event]] = []
+    stop: tuple[int, StopEvent] | None = None
+    stop_dump: Any = None
+    # Questions no step takes: streamed once this commit is durable, as it records them.
+    asked: list[tuple[Event, orjson.Fragment]] = []
+    body = list(state_records)
+    dump = codec.dump
+    source = [att.event_id, att.attempt]
+    records: list[Record] = []
+    next_id = first_id
+    try:  # events are dumped (checked but for their strings) and serialized once, here
+        for _, buf, put, take in att.collects:
+            put_json: journal.EventRef | None = None
+            if put is not None:
+                put_json = {"id": put[0], "event": _event_dump(codec, att, put[1], "collected")}
+            body.append(journal.collected(step, buf, put_json, take))
+        for ev, target in emitted:
+            ev_id = next_id
+            next_id += 1
+            ids.append(ev_id)
+            verb = "returned" if ev is result else "sent"
+            if isinstance(ev, StopEvent):
+                if stop is None:
+                    stop = (ev_id, ev)
+                    stop_dump = _event_dump(codec, att, ev, verb)
+                continue
+            if isinstance(ev, InputRequiredEvent) and target is None and not route(type(ev)):
+                asked.append((ev, event_json(codec, ev, f"step {step!r} {verb} it")))
+                continue
+            try:
+                d = dump(ev)
+            except EncodeError:
+                d = _event_dump(codec, att, ev, verb)  # raises, naming the event
+            targets = (target,) if target is not None else route(type(ev))
+            if not targets:
+                body.append(journal.enqueued(None, ev_id, d, source))
+                continue
+            for t in targets:
+                body.append(journal.enqueued(t, ev_id, d, source))
+                deliveries.append((t, ev_id, ev))
+        records.append(
+            journal.step_finished(
+                step,
+                att.event_id,
+                att.attempt,
+                ids,
+                max(max(att.reads.values(), default=0), att.collect_base),
+                att.answers_used,
+            )
+        )
+        records.extend(body)
+        records.extend(streamed_records(codec, att))
+        # Recorded as streamed by this commit only: a conflicted or failed attempt never
+        # asked them.
+        records.extend(journal.streamed(step, att.event_id, att.attempt, text) for _, text in asked)
+        if stop is not None:
+            records.append(journal.run_finished(stop_dump, stop[0]))
+    except orjson.JSONEncodeError:
+        _refuse_text(codec, att, emitted, result)
+        raise
+    return Planned(records, ids, emitted, deliveries, [q for q, _ in asked], stop)
+
+
+def failure_record(
+    att: Attempt,
+    outcome: Raised,
+    *,
+    delay: float | None,
+    retry_at: float | None,
+    elapsed: float,
+    with_traceback: bool = True,
+) -> Record:
+    """The ``step_failed`` record of an attempt that raised (``delay`` None: no retry)."""
+    return journal.step_failed(
+        att.step,
+        att.event_id,
+        att.attempt,
+        outcome.error,
+        outcome.traceback if with_traceback else "",
+        delay is not None,
+        delay,
+        retry_at,
+        elapsed,
+    )
+
+
+def wait_records(
+    codec: Codec, att: Attempt, request: WaitRequest, deadline: float | None
+) -> list[Record]:
+    """The ``waiting`` record of an attempt that waits (due at ``deadline``), and what it
+    streamed (its question first, when it is to be asked)."""
+    dump = codec.dump
+    question = request.waiter_event
+    return [
+        journal.waiting(
+            att.step,
+            att.event_id,
+            att.attempt,
+            request.waiter_id,
+            request.awaited_name,
+            dump(request.requirements),
+            deadline,
+            None if question is None else dump(question),
+        ),
+        *streamed_records(codec, att),
+    ]

@@ -1,0 +1,367 @@
+"""``ctx.store``: the run's context data, read and written through the running attempt.
+
+Reads inside an attempt pin the versions they saw (a conflict re-runs the attempt); writes
+are encoded at ``set()`` and buffered on the attempt until it commits. Outside an attempt
+(``handler.ctx.store``, an idle context) reads see committed state and writes are operator
+updates. The store reaches its run only through :class:`StoreHost`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Generic, Protocol
+
+from typing_extensions import TypeVar
+
+from eventstore import EncodeError
+
+from ._attempt import MISSING, Attempt, Write, current_attempt
+from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, value_change
+from ._diff import Tracker, is_view, materialize
+from ._errors import ContextKeyError
+from ._events import Event
+
+if TYPE_CHECKING:
+    from eventstore import Codec
+
+__all__ = ["ContextStore", "StateDict", "StoreHost"]
+
+S = TypeVar("S", default=Any)
+
+
+class StoreHost(Protocol):
+    """What the store reads and writes through: the executor running its run (or a stand-in
+    for one: an idle context's ``Idle``, ``verify``'s replay).
+
+    Outside an attempt only ``codec``, ``committed``, ``versions`` (by ``edit_state``) and
+    ``operator_update`` are used.
+    """
+
+    @property
+    def codec(self) -> Codec: ...
+
+    @property
+    def committed(self) -> dict[str, Any]: ...
+
+    @property
+    def versions(self) -> dict[str, int]: ...
+
+    @property
+    def keylog(self) -> dict[str, list[int]]: ...
+
+    @property
+    def state_lock(self) -> asyncio.Lock: ...
+
+    def pin(self, key: str) -> None: ...
+
+    async def operator_update(
+        self,
+        updates: Mapping[str, Any],
+        deletes: list[str] | None = None,
+        *,
+        read: Mapping[str, int] | None = None,
+    ) -> int: ...
+
+
+class StateDict(dict[str, Any]):
+    """The untyped state ``get_state`` / ``edit_state`` give: a dict whose keys are also
+    attributes (``state.count += 1``), as LlamaIndex's ``DictState``; ``_data`` is itself."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        try:
+            del self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def _data(self) -> dict[str, Any]:
+        return self
+
+
+def _split(path: str) -> tuple[str, list[str]]:
+    root, *rest = path.split(".")
+    return root, rest
+
+
+def _step_into(obj: Any, part: str) -> Any:
+    if isinstance(obj, Event | dict) or (hasattr(obj, "__getitem__") and not hasattr(obj, part)):
+        try:
+            return obj[part]
+        except (KeyError, TypeError, IndexError):
+            pass
+    if isinstance(obj, list | tuple):
+        return obj[int(part)]
+    return getattr(obj, part)
+
+
+def _assign(parent: Any, part: str, value: Any) -> None:
+    """``parent[part] = value`` for a dict or list, else ``setattr`` (an event, a model)."""
+    if isinstance(parent, Event) or not hasattr(parent, "__setitem__"):
+        setattr(parent, part, value)
+    elif isinstance(parent, list):
+        parent[int(part)] = value
+    else:
+        parent[part] = value
+
+
+class ContextStore(Generic[S]):
+    """The run's context data: ``get``/``set`` with dotted paths, ``edit_state``.
+
+    ``get`` returns a copy-on-write view: mutating it changes nothing until ``set``, and
+    nothing at all if the attempt fails. A key read by an attempt that another attempt
+    changed before it could commit makes it run again (a conflict), so a
+    read-modify-write is never lost and never applied twice. A conflicted attempt runs
+    again from the start, external calls included.
+    """
+
+    def __init__(self, host: StoreHost, state_type: type[S] | None) -> None:
+        self._host = host
+        self._state_type = state_type
+
+    def bind(self, host: StoreHost) -> None:
+        """Reads and writes go through ``host`` from now on (the context was bound or went idle)."""
+        self._host = host
+
+    @property
+    def host(self) -> StoreHost:
+        """What reads and writes go through now."""
+        return self._host
+
+    # -------------------------------------------------------------- reading
+
+    def _root(self, att: Attempt | None, key: str) -> Any:
+        host = self._host
+        if att is None:
+            return host.committed.get(key, MISSING)
+        w = att.writes.get(key)
+        if w is not None:
+            if w.deleted:
+                return MISSING
+            if w.tracker is not None:
+                return w.tracker.view
+            return w.value
+        tracker = att.trackers.get(key)
+        if tracker is not None:
+            return tracker.view
+        if key not in att.reads:
+            att.reads[key] = host.versions.get(key, 0)
+            host.pin(key)
+        value = host.committed.get(key, MISSING)
+        if value is MISSING:
+            return MISSING
+        tracker = att.trackers[key] = Tracker(value)
+        return tracker.view
+
+    async def get(self, path: str, default: Any = MISSING) -> Any:
+        """The value at ``path`` (``"key"`` or dotted ``"key.field.0"``), or ``default``.
+
+        :raises ContextKeyError: the path does not exist and no default was given (a
+            ``KeyError`` and a ``ValueError``, as LlamaIndex raises).
+        """
+        root_key, rest = _split(path)
+        value = self._root(current_attempt.get(), root_key)
+        try:
+            if value is MISSING:
+                raise KeyError(root_key)
+            for part in rest:
+                value = _step_into(value, part)
+        except (KeyError, AttributeError, IndexError, ValueError):
+            if default is MISSING:
+                msg = f"context has no value at {path!r}"
+                raise ContextKeyError(msg) from None
+            return default
+        return value
+
+    # -------------------------------------------------------------- writing
+
+    async def set(self, path: str, value: Any) -> None:
+        """Sets the value at ``path``; committed with the attempt (outside one: at once).
+
+        The value is encoded here, as the commit will write it (a tracked value: only
+        what changed), so what the log cannot hold is refused here, and what is written
+        is the value as it is now.
+
+        :raises EncodeError: the value holds something the log cannot hold (a type the
+            codec does not store, a string with a lone surrogate, nesting deeper than
+            ``Codec.MAX_DEPTH``, a cycle); the message names the key, the path
+            inside the value and the type.
+        """
+        att = current_attempt.get()
+        root_key, rest = _split(path)
+        if att is None:
+            await self._host.operator_update({path: value})
+            return
+        host = self._host
+        codec = host.codec
+        if not root_key.isascii():
+            check_key(codec, root_key, BY_SET, path)
+        if rest:
+            # Checked where it will sit before anything changes, so a refusal leaves no trace
+            # (a view's change is checked as the root's patch is encoded).
+            if not is_view(value):
+                try:
+                    codec.encode(value, depth=len(rest) + 1, name=path)
+                except EncodeError as exc:
+                    raise refused(exc, BY_SET.format(path)) from None
+            root = self._root(att, root_key)
+            if root is MISSING:  # missing parents are created as dicts, as in LlamaIndex
+                root = {}
+            parent = root
+            for part in rest[:-1]:
+                try:
+                    parent = _step_into(parent, part)
+                except (KeyError, AttributeError, IndexError, TypeError, ValueError):
+                    child: dict[str, Any] = {}
+                    _assign(parent, part, child)
+                    parent = child
+            _assign(parent, rest[-1], value)
+            value = root
+        tracker = att.trackers.get(root_key)
+        if tracker is not None and tracker.is_view(value):
+            change = encode_tracked(codec, root_key, tracker, BY_SET, path)
+            att.writes[root_key] = Write(tracker=tracker, change=change)
+            return
+        # A value derived from the view (items + [x], {**d, k: v}) is diffed against it by
+        # identity and costs the change; any other value is encoded whole once.
+        text = None if tracker is not None else encode_value(codec, root_key, value, BY_SET, path)
+        log = host.keylog.get(root_key)
+        change, version = value_change(
+            codec,
+            host.committed,
+            host.versions,
+            root_key,
+            value,
+            text,
+            hint=tracker,
+            size=None if log is None else log[0] + log[1],
+            how=BY_SET.format(path),
+        )
+        att.writes[root_key] = Write(value=value, change=change, text=text, version=version)
+
+    async def delete(self, path: str) -> None:
+        """Removes a top-level key (committed with the attempt)."""
+        att = current_attempt.get()
+        if att is None:
+            await self._host.operator_update({}, deletes=[path])
+            return
+        self._root(att, path)  # a delete depends on what it deletes
+        att.writes[path] = Write(deleted=True)
+
+    async def clear(self) -> None:
+        """Resets the state: every key removed, or with a typed state, each field back to
+        its default (a required field is removed). Committed with the attempt, as
+        ``set`` and ``delete`` are (outside one: at once)."""
+        att = current_attempt.get()
+        committed = self._host.committed
+        keys = list(committed)
+        if att is not None:
+            keys += [k for k in att.writes if k not in committed]
+        defaults: dict[str, Any] = {}
+        if self._state_type is not None:
+            for name, info in getattr(self._state_type, "model_fields", {}).items():
+                if not info.is_required():
+                    defaults[name] = info.get_default(call_default_factory=True)
+        removed = [k for k in keys if k not in defaults]
+        if att is None:
+            await self._host.operator_update(defaults, deletes=removed)
+            return
+        for k in removed:
+            await self.delete(k)
+        for k, v in defaults.items():
+            await self.set(k, v)
+
+    # -------------------------------------------------------------- typed state
+
+    async def get_state(self) -> Any:
+        """The whole state: the typed state model, or a dict of every key."""
+        host = self._host
+        att = current_attempt.get()
+        if self._state_type is not None:
+            fields = getattr(self._state_type, "model_fields", {})
+            values = {}
+            for name in fields:
+                v = self._root(att, name)
+                if v is not MISSING:
+                    values[name] = materialize(v) if att is None else v
+            model_construct = getattr(self._state_type, "model_construct", None)
+            if model_construct is None:
+                return self._state_type(**values)
+            return model_construct(**values)
+        keys = list(host.committed)
+        if att is not None:
+            keys += [k for k in att.writes if k not in host.committed]
+        out = StateDict()
+        for k in keys:
+            v = self._root(att, k)
+            if v is not MISSING:
+                out[k] = v
+        return out
+
+    def _state_data(self, state: Any) -> dict[str, Any]:
+        """The keys and values of a whole state (the typed model's fields, or the dict's)."""
+        if self._state_type is not None:
+            return {name: getattr(state, name) for name in type(state).model_fields}
+        return dict(state)
+
+    async def set_state(self, state: Any) -> None:
+        """Replaces the whole state (each field or key is diffed against what it was)."""
+        data = self._state_data(state)
+        att = current_attempt.get()
+        if att is None:
+            await self._host.operator_update(data)
+            return
+        for k, v in data.items():
+            await self.set(k, v)
+
+    @asynccontextmanager
+    async def edit_state(self) -> AsyncIterator[Any]:
+        """Holds the run's state lock until the attempt commits: this edit never conflicts.
+
+        Yields the state (the typed model, or a dict of every key whose keys are also
+        attributes); what it looks like at the end of the block is written back.
+
+        Outside a step (``handler.ctx.store.edit_state()``, an operator's edit of a live
+        run) no lock is held while the block runs; what is written back is checked
+        against what the block read, so a step's commit in between is never undone.
+
+        :raises StateConflictError: outside a step, a step's commit changed a key the
+            edit read before the edit was written; nothing of the edit is written (read
+            the state again and redo the edit).
+        """
+        att = current_attempt.get()
+        if att is None:
+            state = await self.get_state()
+            # The versions of what get_state read, taken in the same turn of the loop.
+            versions = self._host.versions
+            names = list(self._state_data(state))
+            read = {k: versions.get(k, 0) for k in names}
+            yield state
+            await self._host.operator_update(self._state_data(state), read=read)
+            return
+        if not att.holds_lock:
+            await self._host.state_lock.acquire()
+            att.holds_lock = True
+            # What the attempt read before it held the lock may already be stale.
+        state = await self.get_state()
+        yield state
+        if self._state_type is not None:
+            for name in type(state).model_fields:
+                if name in state.__dict__:
+                    await self.set(name, state.__dict__[name])
+            return
+        for k, v in state.items():
+            await self.set(k, v)
+        removed = [k for k in self._host.committed if k not in state and k not in att.writes]
+        for k in removed:
+            await self.delete(k)

@@ -1,0 +1,76 @@
+"""Whether a run's pending work still fits this code: each queued, in-progress or waiting
+event must be for a step that exists, decode, and be accepted by that step.
+
+A resume or a fork refuses a run whose work would be stranded (:func:`check_stranded`),
+unless told to proceed without it; the refusal names every event that does not fit.
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from eventstore import Codec, CodecError, LogCorruptedError, UnknownClassError
+
+from ._errors import WorkflowChangedError
+from ._fold import Folded, not_damage
+from ._graph import Graph
+from ._names import same_name
+
+__all__ = ["check_stranded", "stranded_work"]
+
+
+def stranded_work(run_id: str, folded: Folded, graph: Graph, codec: Codec) -> list[str]:
+    """What of the run's pending work fits no step of ``graph`` now, one line an event.
+
+    :raises LogCorruptedError: a pending event's record is damaged (not a changed class).
+    """
+    problems: list[str] = []
+    steps = graph.steps
+    pending = [(s, e) for s, q in folded.queues.items() for e in q.values()]
+    pending += [(s, p.ev) for s, ps in folded.in_progress.items() for p in ps.values()]
+    pending += [(w.step, w.ev) for w in folded.waiters.values()]
+    for step, ev in pending:
+        if step not in steps:
+            problems.append(
+                f"event {ev.id} ({ev.type}) is for step {step!r}, which no longer exists"
+            )
+            continue
+        try:
+            event = codec.load(ev.dump)
+            # The codec rebuilds without validation (it trusts what it wrote); a class
+            # that changed since must still accept the stored fields.
+            type(event).model_validate(event._fields())
+        except (UnknownClassError, ValidationError) as exc:
+            problems.append(f"event {ev.id} for step {step!r} no longer decodes: {exc}")
+            continue
+        except CodecError as exc:  # not a changed class: a damaged record
+            not_damage(exc, f"record seq {ev.seq} of run {run_id!r}, event {ev.id}")
+            msg = f"record seq {ev.seq} of run {run_id!r}: its event {ev.id} is malformed: {exc}"
+            raise LogCorruptedError(msg, seq=ev.seq) from exc
+        if not any(isinstance(event, t) for t in steps[step].accepted):
+            problems.append(
+                f"event {ev.id} ({type(event).__name__}) is no longer accepted by step {step!r}"
+            )
+    return problems
+
+
+def check_stranded(
+    run_id: str,
+    folded: Folded,
+    graph: Graph,
+    codec: Codec,
+    workflow: type,
+    name: str,
+    *,
+    allow: bool,
+) -> None:
+    """Refuses a run whose pending work fits no step of ``workflow`` (named ``name``) now.
+
+    :raises WorkflowChangedError: some of it does not fit, and ``allow`` is False.
+    """
+    problems = stranded_work(run_id, folded, graph, codec)
+    if problems and not allow:
+        if folded.workflow and not same_name(folded.workflow, workflow):
+            # Not a changed version of this workflow: another one's run.
+            raise WorkflowChangedError(run_id, problems, recorded_by=folded.workflow, workflow=name)
+        raise WorkflowChangedError(run_id, problems)
