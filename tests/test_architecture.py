@@ -25,7 +25,6 @@ STILL_TOO_LONG: frozenset[str] = frozenset(
         "workflow/_fold.py",
         "workflow/_runner.py",
         "workflow/_workflow.py",
-        "workflow/cli/_timeline.py",
     }
 )
 
