@@ -24,7 +24,7 @@ from decimal import Decimal
 from typing import Any
 
 from ._allowlist import ClassAllowlist
-from ._errors import CodecError, DecodeError
+from ._errors import CodecError, DecodeError, PickleDisabledError
 from ._tags import FLOATS, MALFORMED, PATHS, TAG, PicklePolicy, fields_of, kind_of, split_version
 from ._upcast import Upcaster, upcasts_for
 
@@ -151,8 +151,12 @@ class Decoder:
     def _unpickle(self, tagged: dict[str, Any]) -> Any:
         if not self._pickles.allowed:
             how = self._pickles.how_to_allow
-            msg = f"the value is a pickle and pickle is disabled; use {how}"
-            raise DecodeError(msg)
+            msg = (
+                "the value is a pickle and pickle is disabled (the log is not damaged: it was"
+                f" written with the pickle opt-in); to read it, use {how}"
+                " (only for a log you trust: unpickling runs code)"
+            )
+            raise PickleDisabledError(msg)
         self._pickles.warn("unpickling")
         return pickle.loads(_unb64(tagged))  # opted in, and warned about
 

@@ -11,6 +11,7 @@ import base64
 import contextlib
 import datetime as dt
 import itertools
+import logging
 import math
 import pickle
 import uuid
@@ -41,6 +42,7 @@ from ._tags import (
 __all__ = ["Encoder"]
 
 _I64: Final = range(-(2**63), 2**63)
+_log = logging.getLogger("eventstore.codec")
 _Handler = Callable[[Any, int], Any]  # (value, its depth) -> its dump
 
 
@@ -138,6 +140,7 @@ class Encoder:
         self._allowlist = allowlist
         self._pickles = pickles
         self._proxies: dict[type, Callable[[Any], Any]] = {}
+        self._private_skipped: set[tuple[type, str]] = set()
         seq, b64 = self._dump_seq, base64.b64encode
         self._encoders: dict[type, _Handler] = {
             bytes: lambda v, _: {TAG: "bytes", "v": b64(v).decode()},
@@ -382,7 +385,9 @@ class Encoder:
                     "v": fields(model.__dict__ | (model.__pydantic_extra__ or {}), depth, model),
                 }
                 if model.__pydantic_private__:
-                    out["p"] = fields(dict(model.__pydantic_private__), depth, model)
+                    private = self._private_to_keep(model, depth)
+                    if private:
+                        out["p"] = fields(private, depth, model)
                 return out
 
             return enc_model
@@ -392,6 +397,28 @@ class Encoder:
             "c": name,
             "v": fields({n: getattr(obj, n) for n in names}, depth, obj),
         }
+
+    def _private_to_keep(self, model: BaseModel, depth: int) -> dict[str, Any]:
+        """A model's private attributes that the log can hold. Pydantic never serializes
+        private attributes (LlamaIndex keeps a lock or a client in one): one this codec
+        cannot encode is left out, and comes back with its default, logged once a class."""
+        kept = {}
+        for key, value in (model.__pydantic_private__ or {}).items():
+            try:
+                self._dump_fields({key: value}, depth, model)
+            except _Unencodable as exc:
+                if (type(model), key) not in self._private_skipped:
+                    self._private_skipped.add((type(model), key))
+                    _log.warning(
+                        "%s.%s is not recorded (a private attribute the log cannot hold: %s);"
+                        " it comes back with its default",
+                        type(model).__qualname__,
+                        key,
+                        exc.detail,
+                    )
+                continue
+            kept[key] = value
+        return kept
 
     def _dump_fields(self, raw: dict[str, Any], depth: int, owner: Any) -> Any:
         # raw is a new dict, so the copy-on-write walk may hand it back as it is.

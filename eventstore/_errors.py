@@ -13,6 +13,7 @@ EventStoreError
   + CodecError
       + EncodeError         (also TypeError) a value the codec cannot encode (names the path)
       + DecodeError         (also ValueError) text that is not a value the codec wrote
+          + PickleDisabledError a pickle in the log, read by a codec that did not opt in
       + UnknownClassError   (also LookupError) a class named in the log is not allowed here
           + UpcastError     a stored version of a class that no upcaster path brings up to date
 """
@@ -27,6 +28,7 @@ __all__ = [
     "EventStoreError",
     "LogCorruptedError",
     "NotAStoreError",
+    "PickleDisabledError",
     "ReadOnlyStoreError",
     "RunNotFoundError",
     "SchemaVersionError",
@@ -123,6 +125,11 @@ class EncodeError(CodecError, TypeError):
 
 class DecodeError(CodecError, ValueError):
     """Text that is not a value written by the codec."""
+
+
+class PickleDisabledError(DecodeError):
+    """The log holds a pickle (written with the pickle opt-in) and this reader did not opt
+    in: the log is not damaged; the message says how to opt in."""
 
 
 class UnknownClassError(CodecError, LookupError):

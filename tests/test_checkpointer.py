@@ -187,3 +187,20 @@ async def test_a_checkpoint_through_json_is_lossless(store: EventStore) -> None:
     )
     assert old.id_ == cp.id_  # a checkpoint stored before these fields still validates
     assert old.last_completed_step is None
+
+
+async def test_filter_checkpoints_by_an_event_instance(store: EventStore) -> None:
+    """An event instance as the filter matches the checkpoints whose event equals it (its
+    class and fields); one equal in class only, or not an event at all, does not."""
+    ckptr = WorkflowCheckpointer(workflow=Three(store=store))
+    await ckptr.run()
+    await ckptr.run()
+    by_instance = ckptr.filter_checkpoints(output_event=Middle(content="foo"))
+    assert [c.last_completed_step for c in by_instance] == ["start", "start"]
+    assert by_instance == ckptr.filter_checkpoints(output_event=Middle)
+    by_input = ckptr.filter_checkpoints(input_event=Later(content="foo bar"))
+    assert [c.last_completed_step for c in by_input] == ["finish", "finish"]
+    assert ckptr.filter_checkpoints(output_event=Middle(content="other")) == []
+    assert ckptr.filter_checkpoints(output_event_type=Later(content="foo bar")) != []
+    with pytest.raises(TypeError, match="takes an Event class or an Event instance"):
+        ckptr.filter_checkpoints(output_event="Middle")  # type: ignore[arg-type]

@@ -261,19 +261,80 @@ async def test_a_dict_restored_at_an_older_seq_forks_there(store: EventStore) ->
     assert wf.state_at(handler.run_id).context["ok"] == "yes"
 
 
-async def test_include_state_false_restores_without_the_values(store: EventStore) -> None:
-    """to_dict(include_state=False) carries no values: a run from it starts with none."""
+class Asks(Workflow):
+    """Counts in the context, asks a question, and answers with the count and the reply."""
+
+    @step
+    async def ask(self, ctx: Context, ev: StartEvent) -> InputRequiredEvent:
+        await ctx.store.set("asked", await ctx.store.get("asked", default=0) + 1)
+        return InputRequiredEvent(prefix="ok?")
+
+    @step
+    async def answer(self, ctx: Context, ev: HumanResponseEvent) -> StopEvent:
+        return StopEvent(result=f"asked {await ctx.store.get('asked')}: {ev.response}")
+
+
+async def test_include_state_false_on_the_run_s_store_reads_the_log(store: EventStore) -> None:
+    """to_dict(include_state=False) is a pointer without the values: where the store holds
+    the run, the log is the truth, so nothing is deleted and the values are the log's, for
+    a next turn and for a continued run alike."""
+    wf = Turn(store=store)
+    ctx = Context(wf)
+    await wf.run(ctx=ctx, msg="secret")
+    data = json.loads(json.dumps(ctx.to_dict(include_state=False)))
+    assert data["state"] is None
+    assert data["include_state"] is False
+    restored = Context.from_dict(wf, data)
+    assert await restored.store.get("history") == ["secret"]
+    assert await wf.run(ctx=restored, msg="more") == 2
+    assert await Context.from_dict(wf, data).store.get("history") == ["secret"]
+
+
+async def test_include_state_false_continuing_a_run_keeps_its_values(store: EventStore) -> None:
+    """A stateless dict of an unfinished run, restored on its store and run without a start
+    event, continues the run with the values its log holds (none are deleted)."""
+    wf = Asks(store=store)
+    handler = wf.run()
+    async for ev in handler.stream_events():
+        if isinstance(ev, InputRequiredEvent):
+            break
+    data = handler.ctx.to_dict(include_state=False)
+    await handler.cancel_run()
+    with pytest.raises(WorkflowCancelledError):
+        await handler
+    restored = Context.from_dict(wf, data)
+    again = wf.run(ctx=restored)
+    again.ctx.send_event(HumanResponseEvent(response="yes"))
+    assert await again == "asked 1: yes"
+    assert wf.state_at(again.run_id).context["asked"] == 1
+
+
+async def test_include_state_false_imported_starts_with_no_values(store: EventStore) -> None:
+    """Imported into a store without the run, a stateless dict has no values to read:
+    the run starts with none (LlamaIndex's meaning)."""
     wf = Turn(store=store)
     ctx = Context(wf)
     await wf.run(ctx=ctx, msg="secret")
     data = ctx.to_dict(include_state=False)
-    assert data["state"] is None
-    restored = Context.from_dict(wf, data)
+    elsewhere = Turn()  # its own in-memory store
+    restored = Context.from_dict(elsewhere, data)
     assert await restored.store.get("history", default=None) is None
-    assert await wf.run(ctx=restored, msg="fresh") == 1
-    # And with the values, the same dict carries the history on.
-    again = Context.from_dict(wf, ctx.to_dict())
-    assert await wf.run(ctx=again, msg="more") == 2
+    assert await elsewhere.run(ctx=restored, msg="fresh") == 1
+
+
+async def test_a_dict_whose_state_was_removed_is_refused(store: EventStore) -> None:
+    """A dict without its 'state' key that does not say it was written without state has
+    lost its values: from_dict refuses it instead of restoring an empty context."""
+    wf = Turn(store=store)
+    ctx = Context(wf)
+    await wf.run(ctx=ctx, msg="secret")
+    data = ctx.to_dict()
+    del data["state"]
+    with pytest.raises(ContextSerdeError, match="no 'state' key"):
+        Context.from_dict(wf, data)
+    stateless = ctx.to_dict(include_state=False)
+    del stateless["state"]  # it says it has none: nothing was lost
+    assert await Context.from_dict(wf, stateless).store.get("history") == ["secret"]
 
 
 class Upper(BaseSerializer):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from eventstore import EncodeError, LogCorruptedError
+from eventstore import EncodeError, LogCorruptedError, PickleDisabledError
 from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
 
 
@@ -66,7 +66,63 @@ async def test_opt_in_round_trips_through_the_log(
     assert later.state_at("p").context["point"] == Point(1, 2)
     placed = later.checkpoints("p", step="place")[-1]
     assert await later.run_from(placed) == Point(1, 2)  # the fork's `show` reads it back
-    with pytest.raises(
-        LogCorruptedError, match=r"pickle is disabled; use Workflow\(allow_pickle=True\)"
-    ):
-        Plot(store=db).state_at("p")
+    with pytest.raises(PickleDisabledError, match=r"use Workflow\(allow_pickle=True\)") as got:
+        Plot(store=db).state_at("p").context["point"]
+    assert not isinstance(got.value, LogCorruptedError)
+
+
+async def test_a_pickled_log_without_the_opt_in_says_so_not_corrupted(tmp_path: Path) -> None:
+    """Reading or resuming a log with pickles without the opt-in is a PickleDisabledError
+    that says pickle is disabled and how to opt in, and names where the pickle is: the log
+    is not damaged, so it is no LogCorruptedError."""
+    db = tmp_path / "p.db"
+    wf = Plot(store=db, allow_pickle=True)
+    handler = wf.run(run_id="p", x=1)
+    assert await handler == Point(1, 2)
+    other = Plot(store=db)
+    with pytest.raises(PickleDisabledError) as got:
+        other.state_at("p").context["point"]
+    assert "pickle is disabled" in str(got.value)
+    assert "Workflow(allow_pickle=True)" in str(got.value)
+    assert any("run 'p'" in note for note in getattr(got.value, "__notes__", []))
+    assert not isinstance(got.value, LogCorruptedError)
+    # A run whose log holds a pickle, resumed without the opt-in, is refused the same way.
+    placed = Plot(store=db, allow_pickle=True).checkpoints("p", step="place")[-1]
+    with pytest.raises(PickleDisabledError, match="pickle is disabled"):
+        await other.run_from(placed)
+
+
+def test_the_cli_decodes_pickles_only_with_allow_pickle(tmp_path: Path) -> None:
+    """`workflow state --workflow` of a pickled log names --allow-pickle (not damage), and
+    with --allow-pickle shows the value."""
+    import asyncio
+
+    from click.testing import CliRunner
+
+    from workflow.cli import cli
+
+    db = tmp_path / "p.db"
+
+    async def first() -> Any:
+        return await Plot(store=db, allow_pickle=True).run(run_id="p", x=1)
+
+    assert asyncio.run(first()) == Point(1, 2)
+    spec = f"{__name__}:Plot"
+    refused = CliRunner().invoke(cli, ["state", str(db), "p", "--workflow", spec, "--json"])
+    assert refused.exit_code != 0
+    assert "pickle is disabled" in refused.output
+    assert "--allow-pickle" in refused.output
+    assert "LogCorrupted" not in refused.output
+    text = CliRunner().invoke(cli, ["state", str(db), "p", "--workflow", spec])
+    assert text.exit_code == 0, text.output
+    assert "pass --allow-pickle" in text.output
+    shown = CliRunner().invoke(
+        cli, ["state", str(db), "p", "--workflow", spec, "--allow-pickle", "--json"]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "pickle is disabled" not in shown.output
+    history = CliRunner().invoke(
+        cli, ["history", str(db), "p", "--workflow", spec, "--allow-pickle"]
+    )
+    assert history.exit_code == 0, history.output
+    assert "<pickle" not in history.output

@@ -6,6 +6,7 @@ from ._catch_error import StepFailedEvent, catch_error
 from ._context import Context, ContextStore
 from ._errors import (
     CheckpointNotFoundError,
+    ContextKeyError,
     ContextSerdeError,
     ContextStateError,
     MemoizedError,
@@ -49,6 +50,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "ConstantDelayRetryPolicy",
     "Context",
+    "ContextKeyError",
     "ContextSerdeError",
     "ContextStateError",
     "ContextStore",

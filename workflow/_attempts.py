@@ -103,6 +103,11 @@ class StepRunner:
         """Whether no delivery is queued or running."""
         return self._busy == 0
 
+    @property
+    def busy(self) -> int:
+        """How many deliveries are queued or running."""
+        return self._busy
+
     def active_steps(self) -> list[str]:
         """The steps with an attempt running now, sorted."""
         return sorted({s for s, _ in self._running})

@@ -83,6 +83,12 @@ def _child_workflow(parent: Workflow, flow: type[Workflow] | Workflow) -> Workfl
     return wf
 
 
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Marks a child's outcome as seen (it is in the child's own log)."""
+    if not task.cancelled():
+        task.exception()
+
+
 async def run_child(
     host: Any, att: Attempt, flow: type[Workflow] | Workflow, start_kwargs: dict[str, Any]
 ) -> Any:
@@ -95,15 +101,25 @@ async def run_child(
 
     async def run_to_end(**kwargs: Any) -> Any:
         handler = child.run(run_id=child_id, **kwargs)  # an existing id is resumed
+        # Shielded: the parent's cancellation must not cancel the child's own future. Once
+        # the parent is cancelled nobody awaits the child's outcome (asyncio.shield drops
+        # its own callback then): it is retrieved here, so asyncio does not report it.
+        waited = asyncio.ensure_future(handler)
+        waited.add_done_callback(_retrieve)
+        # The parent's clock stands while it awaits the child (the child has its own).
+        host.children_awaited += 1
+        host.update_clock()
         try:
-            # Shielded: the parent's cancellation must not cancel the child's own future.
-            return await asyncio.shield(handler)
+            return await asyncio.shield(waited)
         except asyncio.CancelledError:
             # With the parent's cancel, the child is cancelled too; otherwise (the parent
             # failed, timed out or was left) it goes on, and a re-run re-attaches to it.
             if host.folded.status == "cancelled":
                 await asyncio.shield(handler.cancel_run())
             raise
+        finally:
+            host.children_awaited -= 1
+            host.update_clock()
 
     run_to_end.__qualname__ = type(child).__qualname__
     return await call_memoized(

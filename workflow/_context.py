@@ -471,8 +471,10 @@ class Context(Generic[S]):
         """The context as a JSON-native dict: its run and seq, and the run's state there.
 
         The state (context values, queues, in-progress events, waiters, collect buffers) is
-        in the codec's typed JSON; ``include_state=False`` leaves the context values out
-        (restoring it starts with none). ``serializer`` turns each value into its text
+        in the codec's typed JSON; ``include_state=False`` leaves the context values out:
+        restored where the store has the run, the values are the log's (the log is the
+        truth); imported into a store without it, the run starts with none (LlamaIndex's
+        meaning of a stateless dict). ``serializer`` turns each value into its text
         instead (:mod:`workflow.context.serializers`). Restore it with :meth:`from_dict`,
         here or in another process.
         """

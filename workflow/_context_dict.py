@@ -86,6 +86,8 @@ def context_dict(
         "is_running": (ctx._run is not None or imported) and f.status not in ("finished", "failed"),
         "live": run_is_live(ctx),  # executed now, here or in another process
         "serializer": kind,
+        # False: written with include_state=False, so a missing 'state' is not damage.
+        "include_state": include_state,
         "state": state,
         "pending": sorted(idle.pending) if ctx._live() is None else [],
         "deleted": sorted(idle.deleted) if ctx._live() is None else [],
@@ -138,6 +140,12 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
     except (KeyError, TypeError, ValueError) as exc:
         msg = f"its run state is damaged: {exc!r}"
         raise _serde(msg) from None
+    if "state" not in data and data.get("include_state") is not False:
+        msg = (
+            "it has no 'state' key and does not say it was written without state"
+            " (to_dict(include_state=False) writes 'include_state': false and 'state': null)"
+        )
+        raise _serde(msg)
     state = data.get("state")
     if state is not None and not isinstance(state, dict):
         msg = f"its 'state' is a {type(state).__name__}, not a dict"
@@ -167,7 +175,6 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
     if here:
         ctx._run = run_id
         idle.seq = seq
-        idle.drop_state = state is None
         idle.pending = _encoded(wf, {k: dumps[k] for k in pending})
         return
     # Not in this store: imported as a new run when the context next runs.

@@ -79,8 +79,6 @@ def run_with_context(
         # state there is imported here, as a dict of it would be.
         imported = copy.deepcopy(point_of(ctx))
         origin = (ctx._run, imported.seq)
-        if idle.drop_state:
-            imported.context.clear()
     handler: WorkflowHandler
     if imported is not None:
         if starting or imported.status == "finished":
@@ -101,8 +99,6 @@ def run_with_context(
             start = wf._start_event(start_event, fields)
             handler = _run_linked(wf, state_dumps(ctx, point_of(ctx)), start, (run, at), run_id)
         else:
-            if idle.drop_state:
-                deletes = sorted(set(deletes) | set(point_of(ctx).context))
             if at < end:
                 handler = wf._run_from((run, at), updates, deletes)
             else:

@@ -20,6 +20,7 @@ from eventstore import EncodeError
 from ._attempt import MISSING, Attempt, Write, current_attempt
 from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, value_change
 from ._diff import Tracker, is_view, materialize
+from ._errors import ContextKeyError
 from ._events import Event
 
 if TYPE_CHECKING:
@@ -165,7 +166,8 @@ class ContextStore(Generic[S]):
     async def get(self, path: str, default: Any = MISSING) -> Any:
         """The value at ``path`` (``"key"`` or dotted ``"key.field.0"``), or ``default``.
 
-        :raises KeyError: the path does not exist and no default was given.
+        :raises ContextKeyError: the path does not exist and no default was given (a
+            ``KeyError`` and a ``ValueError``, as LlamaIndex raises).
         """
         root_key, rest = _split(path)
         value = self._root(current_attempt.get(), root_key)
@@ -177,7 +179,7 @@ class ContextStore(Generic[S]):
         except (KeyError, AttributeError, IndexError, ValueError):
             if default is MISSING:
                 msg = f"context has no value at {path!r}"
-                raise KeyError(msg) from None
+                raise ContextKeyError(msg) from None
             return default
         return value
 
@@ -255,6 +257,29 @@ class ContextStore(Generic[S]):
             return
         self._root(att, path)  # a delete depends on what it deletes
         att.writes[path] = Write(deleted=True)
+
+    async def clear(self) -> None:
+        """Resets the state: every key removed, or with a typed state, each field back to
+        its default (a required field is removed). Committed with the attempt, as
+        ``set`` and ``delete`` are (outside one: at once)."""
+        att = current_attempt.get()
+        committed = self._host.committed
+        keys = list(committed)
+        if att is not None:
+            keys += [k for k in att.writes if k not in committed]
+        defaults: dict[str, Any] = {}
+        if self._state_type is not None:
+            for name, info in getattr(self._state_type, "model_fields", {}).items():
+                if not info.is_required():
+                    defaults[name] = info.get_default(call_default_factory=True)
+        removed = [k for k in keys if k not in defaults]
+        if att is None:
+            await self._host.operator_update(defaults, deletes=removed)
+            return
+        for k in removed:
+            await self.delete(k)
+        for k, v in defaults.items():
+            await self.set(k, v)
 
     # -------------------------------------------------------------- typed state
 

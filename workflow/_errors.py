@@ -38,6 +38,7 @@ import eventstore
 
 __all__ = [
     "CheckpointNotFoundError",
+    "ContextKeyError",
     "ContextSerdeError",
     "ContextStateError",
     "MemoizedError",
@@ -64,6 +65,14 @@ __all__ = [
 
 class WorkflowError(Exception):
     """Base class of every error raised by :mod:`workflow`."""
+
+
+class ContextKeyError(WorkflowError, KeyError, ValueError):
+    """No context value at the path ``ctx.store.get`` was given (and no default): a
+    ``KeyError``, and the ``ValueError`` LlamaIndex raises there."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class WorkflowValidationError(WorkflowError, ValueError):

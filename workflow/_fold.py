@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import orjson
 
-from eventstore import Codec, CodecError, LogCorruptedError, StoredRecord
+from eventstore import Codec, CodecError, LogCorruptedError, PickleDisabledError, StoredRecord
 from eventstore._encryption import encrypted_error
 
 from . import _journal as J
@@ -63,6 +63,14 @@ __all__ = [
 # lineage's @catch_error recovery counts. 3: the session's start and each input's first
 # start (``ctx.patched``), and the typed state model's version.
 FOLD_VERSION: Final = 3
+
+
+def not_damage(exc: CodecError, where: str) -> None:
+    """Re-raises a pickle refused for want of the opt-in as itself, noting ``where`` it is:
+    the log is not damaged, so it is not reported as :class:`LogCorruptedError`."""
+    if isinstance(exc, PickleDisabledError):
+        exc.add_note(where)
+        raise exc
 
 
 def _run_started(s: Folded, r: StoredRecord, p: J.RunStarted) -> None:
@@ -387,6 +395,7 @@ def to_run_state(s: Folded, codec: Codec, status: str | None = None) -> RunState
         try:
             result = result_of(codec.load(s.result))
         except CodecError as exc:
+            not_damage(exc, f"the result of run {s.run_id!r}")
             msg = f"run {s.run_id!r} at seq {s.seq}: its result cannot be decoded: {exc}"
             raise LogCorruptedError(msg, seq=s.seq) from exc
 
@@ -395,6 +404,7 @@ def to_run_state(s: Folded, codec: Codec, status: str | None = None) -> RunState
             requirements = codec.load(w.requirements) or {}
             asked = None if w.waiter_event is None else codec.load(w.waiter_event)
         except CodecError as exc:
+            not_damage(exc, f"record seq {w.ev.seq} of run {s.run_id!r}, wait {w.waiter_id!r}")
             msg = (
                 f"record seq {w.ev.seq} of run {s.run_id!r}: the wait {w.waiter_id!r}"
                 f" cannot be decoded: {exc}"
@@ -445,6 +455,7 @@ def _decoder(s: Folded, codec: Codec) -> Callable[[Ev], Any]:
         try:
             return codec.load(e.dump)
         except CodecError as exc:
+            not_damage(exc, f"record seq {e.seq} of run {s.run_id!r}, event {e.id}")
             msg = (
                 f"record seq {e.seq} of run {s.run_id!r}: its event {e.id} ({e.type or '?'})"
                 f" cannot be decoded: {exc}"
@@ -480,6 +491,7 @@ def _value(s: Folded, codec: Codec, key: str, entry: KeyLog) -> Any:
     try:
         return codec.load(entry.dump)
     except CodecError as exc:
+        not_damage(exc, f"record seq {entry.seq} of run {s.run_id!r}, context key {key!r}")
         msg = (
             f"record seq {entry.seq} of run {s.run_id!r}: context key {key!r} cannot be"
             f" decoded: {exc}"

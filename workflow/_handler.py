@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import warnings
 from collections.abc import AsyncIterator, Generator
 from typing import TYPE_CHECKING, Any
 
@@ -75,8 +76,33 @@ class WorkflowHandler:
         return self.is_done()
 
     def cancelled(self) -> bool:
-        """Whether the run ended by ``cancel_run()``."""
+        """Whether the run ended by ``cancel_run()``, or this handler by ``cancel()``."""
+        if self._future.cancelled():
+            return True
         return self._future.done() and isinstance(self._future.exception(), WorkflowCancelledByUser)
+
+    def cancel(self) -> bool:
+        """LlamaIndex's deprecated hard cancel: this process stops executing the run at once
+        and records nothing, so the run stays unfinished (``interrupted``) and resumable,
+        e.g. from a dict of its context; awaiting the handler raises
+        ``asyncio.CancelledError``. Prefer ``await handler.cancel_run()``, which records the
+        cancellation.
+
+        :returns: whether the handler was cancelled (False once the run had ended).
+        """
+        warnings.warn(
+            "WorkflowHandler.cancel() is deprecated (as in LlamaIndex): it leaves the run"
+            " unfinished; use await handler.cancel_run() to cancel the run",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if self._future.done():
+            return False
+        self._future.add_done_callback(_retrieve)
+        cancelled = self._future.cancel()
+        if self._executor is not None:
+            self._executor.abandon()
+        return cancelled
 
     def get_stop_event(self) -> StopEvent | None:
         """The run's stop event once it is done (None before; for a cancelled run a

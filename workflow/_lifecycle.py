@@ -69,7 +69,6 @@ class Idle:
         self._committed: dict[str, Any] | None = None
         self.pending: dict[str, Encoded] = {}
         self.deleted: set[str] = set()
-        self.drop_state = False  # restored from a dict without state: start with none
         self.seq: int | None = None  # restored at this seq of its run (None: the run's end)
         self.imported: Folded | None = None  # a dict's state this store has no run of
         self.origin: tuple[str, int] | None = None  # where the imported state came from
@@ -82,7 +81,7 @@ class Idle:
     def committed(self) -> dict[str, Any]:
         """The context's values as its next run will start with them (read lazily)."""
         if self._committed is None:
-            base = {} if self.drop_state else base_values(self._ctx)
+            base = base_values(self._ctx)
             for k in self.deleted:
                 base.pop(k, None)
             for k, e in self.pending.items():
@@ -160,7 +159,7 @@ def base_values(ctx: Context[Any]) -> dict[str, Any]:
 def state_dumps(ctx: Context[Any], f: Folded) -> dict[str, Any]:
     """The context's values in the codec's JSON form, with its idle writes."""
     idle = ctx._idle
-    out = {} if idle.drop_state else {k: e.dump for k, e in f.context.items()}
+    out = {k: e.dump for k, e in f.context.items()}
     if ctx._live() is None:
         for k in idle.deleted:
             out.pop(k, None)

@@ -22,6 +22,7 @@ from eventstore import CodecError, LogCorruptedError, Record, UnknownClassError
 from . import _journal as journal
 from ._changes import ABSENT, MIN_FULL_BYTES, Encoded, KeyChange, encode_ops
 from ._diff import apply, diff
+from ._fold import not_damage
 from ._patch import apply_copied
 
 if TYPE_CHECKING:
@@ -69,6 +70,9 @@ class LiveContext:
                 )
                 raise
             except CodecError as exc:  # refused with the record named, before any work
+                not_damage(
+                    exc, f"record seq {entry.seq} of run {folded.run_id!r}, context key {key!r}"
+                )
                 msg = f"record seq {entry.seq} of run {folded.run_id!r}: context key {key!r}: {exc}"
                 raise LogCorruptedError(msg, seq=entry.seq) from exc
             self.keylog[key] = [entry.full_bytes, entry.patch_bytes]

@@ -231,7 +231,7 @@ def recover(wf: Workflow, *, compatible_only: bool = False) -> Recoveries:
     routes; the others are ``incompatible``, with the problems, and left as they are.
     """
     done = Recoveries()
-    listed = {r.run_id: r for r in wf.runs()}
+    listed = {r.run_id: r for r in wf.runs(all_workflows=False)}
     for run_id in wf.pending_runs():
         run = listed.get(run_id)
         if run is None or has_work(wf, run):

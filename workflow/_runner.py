@@ -124,6 +124,7 @@ class Executor:
         self.stream_now = stream.stream_now
         self.subscribe = stream.subscribe
         self.origins = stream.origins
+        self.children_awaited = 0  # attempts awaiting a child run (their time is not counted)
         self._exec_before = 0.0
         self._clock_start: float | None = None
         self._stream_from = stream_from
@@ -367,13 +368,20 @@ class Executor:
     def only_waiters(self) -> bool:
         return bool(self.waiters) and self.steps.idle
 
+    def _paused(self) -> bool:
+        """Whether the run's clock stands: all it has pending is waits, timers or child runs
+        (every delivery under way is an attempt awaiting a child, which counts its own)."""
+        waiting = bool(self.waiters) or self.children_awaited > 0
+        return waiting and self.steps.busy == self.children_awaited
+
     def update_clock(self) -> None:
         now = time.monotonic()
-        paused = self.only_waiters()
+        paused = self._paused()
         if paused and self._clock_start is not None:
             self._exec_before += now - self._clock_start
             self._clock_start = None
-            self.stream.idle()  # nothing to do but wait for an event
+            if self.only_waiters():  # nothing to do but wait for an event
+                self.stream.idle()
         elif not paused and self._clock_start is None:
             self._clock_start = now
 

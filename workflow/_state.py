@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Generic, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar, overload
 
 from pydantic import (
     BaseModel,
@@ -17,6 +17,9 @@ from pydantic import (
 )
 
 from ._events import Event
+
+if TYPE_CHECKING:
+    from eventstore import Codec
 
 __all__ = ["Checkpoint", "InProgress", "LazyDict", "LazyList", "RunState", "RunStatus", "Waiter"]
 
@@ -296,9 +299,13 @@ class RunState:
     fingerprint: str = ""
     parent: tuple[str, int] | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The state as JSON-native data (events and values through the codec's dump)."""
-        from eventstore import default_codec as codec
+    def to_json(self, codec: Codec | None = None) -> dict[str, Any]:
+        """The state as JSON-native data (events and values through the codec's dump: the
+        default codec, or the workflow's, e.g. one that opted in to pickle)."""
+        if codec is None:
+            from eventstore import default_codec
+
+            codec = default_codec
 
         def ev(e: Event) -> Any:
             return codec.dump(e)

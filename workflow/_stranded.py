@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from eventstore import Codec, CodecError, LogCorruptedError, UnknownClassError
 
 from ._errors import WorkflowChangedError
-from ._fold import Folded
+from ._fold import Folded, not_damage
 from ._graph import Graph
 from ._names import same_name
 
@@ -44,6 +44,7 @@ def stranded_work(run_id: str, folded: Folded, graph: Graph, codec: Codec) -> li
             problems.append(f"event {ev.id} for step {step!r} no longer decodes: {exc}")
             continue
         except CodecError as exc:  # not a changed class: a damaged record
+            not_damage(exc, f"record seq {ev.seq} of run {run_id!r}, event {ev.id}")
             msg = f"record seq {ev.seq} of run {run_id!r}: its event {ev.id} is malformed: {exc}"
             raise LogCorruptedError(msg, seq=ev.seq) from exc
         if not any(isinstance(event, t) for t in steps[step].accepted):

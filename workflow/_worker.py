@@ -15,7 +15,7 @@ import signal
 from typing import TYPE_CHECKING, Final
 
 from ._errors import RunAbandonedError, RunLostError, WorkflowError
-from ._recover import has_work, is_run_of
+from ._recover import has_work
 
 if TYPE_CHECKING:
     from ._handler import WorkflowHandler
@@ -59,8 +59,8 @@ class Worker:
         a round trip to a PostgreSQL server)."""
         wf = self.workflow
         out = []
-        for r in wf.runs():
-            if not is_run_of(wf, r) or r.run_id in self._active or r.copied_upto is not None:
+        for r in wf.runs(all_workflows=False):
+            if r.run_id in self._active or r.copied_upto is not None:
                 continue  # an exported ancestor (its log ends at its fork) never runs here
             if r.status == "interrupted":
                 out.append(r.run_id)

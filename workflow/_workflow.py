@@ -613,15 +613,20 @@ class Workflow:
             cp._source = (self, None)
         return found
 
-    def runs(self) -> list[RunSummary]:
-        """Every run in the store with its status: ``interrupted`` when it is unfinished and
-        no live executor owns it, ``waiting`` (``waiting_for`` names the awaited classes)
-        when, so unowned or suspended, it has nothing to do but wait for an event.
+    def runs(self, *, all_workflows: bool = True) -> list[RunSummary]:
+        """Every run in the store with its status: ``interrupted`` when a run is unfinished
+        and no live executor owns it, ``waiting`` (``waiting_for`` names the awaited
+        classes) when, so unowned or suspended, it has nothing to do but wait.
+
+        A store shared by several workflows (a parent and its children) holds the runs of
+        each, and all are listed; ``all_workflows=False`` lists only this workflow's (a
+        run is this workflow's as :meth:`pending_runs` says).
 
         A run a live executor owns is ``running`` here (a listing that is polled does not
         fold busy runs); ``state_at`` and ``workflow runs`` tell when it is waiting.
         """
-        return run_summaries(self._store, self._owners, owned=False)
+        every = run_summaries(self._store, self._owners, owned=False)
+        return every if all_workflows else [r for r in every if is_run_of(self, r)]
 
     def pending_runs(self) -> list[str]:
         """Runs of this workflow not finished and owned by no live executor.
@@ -632,9 +637,8 @@ class Workflow:
         """
         return [
             r.run_id
-            for r in self.runs()
-            if is_run_of(self, r)
-            and r.status in ("interrupted", "waiting")
+            for r in self.runs(all_workflows=False)
+            if r.status in ("interrupted", "waiting")
             and r.copied_upto is None  # an exported ancestor: its log ends at its fork
             and live_executor(self._store, r.run_id) is None
         ]

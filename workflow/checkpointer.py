@@ -11,6 +11,7 @@ Checkpoints are JSON-native: one that went through ``model_dump`` / ``json`` /
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ._errors import WorkflowValidationError
@@ -99,23 +100,25 @@ class WorkflowCheckpointer:
         self,
         run_id: str | None = None,
         last_completed_step: str | None = None,
-        input_event_type: type[Event] | None = None,
-        output_event_type: type[Event] | None = None,
+        input_event_type: type[Event] | Event | None = None,
+        output_event_type: type[Event] | Event | None = None,
         *,
-        output_event: type[Event] | None = None,
-        input_event: type[Event] | None = None,
+        output_event: type[Event] | Event | None = None,
+        input_event: type[Event] | Event | None = None,
     ) -> list[Checkpoint]:
         """The checkpoints that match every filter given (at least one).
 
         ``output_event=`` / ``input_event=`` are the spellings of the checkpointing PR for
-        ``output_event_type=`` / ``input_event_type=``. An event type matches its exact
-        class, as in LlamaIndex.
+        ``output_event_type=`` / ``input_event_type=``. An event class matches its exact
+        class, as in LlamaIndex (not its subclasses); an event instance matches the
+        checkpoints whose event is equal to it (the same class and the same fields).
 
         :raises ValueError: no filter was given.
+        :raises TypeError: an event filter is neither an event class nor an event.
         """
-        input_event_type = input_event_type or input_event
-        output_event_type = output_event_type or output_event
-        if not (run_id or last_completed_step or input_event_type or output_event_type):
+        input_match = _event_matcher("input_event", input_event_type, input_event)
+        output_match = _event_matcher("output_event", output_event_type, output_event)
+        if not (run_id or last_completed_step or input_match or output_match):
             msg = "filter_checkpoints needs a filter: run_id, last_completed_step or an event type"
             raise ValueError(msg)
         every = self.checkpoints
@@ -124,6 +127,25 @@ class WorkflowCheckpointer:
             cp
             for cp in candidates
             if (not last_completed_step or cp.last_completed_step == last_completed_step)
-            and (input_event_type is None or type(cp.input_event) is input_event_type)
-            and (output_event_type is None or type(cp.output_event) is output_event_type)
+            and (input_match is None or input_match(cp.input_event))
+            and (output_match is None or output_match(cp.output_event))
         ]
+
+
+def _event_matcher(
+    name: str, *given: type[Event] | Event | None
+) -> Callable[[Event | None], bool] | None:
+    """How an event filter of ``filter_checkpoints`` tests a checkpoint's event, or None."""
+    wanted = next((g for g in given if g is not None), None)
+    if wanted is None:
+        return None
+    if isinstance(wanted, Event):
+        event = wanted
+        return lambda ev: type(ev) is type(event) and ev == event
+    if isinstance(wanted, type) and issubclass(wanted, Event):
+        cls = wanted
+        return lambda ev: type(ev) is cls
+    msg = (
+        f"filter_checkpoints({name}=...) takes an Event class or an Event instance, not {wanted!r}"
+    )
+    raise TypeError(msg)

@@ -19,7 +19,14 @@ from .._events import Event
 from .._read import check_seq, run_info
 from .._state import TERMINAL
 from ._app import cli
-from ._common import check_store_to_write, emit_json, import_object, json_option, load_workflow
+from ._common import (
+    allow_pickle_option,
+    check_store_to_write,
+    emit_json,
+    import_object,
+    json_option,
+    load_workflow,
+)
 from ._inspect import open_store
 from ._keys import cli_codec, refuse_plain_write
 from ._render import show_dump
@@ -178,6 +185,7 @@ def fork(
     metavar="MODULE:CLASS",
     help="Send through this Workflow class (wf.send) instead of posting the event directly.",
 )
+@allow_pickle_option
 @json_option
 def send(
     db: str,

@@ -260,7 +260,7 @@ def state(
         # What wf.state_at(run, at) gives, decoded by the user's classes (which fails
         # loudly if the log no longer fits them), without its ownership probe's lock file;
         # and beside it the failed attempts' tracebacks, which a RunState does not hold.
-        data = to_run_state(s, wf._codec, status).to_json()
+        data = to_run_state(s, wf._codec, status).to_json(wf._codec)
         data["error"] = error_json(s, failed)
         data["failed_attempts"] = failed
         emit_json(data)

@@ -24,6 +24,7 @@ from ._keys import cli_codec
 __all__ = [
     "PROGRESS_MIN",
     "CliGroup",
+    "allow_pickle_option",
     "check_store_to_write",
     "emit_json",
     "import_object",
@@ -106,12 +107,37 @@ def json_option(f: F) -> F:
 
 
 def workflow_option(f: F) -> F:
-    """``--workflow module:Class``: decode values with the user's classes (imports them)."""
+    """``--workflow module:Class``: decode values with the user's classes (imports them),
+    with ``--allow-pickle``."""
+    return allow_pickle_option(
+        click.option(
+            "--workflow",
+            "workflow_spec",
+            metavar="MODULE:CLASS",
+            help="Import this Workflow class to show typed values (default: raw, no import).",
+        )(f)
+    )
+
+
+_ALLOW_PICKLE = "workflow.allow_pickle"
+
+
+def _set_allow_pickle(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.meta[_ALLOW_PICKLE] = True
+
+
+def allow_pickle_option(f: F) -> F:
+    """``--allow-pickle``: the workflow named by ``--workflow`` decodes the pickles of a log
+    written with ``Workflow(allow_pickle=True)`` (refused without it, with an error that
+    names this flag)."""
     return click.option(
-        "--workflow",
-        "workflow_spec",
-        metavar="MODULE:CLASS",
-        help="Import this Workflow class to show typed values (default: raw, no import).",
+        "--allow-pickle",
+        is_flag=True,
+        expose_value=False,
+        callback=_set_allow_pickle,
+        help="Decode values stored as pickles (Workflow(allow_pickle=True)) with --workflow."
+        " Only for a log you trust: unpickling runs code.",
     )(f)
 
 
@@ -180,12 +206,19 @@ def load_workflow(spec: str, store: EventStore | str, **kwargs: Any) -> Workflow
         msg = f"{spec} is not a Workflow subclass"
         raise click.BadParameter(msg, param_hint="--workflow")
     try:
-        return cls(store=store, **kwargs)
+        wf = cls(store=store, **kwargs)
     except (WorkflowError, EventStoreError, OSError):
         raise  # the store's problem (or the run's), not the class's: said as it is
     except Exception as exc:
         msg = f"{spec}(store=...) failed: {type(exc).__name__}: {exc}"
         raise click.BadParameter(msg, param_hint="--workflow") from None
+    # The command line's pickle opt-in, whatever the class's own default; a refused pickle
+    # names the flag.
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.find_root().meta.get(_ALLOW_PICKLE):
+        wf._codec.allow_pickle = True
+    wf._codec._pickles.how_to_allow = "--allow-pickle"
+    return wf
 
 
 def check_store_to_write(db: str) -> None:

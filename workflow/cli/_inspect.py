@@ -15,7 +15,7 @@ from typing import Any, Final, TypeVar
 
 import click
 
-from eventstore import Codec, EventStore, NotAStoreError, StoredRecord
+from eventstore import Codec, EventStore, NotAStoreError, PickleDisabledError, StoredRecord
 
 from .. import _journal as journal
 from .._buffers import taken
@@ -55,6 +55,8 @@ class Viewer:
             return show_dump(dump, limit)
         try:
             value = self.codec.load(dump)
+        except PickleDisabledError:
+            return "<pickle: pass --allow-pickle to decode it> " + show_dump(dump, 40)
         except Exception:
             # One undecodable old value should not hide the rest of a run from its debugger.
             return "<undecodable> " + show_dump(dump, max(10, limit - 14))

@@ -12,7 +12,13 @@ import click
 from .._verify import verify as verify_runs
 from .._worker import Worker
 from ._app import cli
-from ._common import check_store_to_write, emit_json, json_option, load_workflow
+from ._common import (
+    allow_pickle_option,
+    check_store_to_write,
+    emit_json,
+    json_option,
+    load_workflow,
+)
 from ._inspect import open_store
 
 __all__ = ["verify", "worker"]
@@ -28,6 +34,7 @@ __all__ = ["verify", "worker"]
     metavar="MODULE:CLASS",
     help="Today's Workflow class to check the recorded runs against.",
 )
+@allow_pickle_option
 @click.option(
     "--reexecute",
     is_flag=True,
@@ -108,6 +115,7 @@ class _Null:
     metavar="MODULE:CLASS",
     help="The Workflow class whose runs this worker executes.",
 )
+@allow_pickle_option
 @click.option("--concurrency", default=4, show_default=True, help="Runs executed at once.")
 @click.option("--poll", default=0.2, show_default=True, help="Seconds between looks for new work.")
 def worker(db: str, workflow_spec: str, concurrency: int, poll: float) -> None:

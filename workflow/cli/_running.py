@@ -21,7 +21,7 @@ from eventstore import EventStore
 from .._errors import RunSuspendedError, WorkflowChangedError, WorkflowRuntimeError
 from .._handler import WorkflowHandler
 from .._workflow import Workflow
-from ._common import emit_json, load_workflow
+from ._common import allow_pickle_option, emit_json, load_workflow
 from ._inspect import open_store
 from ._render import show_typed
 
@@ -40,13 +40,15 @@ __all__ = [
 
 
 def workflow_required(command: Any) -> Any:
-    return click.option(
-        "--workflow",
-        "workflow_spec",
-        required=True,
-        metavar="MODULE:CLASS",
-        help="The Workflow class to run (imported, then built as Class(store=DB)).",
-    )(command)
+    return allow_pickle_option(
+        click.option(
+            "--workflow",
+            "workflow_spec",
+            required=True,
+            metavar="MODULE:CLASS",
+            help="The Workflow class to run (imported, then built as Class(store=DB)).",
+        )(command)
+    )
 
 
 def sets_option(command: Any) -> Any:

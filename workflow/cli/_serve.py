@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ._app import cli
-from ._common import load_workflow, reader
+from ._common import allow_pickle_option, load_workflow, reader
 
 __all__ = ["serve"]
 
@@ -43,6 +43,7 @@ _NEEDS_EXTRA = "the web UI needs the ui extra: pip install 'durable-workflows[ui
     metavar="MODULE:CLASS",
     help="Import this Workflow class: typed values, and what --allow-actions acts with.",
 )
+@allow_pickle_option
 @click.option(
     "--allow-actions",
     is_flag=True,
