@@ -22,6 +22,7 @@ MAX_LINES = 500
 # Modules over MAX_LINES as of the last merge of main (remove a line once its module is split).
 STILL_TOO_LONG: frozenset[str] = frozenset(
     {
+        "workflow/_context.py",
         "workflow/_runner.py",
         "workflow/_workflow.py",
     }

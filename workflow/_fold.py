@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import orjson
 
-from eventstore import Codec, CodecError, LogCorruptedError, PickleDisabledError, StoredRecord
+from eventstore import Codec, CodecError, LogCorruptedError, StoredRecord
 from eventstore._encryption import encrypted_error
 
 from . import _journal as J
@@ -30,6 +30,7 @@ from ._folded import (
     Prog,
     WaitRec,
     drop_input,
+    not_damage,
     payload_of,
     rename_steps,
 )
@@ -63,14 +64,6 @@ __all__ = [
 # lineage's @catch_error recovery counts. 3: the session's start and each input's first
 # start (``ctx.patched``), and the typed state model's version.
 FOLD_VERSION: Final = 3
-
-
-def not_damage(exc: CodecError, where: str) -> None:
-    """Re-raises a pickle refused for want of the opt-in as itself, noting ``where`` it is:
-    the log is not damaged, so it is not reported as :class:`LogCorruptedError`."""
-    if isinstance(exc, PickleDisabledError):
-        exc.add_note(where)
-        raise exc
 
 
 def _run_started(s: Folded, r: StoredRecord, p: J.RunStarted) -> None:

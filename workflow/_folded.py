@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from eventstore import LogCorruptedError, StoredRecord
+from eventstore import CodecError, LogCorruptedError, PickleDisabledError, StoredRecord
 
 from ._keylog import KeyLog
 
@@ -26,6 +26,7 @@ __all__ = [
     "Prog",
     "WaitRec",
     "drop_input",
+    "not_damage",
     "payload_of",
     "rename_steps",
 ]
@@ -211,3 +212,11 @@ def drop_input(s: Folded, step: str, event_id: int) -> None:
         by_event: Any = part.get(step)
         if by_event is not None and by_event.pop(event_id, None) is not None and not by_event:
             del part[step]
+
+
+def not_damage(exc: CodecError, where: str) -> None:
+    """Re-raises a pickle refused for want of the opt-in as itself, noting ``where`` it is:
+    the log is not damaged, so it is not reported as :class:`LogCorruptedError`."""
+    if isinstance(exc, PickleDisabledError):
+        exc.add_note(where)
+        raise exc

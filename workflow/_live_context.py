@@ -22,7 +22,7 @@ from eventstore import CodecError, LogCorruptedError, Record, UnknownClassError
 from . import _journal as journal
 from ._changes import ABSENT, MIN_FULL_BYTES, Encoded, KeyChange, encode_ops
 from ._diff import apply, diff
-from ._fold import not_damage
+from ._folded import not_damage
 from ._patch import apply_copied
 
 if TYPE_CHECKING:

@@ -12,7 +12,8 @@ from pydantic import ValidationError
 from eventstore import Codec, CodecError, LogCorruptedError, UnknownClassError
 
 from ._errors import WorkflowChangedError
-from ._fold import Folded, not_damage
+from ._fold import Folded
+from ._folded import not_damage
 from ._graph import Graph
 from ._names import same_name
 
