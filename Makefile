@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,postgres,ui,otel]'
+	$(PY) -m pip install --quiet -e '.[dev,postgres,ui,otel,encryption]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -20,6 +20,13 @@ the middle checkpoint's id, in a fresh process per repetition, taking turns with
 Goals (issue 18): any seq of the 1M-record run within 2x of LangGraph's middle-checkpoint
 read (latest likewise); the middle of the 10k-record run within 2x of the 1k-record run's
 and of its own latest; snapshots at most 10% of the log's bytes at 10k records.
+The command line on the largest chat run (1M records; quick: the large one), each command
+in a fresh process (:mod:`benchmarks._cli_child`), timed from its call to its output, the
+interpreter's start and imports apart: ``state --at`` the middle, ``diff`` of the middle and
+a seq 600 later, ``history --from`` the middle ``--limit 50``, and the timeline's data
+(``timeline --json``: the last window, and the one around the middle). Goal (issue 18):
+milliseconds, whatever the run's length.
+
 ``BENCH_PEERS=off`` leaves LangGraph out. Writes ``restore.json``.
 """
 
@@ -138,6 +145,26 @@ def peer_runner(*, quick: bool) -> tuple[Callable[[str, int, Path], dict[str, An
     return run, ""
 
 
+def cli_commands(path: Path, built: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """The commands timed on a run: (label, the command line's arguments)."""
+    db, run, mid = str(path), built["run_id"], built["middle"]
+    return [
+        ("state --at MIDDLE --json", ["state", db, run, "--at", str(mid), "--json"]),
+        ("diff MIDDLE MIDDLE+600 --json", ["diff", db, run, str(mid), str(mid + 600), "--json"]),
+        (
+            "history --from MIDDLE --limit 50 --json",
+            ["history", db, run, "--from", str(mid), "--limit", "50", "--json"],
+        ),
+        ("timeline --json (last window)", ["timeline", db, run, "--json"]),
+        ("timeline --at MIDDLE --json", ["timeline", db, run, "--at", str(mid), "--json"]),
+    ]
+
+
+def cli_once(args: list[str]) -> dict[str, Any]:
+    """One command in a fresh process: ``command_s`` (its own time) and ``wall_s``."""
+    return run_child(["-m", "benchmarks._cli_child", *args])
+
+
 def _med(xs: list[float]) -> float:
     return statistics.median(xs)
 
@@ -157,6 +184,8 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
         label: {"latest": [], "middle": []} for label, _, _ in runs
     }
     lg: dict[str, list[float]] = {"latest": [], "middle": []}
+    big_label = runs[2][0] if len(runs) > 3 else runs[1][0]  # the 1M-record chat run
+    cli_times: dict[str, dict[str, list[float]]] = {}
     with scratch_dir() as tmp:
         built: dict[str, dict[str, Any]] = {}
         for label, flow, steps in runs:
@@ -179,9 +208,31 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
                 out = peer("restore", lg_steps, lg_db)
                 lg["latest"].append(out["latest_s"])
                 lg["middle"].append(out["middle_s"])
-    return _report(
-        runs, built, times, lg, lg_steps, note, quick=quick, repeat=repeat, out_dir=out_dir
+            _, flow, steps = next(r for r in runs if r[0] == big_label)
+            big = tmp / f"{flow}-{steps}.db"
+            for label, args in cli_commands(big, built[big_label]):
+                out = cli_once(args)
+                t = cli_times.setdefault(label, {"command": [], "wall": []})
+                t["command"].append(out["command_s"])
+                t["wall"].append(out["wall_s"])
+    data = _report(runs, built, times, lg, lg_steps, note, quick=quick, repeat=repeat)
+    records = built[big_label]["records"]
+    print_table(
+        f"the command line on the {records:,}-record run, each command in a fresh process,"
+        f" ms, median (min-max) of {repeat}",
+        [[label, _cell(t["command"]), _cell(t["wall"])] for label, t in cli_times.items()],
+        ["command", "the command's own ms", "process ms (start and imports too)"],
     )
+    data["cli"] = {
+        "run": big_label,
+        "records": records,
+        "commands": {
+            label: {"command_s": _summary(t["command"]), "wall_s": _summary(t["wall"])}
+            for label, t in cli_times.items()
+        },
+    }
+    write_results(NAME, data, out_dir)
+    return data
 
 
 def _report(
@@ -194,7 +245,6 @@ def _report(
     *,
     quick: bool,
     repeat: int,
-    out_dir: str | Path | None,
 ) -> dict[str, Any]:
     lg_middle = _med(lg["middle"]) if lg["middle"] else None
     rows: list[list[Any]] = []
@@ -275,7 +325,6 @@ def _report(
         results=results,
     )
     data["goals"] = goals
-    write_results(NAME, data, out_dir)
     return data
 
 

@@ -1,6 +1,16 @@
 """eventstore: an append-only, durable, typed log of records in SQLite."""
 
 from ._codec import Codec, class_name, class_version, default_codec, split_version, upcaster
+from ._encryption import (
+    AesGcmCodec,
+    DecryptionError,
+    EncryptedPayloadError,
+    PayloadCodec,
+    PayloadCodecError,
+    add_key,
+    load_key_file,
+    sealed_key_id,
+)
 from ._errors import (
     CodecError,
     ConcurrencyError,
@@ -31,20 +41,25 @@ from ._records import (
 from ._store import Durability, EventStore, InboxEntry, StoreStats
 
 __all__ = [
+    "AesGcmCodec",
     "AppendResult",
     "Codec",
     "CodecError",
     "Commit",
     "ConcurrencyError",
     "DecodeError",
+    "DecryptionError",
     "Durability",
     "EncodeError",
+    "EncryptedPayloadError",
     "EventStore",
     "EventStoreError",
     "InboxEntry",
     "LogCorruptedError",
     "NewRun",
     "NotAStoreError",
+    "PayloadCodec",
+    "PayloadCodecError",
     "ReadOnlyStoreError",
     "Record",
     "RunInfo",
@@ -59,9 +74,12 @@ __all__ = [
     "UnknownClassError",
     "UpcastError",
     "WriterFailedError",
+    "add_key",
     "class_name",
     "class_version",
     "default_codec",
+    "load_key_file",
+    "sealed_key_id",
     "split_version",
     "upcaster",
 ]

@@ -13,6 +13,7 @@ from typing import Any, Final, Literal
 from . import _sql
 from ._backend import Backend, Connection
 from ._committer import Committer, Then
+from ._encryption import PayloadCodec, Sealer, sealed_key_id
 from ._errors import (
     LogCorruptedError,
     ReadOnlyStoreError,
@@ -70,6 +71,10 @@ class EventStore:
     Commits are written by one writer per store object, which takes every commit waiting
     at that moment into one transaction; a refused commit leaves the others in.
 
+    ``payload_codec`` (an :class:`~eventstore.AesGcmCodec`, or any
+    :class:`~eventstore.PayloadCodec`) encrypts every payload written (records, snapshots,
+    inbox entries) and decrypts what is read; seqs, kinds, steps and times stay plain.
+
     :raises NotAStoreError: the file is not SQLite, or not a store.
     :raises SchemaVersionError: the store was written by a newer version.
     """
@@ -80,6 +85,7 @@ class EventStore:
         *,
         readonly: bool = False,
         durability: Durability = "normal",
+        payload_codec: PayloadCodec | None = None,
     ) -> None:
         if durability not in ("normal", "full"):
             msg = f"durability must be 'normal' or 'full', not {durability!r}"
@@ -92,6 +98,9 @@ class EventStore:
             raise ValueError(msg)
         self.readonly: Final = readonly
         self.durability: Final = durability
+        # Encryption at rest (see _encryption): None keeps payloads as plain JSON text.
+        self.payload_codec: Final = payload_codec
+        self._sealer = None if payload_codec is None else Sealer(payload_codec)
         self._backend = open_backend(self.path, readonly=readonly, durability=durability)
         self.kind: Final = self._backend.kind
         self._lock = threading.Lock()
@@ -139,6 +148,11 @@ class EventStore:
             raise ReadOnlyStoreError(msg)
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called: the store takes no more reads or writes."""
+        return self._closed
+
+    @property
     def _failed(self) -> WriterFailedError | None:
         # The writer's failure, once the database failed (read by workflow, which opens
         # a new store object on the same file then).
@@ -156,6 +170,8 @@ class EventStore:
         exception)`` is called on the loop just before the future resolves, in commit
         order (cheaper than a done-callback, which costs a loop iteration of its own).
         """
+        if self._sealer is not None:
+            commit = self._sealer.commit(commit)
         return self._committer.submit_async(lambda w: w.append(commit), lazy=lazy, then=then)
 
     def submit_many(
@@ -169,6 +185,8 @@ class EventStore:
         records a dequeue and an attempt's start at once.
         """
         batch = list(commits)
+        if self._sealer is not None:
+            batch = [self._sealer.commit(c) for c in batch]
         return self._committer.submit_async(
             lambda w: [w.append(c) for c in batch], lazy=lazy, then=then
         )
@@ -184,6 +202,8 @@ class EventStore:
 
     def append_sync(self, commit: Commit) -> AppendResult:
         """Appends a commit from synchronous code (tools, tests); blocks until durable."""
+        if self._sealer is not None:
+            commit = self._sealer.commit(commit)
         return self._committer.submit_sync(lambda w: w.append(commit))
 
     async def flush(self) -> None:
@@ -200,11 +220,15 @@ class EventStore:
 
     async def post(self, run_id: str, payload: str, *, key: str | None = None) -> int:
         """Adds an external event to the run's inbox; a repeated ``key`` posts it once."""
+        if self._sealer is not None:
+            payload = self._sealer.seal(payload, "inbox")
         entry, _ = await self._committer.submit_async(lambda w: w.post(run_id, payload, key))
         return entry
 
     def post_sync(self, run_id: str, payload: str, *, key: str | None = None) -> int:
         """Synchronous :meth:`post`; returns the entry's id (the first one's, for a key)."""
+        if self._sealer is not None:
+            payload = self._sealer.seal(payload, "inbox")
         entry, _ = self._committer.submit_sync(lambda w: w.post(run_id, payload, key))
         return entry
 
@@ -308,7 +332,7 @@ class EventStore:
 
     def _guarded(self, it: Iterator[StoredRecord]) -> Iterator[StoredRecord]:
         with self._reading():
-            yield from it
+            yield from it if self._sealer is None else self._sealer.records(it)
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[None]:
@@ -352,7 +376,10 @@ class EventStore:
     def inbox(self, run_id: str) -> list[InboxEntry]:
         """The run's external events not yet taken into its log, oldest first."""
         with self._reading():
-            return [InboxEntry(*row) for row in _sql.read_inbox(self._reader(), run_id)]
+            rows = _sql.read_inbox(self._reader(), run_id)
+        if self._sealer is not None:
+            rows = [(i, self._sealer.inbox(p, run_id, i), k) for i, p, k in rows]
+        return [InboxEntry(*row) for row in rows]
 
     def snapshot(self, run_id: str) -> tuple[Seq, str] | None:
         """The run's latest cached derived state and the seq it reflects, if one was written."""
@@ -375,9 +402,14 @@ class EventStore:
         """
         legacy = self._backend.schema_version < 3
         with self._reading():
-            return _sql.read_snapshot(
+            snap = _sql.read_snapshot(
                 self._reader(), run_id, upto=upto, below=below, version=version, legacy=legacy
             )
+        if self._sealer is not None:
+            return self._sealer.snapshot(snap, run_id)
+        # A cache sealed with a key this store was not given is none to it: readers fold
+        # the log instead, which says what it needs.
+        return None if snap is not None and sealed_key_id(snap.data) is not None else snap
 
     def snapshot_stats(self, run_id: str | None = None) -> tuple[int, int]:
         """How many snapshots the store (or the run) keeps, and their bytes of text."""

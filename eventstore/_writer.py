@@ -184,7 +184,7 @@ class BatchWriter:
         """The outcome of one request from the database's reply."""
         if isinstance(reply, BaseException):
             return False, reply
-        code, a, b = reply
+        code, first, second = reply  # their meaning is the code's: see Reply
         run_id = req.run_id
         if code == "missing":
             where = (
@@ -197,26 +197,26 @@ class BatchWriter:
             return False, ConcurrencyError(f"run {run_id!r} already exists", run_id=run_id)
         if code == "fenced":
             assert req.commit is not None
-            return False, _fenced(run_id, req.commit.epoch, a)
+            return False, _fenced(run_id, req.commit.epoch, first)
         if code == "lowseq":
             assert req.commit is not None
             assert req.commit.seq is not None
-            assert a is not None
-            return False, _low_seq(req.commit.seq, a)
+            assert first is not None
+            return False, _low_seq(req.commit.seq, first)
         if req.op == "append":
             commit = req.commit
             assert commit is not None
-            assert a is not None
-            assert b is not None
-            if b != expected and commit.on_written is not None:
-                commit.on_written(Seq(b))  # told the seq expected; now the one assigned
-            return True, AppendResult(Seq(a), Seq(b), req.at)
+            assert first is not None
+            assert second is not None
+            if second != expected and commit.on_written is not None:
+                commit.on_written(Seq(second))  # told the seq expected; now the one assigned
+            return True, AppendResult(Seq(first), Seq(second), req.at)
         if req.op == "claim":
-            return True, a
+            return True, first
         if req.op == "lease":
-            return True, bool(a)
+            return True, bool(first)
         if req.op == "post":
-            return True, (a, bool(b))
+            return True, (first, bool(second))
         return True, None
 
     def _request(self, req: Request) -> _Pending:

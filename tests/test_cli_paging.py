@@ -115,3 +115,23 @@ def test_state_and_diff_at_any_seq_equal_the_pure_fold(runs: tuple[Path, dict[st
         assert diff == changes_between(store, run, a, b).to_json()
         turns = diff["context"]["changed"]["turns"]
         assert turns["new"] > turns["old"]
+
+
+def test_state_past_the_end_names_the_runs_last_seq(runs: tuple[Path, dict[str, str]]) -> None:
+    """state --at past the store's head says where the run itself ends, not only the
+    store's head (another run's records came after it); a seq between the two is the run's
+    latest state."""
+    db, ids = runs
+    with EventStore(db, readonly=True) as store:
+        info = store.get_run(ids["fan"])
+        head = store.head()
+    assert info is not None
+    assert info.last_seq is not None
+    assert info.last_seq < head
+    result = invoke("state", db, ids["fan"], "--at", head + 5)
+    assert result.exit_code != 0
+    said = " ".join(result.stderr.split())
+    assert f"seq {head + 5} is past the end of the log: run {ids['fan']!r} ends at seq" in said
+    assert f"ends at seq {info.last_seq} (the store's last seq is {head})" in said
+    shown = json.loads(ok("state", db, ids["fan"], "--at", head, "--json"))
+    assert shown["seq"] == info.last_seq

@@ -6,8 +6,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from eventstore import EventStore
 from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
+from workflow import _journal as J
+from workflow._buffers import taken
 from workflow.retry_policy import retry_policy, stop_after_attempt, wait_fixed
 
 
@@ -60,9 +64,12 @@ async def test_three_hundred_collectors_never_conflict(tmp_path: Path) -> None:
         started = [r for r in records if r.kind == "step_started" and r.step == "gather"]
         assert len(started) == 300
         assert {r.data()["attempt"] for r in started} == {1}
-        puts = [r for r in records if r.kind == "collected" and r.data()["take"] is None]
+        puts = [r for r in records if r.kind == "collected" and r.data()["put"] is not None]
         assert len(puts) == 300
         assert max(len(r.payload) for r in puts) < 200
+        (take,) = [r for r in records if r.kind == "collected" and r.data()["put"] is None]
+        assert take.data()["takes"] == {"Done": 300}
+        assert len(take.payload) < 100  # counted, not the 300 names
         assert FanIn(store=store).state_at(handler.run_id).collected == {}
     finally:
         store.close()
@@ -196,3 +203,29 @@ async def test_a_collector_holding_the_lock_does_not_wait_for_a_putter(tmp_path:
         assert state.context == {"first": True, "second": True}
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    ("payload", "want"),
+    [
+        pytest.param(
+            {"buf": "b", "put": None, "take": None, "v": 2, "takes": {"Done": 3, "A": 1}},
+            [("Done", 3), ("A", 1)],
+            id="counted",
+        ),
+        pytest.param(
+            {"buf": "b", "put": None, "take": ["Done", "A", "Done"], "v": 2},
+            [("Done", 2), ("A", 1)],
+            id="names-v2",
+        ),
+        pytest.param(
+            {"buf": "s:m:Done,m:A", "put": None, "take": ["m:Done", "m:A", "m:Done"]},
+            [("Done", 2), ("A", 1)],
+            id="names-with-modules",
+        ),
+        pytest.param({"buf": "b", "put": None, "take": None, "v": 2}, [], id="a-put"),
+    ],
+)
+def test_a_take_reads_in_every_shape(payload: J.Collected, want: list[tuple[str, int]]) -> None:
+    """What a collected record took, counted per class, whatever shape wrote it."""
+    assert taken(payload) == want

@@ -370,8 +370,9 @@ def older_shapes(runs: Rows) -> Rows:
                 elif kind == J.COLLECTED:
                     del p["v"]
                     p["buf"] = legacy_buf[step_name]
-                    if p["take"]:
-                        p["take"] = [f"{module}:{name}" for name in p["take"]]
+                    takes = p.pop("takes", None)  # before it, one name per event taken
+                    if takes:
+                        p["take"] = [f"{module}:{n}" for n, k in takes.items() for _ in range(k)]
                 rows.append([kind, step_name, json.dumps(p, separators=(",", ":"))])
             out[label].append(rows)
     return out

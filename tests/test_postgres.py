@@ -20,7 +20,7 @@ from eventstore import (
     Record,
     SchemaVersionError,
 )
-from eventstore._postgres import PostgresWriteSQL
+from eventstore._postgres import SCHEMA_VERSION, PostgresWriteSQL
 from eventstore._writer import BatchWriter
 from tests.conftest import POSTGRES_URL, postgres_store
 from tests.flows import Asker, ReportFlow
@@ -190,14 +190,26 @@ def version_of(schema: str) -> str:
     return str(row[0])
 
 
-@pytest.mark.parametrize("version", [2, 3])
+def foreign_keys_of_log(schema: str) -> list[str]:
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT c.conname FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid"
+            " JOIN pg_namespace n ON n.oid = t.relnamespace"
+            " WHERE c.contype = 'f' AND t.relname = 'log' AND n.nspname = %s",
+            (schema,),
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+@pytest.mark.parametrize("version", [2, 3, 4])
 def test_an_older_store_is_read_as_it_is_and_migrated_when_written(
     schema: str, version: int
 ) -> None:
-    """A store written before the write function (schema version 2: one snapshot a run;
-    3: many) reads unchanged read-only; opened for writing it migrates to version 4 and
+    """A store of an older schema (version 2: one snapshot a run, 3: many, both before the
+    write function; 4: its first version, and a foreign key from the log to its runs)
+    reads unchanged read-only; opened for writing it migrates to the current version and
     goes on: same records, inbox, lease and snapshot, new commits fenced and numbered after
-    the old ones, by the write function."""
+    the old ones, by the write function; the foreign key is gone."""
     url = load_store(version, schema)
     before = [
         (1, "run-1", "run_started", None, '{"n": 1}', 2),
@@ -207,8 +219,10 @@ def test_an_older_store_is_read_as_it_is_and_migrated_when_written(
     with EventStore(url, readonly=True) as ro:
         assert [tuple(r)[:6] for r in ro.records()] == before
     assert version_of(schema) == str(version)
+    assert foreign_keys_of_log(schema) == ["log_rid_fkey"]
     with EventStore(url) as es:
-        assert version_of(schema) == "4"
+        assert version_of(schema) == str(SCHEMA_VERSION)
+        assert foreign_keys_of_log(schema) == []
         assert [tuple(r)[:6] for r in es.records()] == before
         assert es.run("run-1").status == "waiting"
         assert es.run("run-1").meta == {"workflow": "Old"}
@@ -231,7 +245,7 @@ def test_an_older_store_is_read_as_it_is_and_migrated_when_written(
         assert es.run("run-1").status == "running"
         assert es.snapshot("run-1") == (5, '{"state": 2}')
     with EventStore(url) as again:  # opened once more: nothing left to migrate
-        assert version_of(schema) == "4"
+        assert version_of(schema) == str(SCHEMA_VERSION)
         assert again.head() == 5
 
 

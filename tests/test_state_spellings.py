@@ -551,6 +551,49 @@ def test_fold_equals_the_live_value_through_every_spelling(kind: str, data: st.D
         assert shape(context[key]) == shape(value), key
 
 
+# Enough items that views compare them by memory, remember atom-only lists and diffs
+# compare by encoding (not item by item); with or without a few mutable ones among them
+# (so views wrap them, and the memo of atom-only lists says no).
+_PAD = 70
+
+
+def _pad_list(items: list[Any], mutable: bool) -> list[Any]:
+    return [[i] if mutable and i % 13 == 5 else f"pad{i}" for i in range(_PAD)] + items
+
+
+def _pad_dict(d: dict[Any, Any], mutable: bool) -> dict[Any, Any]:
+    return {f"pad{i}": {"i": i} if mutable and i % 13 == 5 else i for i in range(_PAD)} | d
+
+
+def padded(program: list[list[StateOp]], mutable: bool) -> list[list[StateOp]]:
+    """The program with its first values grown by ``_PAD`` items in front (lists, dicts)."""
+    (first, *ops), *rest = program
+    if first.name == "t_init":
+        (state,) = first.args
+        update = {"items": _pad_list(state.items, mutable), "d": _pad_dict(state.d, mutable)}
+        first = StateOp("t_init", (state.model_copy(update=update),))
+    else:
+        items, d, m, nest, v = first.args
+        nest = {**nest, "a": _pad_list(nest["a"], mutable)}
+        lists = (_pad_list(items, mutable), _pad_dict(d, mutable), _pad_dict(m, mutable))
+        first = StateOp("init", (*lists, nest, v))
+    return [[first, *ops], *rest]
+
+
+@given(data=st.data())
+def test_large_values_fold_to_the_live_value_through_every_spelling(data: st.DataObject) -> None:
+    """The same property on values large enough for the identity and encoding shortcuts."""
+    typed = data.draw(st.booleans(), label="typed")
+    mutable = data.draw(st.booleans(), label="mutable pads")
+    program = padded(data.draw(state_programs(typed), label="program"), mutable)
+    expected = expected_context(program, typed)
+    with tempfile.TemporaryDirectory(prefix="spellings-") as tmp:
+        context = folded_context(program, typed, Path(tmp) / "log.db")
+    assert sorted(context) == sorted(expected)
+    for key, value in expected.items():
+        assert shape(context[key]) == shape(value), key
+
+
 def test_types_that_equal_each_other_stay_apart(tmp_path: Path) -> None:
     """1, 1.0 and True replacing each other in a list, a dict and a field all stay exact."""
     program = [
@@ -603,3 +646,53 @@ def test_setting_a_path_under_missing_parents_creates_them(tmp_path: Path) -> No
         wf.store.close()
     want = {"a": {"b": {"c": 1}, "x": {"y": [2]}}, "e": {"f": 0, "g": {"h": 3.0}}}
     assert shape({k: context[k] for k in context}) == shape(want)
+
+
+class KeptViews(Workflow):
+    """Keeps what ``get`` returned in one step and sets values made from it in later ones."""
+
+    kept: dict[str, Any] = {}  # noqa: RUF012 - the views kept between steps
+
+    @step
+    async def go(self, ctx: Context, ev: StartEvent | Next) -> Next | StopEvent:
+        i = ev.i if isinstance(ev, Next) else 0
+        if i == 0:
+            await ctx.store.set("items", ["a"])
+            await ctx.store.set("d", {"a": 1})
+        elif i == 1:
+            self.kept = {"items": await ctx.store.get("items"), "d": await ctx.store.get("d")}
+            items = await ctx.store.get("items")  # the same view as the kept one
+            items.append("b")
+            await ctx.store.set("items", items)
+            d = await ctx.store.get("d")
+            d["b"] = 2
+            await ctx.store.set("d", d)
+        elif i == 2:
+            await ctx.store.set("items", self.kept["items"] + ["c"])
+            await ctx.store.set("d", {**self.kept["d"], "c": 3.0})
+        else:
+            await ctx.store.set("items", self.kept["items"])
+            return StopEvent(result=[await ctx.store.get("items"), await ctx.store.get("d")])
+        return Next(i=i + 1)
+
+
+def test_a_view_kept_from_an_earlier_step_is_a_plain_value_later(tmp_path: Path) -> None:
+    """A view kept across steps shows the value as it was when read: what is set from it
+    later folds to exactly that (not to its patch replayed onto what changed since)."""
+    wf = KeptViews(store=tmp_path / "log.db", timeout=10)
+
+    async def body() -> tuple[Any, str]:
+        handler = wf.run()
+        result = await handler
+        await wf.store.flush()
+        return result, handler.run_id
+
+    try:
+        result, run_id = asyncio.run(body())
+        context = wf.state_at(run_id).context
+    finally:
+        wf.store.close()
+    want_items, want_d = ["a", "b"], {"a": 1, "b": 2, "c": 3.0}
+    assert shape([list(result[0]), dict(result[1])]) == shape([want_items, want_d])
+    assert shape(context["items"]) == shape(want_items)
+    assert shape(context["d"]) == shape(want_d)

@@ -394,3 +394,50 @@ def test_timeline_command_writes_the_page(tmp_path: Path, monkeypatch: pytest.Mo
         cli, ["timeline", str(db), "rep", "--json", "--workflow", "tests.flows:ReportFlow"]
     )
     assert json.loads(typed.stdout)["events"]["3"][1] == "EventB(content='second: first')"
+
+
+def test_a_long_run_is_shown_a_window_at_a_time(tmp_path: Path) -> None:
+    """A run longer than the window is embedded a window at a time, each on the state just
+    before it: the page's fold over any window gives the Python fold's states at its
+    commits, the windows tile the run, and attempts begun before a window are drawn in it."""
+    db = tmp_path / "t.db"
+    settle(lambda: Ticker(store=db, timeout=None).run(run_id="tick", count=120))
+    with EventStore(db, readonly=True) as store:
+        expected = fold_digests(store, "tick")
+        n = len(expected)
+        whole = timeline_data(store, "tick")
+        assert (whole["window"]["more_before"], whole["window"]["more_after"]) == (False, False)
+        assert replay(whole) == expected
+        last = timeline_data(store, "tick", limit=100)
+        assert (last["window"]["more_before"], last["window"]["more_after"]) == (True, False)
+        assert replay(last) == expected[-100:]
+        seen: list[int] = []
+        after = 0
+        while True:
+            d = timeline_data(store, "tick", after=after, limit=100)
+            assert replay(d) == expected[len(seen) : len(seen) + len(d["commits"]["seq"])]
+            finished = [i for i, k in enumerate(d["rec"]["k"]) if d["kinds"][k] == "step_finished"]
+            assert sum(a[5] == "ok" for a in d["attempts"]) == len(finished)
+            seen += d["commits"]["seq"]
+            if not d["window"]["more_after"]:
+                break
+            after = d["commits"]["seq"][-1]
+        assert seen == [e[0] for e in expected]
+        before = timeline_data(store, "tick", before=last["window"]["after"], limit=100)
+        assert before["commits"]["seq"][-1] == last["window"]["after"]
+        assert replay(before) == expected[-200:-100]
+        mid = expected[n // 2][0]
+        around = timeline_data(store, "tick", around=mid, limit=100)
+        assert around["commits"]["seq"].index(mid) in range(45, 55)
+        near_end = timeline_data(store, "tick", around=expected[-3][0], limit=100)
+        assert near_end["window"] == last["window"]  # in the last window: that one
+    result = CliRunner().invoke(
+        cli, ["timeline", str(db), "tick", "--window", "100", "--at", str(mid), "--json"]
+    )
+    assert json.loads(result.stdout)["window"] == around["window"]
+    result = CliRunner().invoke(
+        cli, ["timeline", str(db), "tick", "--window", "100", "-o", str(tmp_path / "w.html")]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "of the run's" in result.stdout
+    assert "--at SEQ writes another window" in result.stdout

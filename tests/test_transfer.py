@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 
 from eventstore import EventStore
+from tests.flows import Asker
 from tests.test_cli import invoke, ok
 from tests.test_snapshots import Chat, assert_snapshots_are_the_fold, chat
+from workflow import HumanResponseEvent
 from workflow._check import check_store
+from workflow._errors import RunSuspendedError, WorkflowRuntimeError
 from workflow._read import fold_run
 from workflow._snapshot import dump_folded
 
@@ -133,3 +136,63 @@ def test_export_refuses_an_existing_file(forked: tuple[Path, str, str, str]) -> 
     result = invoke("export", db, other, "-o", db)
     assert result.exit_code == 2
     assert "exists" in result.stderr
+
+
+def test_exported_ancestors_never_run(tmp_path: Path) -> None:
+    """An export of a fork carries its ancestor cut at the fork's seq, unfinished there:
+    once imported, ``runs`` marks it an exported ancestor, ``recover`` and workers skip it,
+    ``resume`` refuses it, and recover runs only the fork."""
+    db, out, laptop = tmp_path / "prod.db", tmp_path / "run.db", tmp_path / "laptop.db"
+
+    async def produce() -> tuple[str, str, int]:
+        wf = Asker(store=str(db), timeout=None)
+        first = wf.run()
+        await first.wait_until_waiting(10)
+        wf.send(first.run_id, HumanResponseEvent(response="ada"))
+        assert await first == "hello ada"
+        cut = wf.checkpoints(first.run_id)[0]  # its start event still queued there
+        fork = wf.run_from(cut)
+        await fork.wait_until_waiting(10)
+        await fork.suspend()
+        with pytest.raises(RunSuspendedError):
+            await fork
+        await wf.store.flush()
+        wf.store.close()
+        return first.run_id, fork.run_id, cut.seq
+
+    parent, fork, at = asyncio.run(produce())
+    ok("export", db, fork, "-o", out)
+    asyncio.run(_grow(laptop))
+    ok("import", laptop, out)
+    rows = {r["run_id"]: r for r in json.loads(ok("runs", laptop, "--json"))}
+    with EventStore(laptop, readonly=True) as store:
+        moved = store.run(fork).parent_seq
+    assert moved is not None
+    assert moved > at  # the import moved the seqs past the laptop's
+    assert rows[parent]["copied_upto"] == moved
+    assert "copied_upto" not in rows[fork]
+    text = ok("runs", laptop)
+    assert f"ancestor (exported up to seq {moved})" in text
+
+    async def debug() -> None:
+        wf = Asker(store=str(laptop), timeout=None)
+        assert wf.state_at(parent).status == "interrupted"  # what it was at the cut
+        assert wf.pending_runs() == [fork]
+        with pytest.raises(WorkflowRuntimeError, match="exported ancestor"):
+            wf.resume(parent)
+        wf.send(fork, HumanResponseEvent(response="bob"))
+        found = wf.recover()
+        assert [(r.run_id, r.outcome) for r in found] == [(fork, "resumed")]
+        assert found[0].handler is not None
+        assert await found[0].handler == "hello bob"
+        await wf.store.flush()
+        assert wf.pending_runs() == []
+        wf.store.close()
+
+    asyncio.run(debug())
+
+
+async def _grow(db: Path) -> None:
+    """Gives a store a log longer than the export's, so that an import moves its seqs."""
+    with EventStore(db) as store:
+        await chat(store, 40)

@@ -7,9 +7,13 @@ import asyncio
 import hashlib
 import json
 import re
+import signal
+import subprocess
+import sys
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -17,7 +21,8 @@ import pytest
 from tests.conftest import POSTGRES_URL
 from tests.flows import Asker, ReportFlow
 from tests.test_cli import invoke, run_to_end
-from tests.ui_server import get, post, serving, status_of, wait_for, waiting_asker
+from tests.test_timeline import always_dies, fan
+from tests.ui_server import ROOT, get, post, serving, status_of, wait_for, waiting_asker
 from workflow import HumanResponseEvent, Worker
 
 
@@ -219,7 +224,11 @@ def test_actions_for_workers(tmp_path: Path) -> None:
         assert code == 200, answer
         new = answer["run_id"]
         assert answer["href"] == f"/runs/{new}"
-        assert status_of(base, new) == "interrupted"
+        # Recorded for a worker and not yet taken: submitted, not interrupted (nothing died).
+        assert status_of(base, new) == "submitted"
+        assert f'data-run="{new}" data-status="submitted"' in get(base + "/")[2]
+        assert f'data-run="{new}"' in get(base + "/runs-table?status=submitted")[2]
+        assert 'data-run="rep"' not in get(base + "/runs-table?status=submitted")[2]
         code, answer = post(f"{base}/runs/{new}/resume", {})
         assert code == 200, answer
         assert "a worker of its workflow claims it" in answer["message"]
@@ -337,3 +346,145 @@ def test_serves_a_postgresql_store() -> None:
     finally:
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_sigterm_ends_open_streams(tmp_path: Path) -> None:
+    """SIGTERM stops the server cleanly while browsers hold live streams open: each stream
+    ends (the client reads its end) and the server exits without cancelling them."""
+    db = tmp_path / "term.db"
+    waiting_asker(db, "ask")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workflow", "serve", str(db), "--port", "0"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        m = re.search(r"at (http://127\.0\.0\.1:\d+)/", line)
+        assert m, line + proc.stderr.read()
+        base = m.group(1)
+        with (
+            urllib.request.urlopen(f"{base}/runs/ask/events?after=1", timeout=60) as run,
+            urllib.request.urlopen(f"{base}/events?head=0", timeout=60) as store,
+        ):
+            assert read_event(run)[0] == "commit"
+            assert read_event(store)[0] == "head"
+            proc.send_signal(signal.SIGTERM)
+            assert run.read().strip() == b""  # read to the end: the server closed it
+            assert store.read().strip() == b""
+        # uvicorn raises the signal again once it has shut down: the exit says SIGTERM.
+        assert proc.wait(60) in (0, -signal.SIGTERM)
+        rest = proc.stderr.read()
+        assert "graceful shutdown exceeded" not in rest, rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def test_a_lane_per_worker(tmp_path: Path) -> None:
+    """The run's data puts each attempt in the row of the step's worker that ran it, names
+    the worker of each row, and says which worker of which session (process) ran each
+    attempt: three parallel workers get three rows; a resumed run's attempts name their
+    session."""
+    fan(db := tmp_path / "fan.db")
+    always_dies(db2 := tmp_path / "dies.db")
+    with serving(db) as base:
+        data = json.loads(get(base + "/runs/fan/data")[2])
+    work = data["steps"].index("work")
+    assert data["lane_workers"][work] == [0, 1, 2]
+    for a in data["attempts"]:
+        worker, session = a[8]
+        assert session == 1
+        if a[0] == work:
+            assert a[7] == data["lane_workers"][work].index(worker)  # its worker's row
+    assert {a[8][0] for a in data["attempts"] if a[0] == work} == {0, 1, 2}
+    with serving(db2) as base:
+        data = json.loads(get(base + "/runs/dies/data")[2])
+    # The first process died before its attempt's start was durable (it rides with the next
+    # commit); a resume makes it durable first: the attempts of sessions 2 and 3.
+    assert [a[8][1] for a in data["attempts"]] == [2, 3]
+    assert {a[8][0] for a in data["attempts"]} == {0}
+
+
+def held_query(d: dict[str, Any]) -> str:
+    """What a live page holding ``d`` says it holds (as the page's script does)."""
+
+    def first_open(xs: list[list[Any]], end: int) -> int:
+        return next((i for i, a in enumerate(xs) if a[end] < 0), len(xs))
+
+    ids = [int(k) for k in d["events"]]
+    seqs = d["rec"]["seq"]
+    held = {
+        "nrec": len(seqs),
+        "ncommits": len(d["commits"]["seq"]),
+        "attempts_from": first_open(d["attempts"], 4),
+        "waits_from": first_open(d["waits"], 3),
+        "ntb": len(d["tb"]),
+        "next_event": max(ids) + 1 if ids else 0,
+        "seq": seqs[-1] if seqs else 0,
+    }
+    return "&".join(f"{k}={v}" for k, v in held.items())
+
+
+def merged(d: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
+    """A page's data with a patch applied (as the page's script applies it)."""
+    out: dict[str, Any] = json.loads(json.dumps(d))
+    for k, v in p["rec"].items():
+        out["rec"][k] += v
+    for k, v in p["commits"].items():
+        out["commits"][k] += v
+    out["attempts"] = out["attempts"][: p["attempts_from"]] + p["attempts"]
+    for i, row in enumerate(p["rows"]):
+        out["attempts"][i][7] = row
+    out["waits"] = out["waits"][: p["waits_from"]] + p["waits"]
+    for i, row in enumerate(p["wait_rows"]):
+        out["waits"][i][5] = row
+    out["tb"] = out["tb"][: p["tb_from"]] + p["tb"]
+    out["events"].update(p["events"])
+    for k in ("run", "steps", "kinds", "lanes", "lane_workers", "window"):
+        if k in p:
+            out[k] = p[k]
+    return out
+
+
+def test_live_refresh_fetches_only_what_is_new(tmp_path: Path) -> None:
+    """A page that says what it holds gets only the records after it (and the attempts from
+    the first open one), and that patch applied to its data is the run's whole data now;
+    a page whose data does not fit gets the whole data; bad counts are refused."""
+    db = tmp_path / "patch.db"
+    waiting_asker(db, "ask")
+    with serving(db) as base:
+        before = json.loads(get(base + "/runs/ask/data")[2])
+        code, _, body = get(f"{base}/runs/ask/data?{held_query(before)}")
+        assert code == 200
+        nothing = json.loads(body)
+        assert nothing["patch"] is True
+        assert nothing["rec"]["seq"] == []
+
+        async def answer() -> None:
+            wf = Asker(store=db, timeout=None)
+            wf.send("ask", HumanResponseEvent(response="Ada"))
+            assert await wf.resume("ask") == "hello Ada"
+            wf.store.close()
+
+        asyncio.run(answer())
+        now = json.loads(get(base + "/runs/ask/data")[2])
+        code, _, body = get(f"{base}/runs/ask/data?{held_query(before)}")
+        patch = json.loads(body)
+        assert patch["patch"] is True
+        assert patch["rec"]["seq"] == now["rec"]["seq"][len(before["rec"]["seq"]) :]
+        assert patch["rec"]["seq"]
+        assert patch["rec"]["seq"][0] > before["rec"]["seq"][-1]
+        assert len(body) < len(json.dumps(now))
+        assert merged(before, patch) == now
+        stale = held_query(before).replace("seq=", "seq=9")
+        assert json.loads(get(f"{base}/runs/ask/data?{stale}")[2])["patch"] is False
+        code, _, body = get(f"{base}/runs/ask/data?nrec=x")
+        assert code == 400
+        assert "nrec must be a whole number, not 'x'" in body

@@ -9,11 +9,19 @@ both shapes.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Sequence
 
 from ._journal import Collected
 
-__all__ = ["buffer_key", "class_qualname", "collect_key", "default_buffer_id", "legacy_buffer_key"]
+__all__ = [
+    "buffer_key",
+    "class_qualname",
+    "collect_key",
+    "default_buffer_id",
+    "legacy_buffer_key",
+    "taken",
+]
 
 
 def class_qualname(name: str) -> str:
@@ -49,3 +57,16 @@ def legacy_buffer_key(buf: str) -> str:
     """The :func:`buffer_key` of a buffer id written before ``"v": 2`` (``step:mod:A,...``)."""
     step, _, names = buf.partition(":")
     return buffer_key(step, default_buffer_id(step, [class_qualname(n) for n in names.split(",")]))
+
+
+def taken(payload: Collected) -> list[tuple[str, int]]:
+    """What a ``collected`` record took out, in every shape: (qualified class name without
+    module, how many events of it), each class once.
+
+    Records since ``takes`` count the events of each class; records before named one class
+    per event taken (``take``), with modules before ``"v": 2``.
+    """
+    takes = payload.get("takes")
+    if takes is not None:
+        return list(takes.items())
+    return list(Counter(class_qualname(n) for n in payload.get("take") or ()).items())

@@ -199,7 +199,8 @@ def value_change(
     if hint is not None and hint.base is not old:
         hint = None  # the view is of a value since replaced: identity says nothing
     try:
-        ops = diff(old, value, codec, whole_size=len(text) if text is not None else size, hint=hint)
+        whole = len(text) if text is not None else size
+        ops = diff(old, value, codec, whole_size=whole, hint=hint, text=text)
         if ops and ops[0][:2] != ("replace", ()):
             ops_json = encode_ops(codec, ops, key)[0]
     except (EncodeError, orjson.JSONEncodeError, RecursionError) as exc:

@@ -34,7 +34,8 @@ class StoreHost(Protocol):
     """What the store reads and writes through: the executor running its run (or a stand-in
     for one: an idle context's ``Idle``, ``verify``'s replay).
 
-    Outside an attempt only ``codec``, ``committed`` and ``operator_update`` are used.
+    Outside an attempt only ``codec``, ``committed``, ``versions`` (by ``edit_state``) and
+    ``operator_update`` are used.
     """
 
     @property
@@ -55,7 +56,11 @@ class StoreHost(Protocol):
     def pin(self, key: str) -> None: ...
 
     async def operator_update(
-        self, updates: Mapping[str, Any], deletes: list[str] | None = None
+        self,
+        updates: Mapping[str, Any],
+        deletes: list[str] | None = None,
+        *,
+        read: Mapping[str, int] | None = None,
     ) -> int: ...
 
 
@@ -278,12 +283,15 @@ class ContextStore(Generic[S]):
                 out[k] = v
         return out
 
+    def _state_data(self, state: Any) -> dict[str, Any]:
+        """The keys and values of a whole state (the typed model's fields, or the dict's)."""
+        if self._state_type is not None:
+            return {name: getattr(state, name) for name in type(state).model_fields}
+        return dict(state)
+
     async def set_state(self, state: Any) -> None:
         """Replaces the whole state (each field or key is diffed against what it was)."""
-        if self._state_type is not None:
-            data = {name: getattr(state, name) for name in type(state).model_fields}
-        else:
-            data = dict(state)
+        data = self._state_data(state)
         att = current_attempt.get()
         if att is None:
             await self._host.operator_update(data)
@@ -297,12 +305,24 @@ class ContextStore(Generic[S]):
 
         Yields the state (the typed model, or a dict of every key whose keys are also
         attributes); what it looks like at the end of the block is written back.
+
+        Outside a step (``handler.ctx.store.edit_state()``, an operator's edit of a live
+        run) no lock is held while the block runs; what is written back is checked
+        against what the block read, so a step's commit in between is never undone.
+
+        :raises StateConflictError: outside a step, a step's commit changed a key the
+            edit read before the edit was written; nothing of the edit is written (read
+            the state again and redo the edit).
         """
         att = current_attempt.get()
         if att is None:
             state = await self.get_state()
+            # The versions of what get_state read, taken in the same turn of the loop.
+            versions = self._host.versions
+            names = list(self._state_data(state))
+            read = {k: versions.get(k, 0) for k in names}
             yield state
-            await self.set_state(state)
+            await self._host.operator_update(self._state_data(state), read=read)
             return
         if not att.holds_lock:
             await self._host.state_lock.acquire()

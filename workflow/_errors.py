@@ -11,7 +11,7 @@ WorkflowError
   + RunSuspendedError         the caller left a waiting run; resume it later
   + RunAbandonedError         this process stopped running the run; another may take it
   + RunFinishedError          a finished run cannot take updates; fork it instead
-  + StateConflictError        a context write lost a race (raised only inside attempts)
+  + StateConflictError        an operator's edit read state a step changed before it was written
   + RecoveryLimitError        an input killed the process too many times
   + WorkflowChangedError      stored work no longer fits the workflow's steps
   + MemoizedError             a memoized call raised (recorded with cache_errors=True)
@@ -160,7 +160,16 @@ class RunFinishedError(WorkflowError):
 
 
 class StateConflictError(WorkflowError):
-    """An attempt's reads went stale before it could commit; it runs again."""
+    """A read-modify-write of a run's state was overtaken: a commit changed what it read.
+
+    Raised by ``handler.ctx.store.edit_state()`` outside a step (an operator's edit of a
+    live run) when a step's commit changed a key the edit read before the edit was
+    written; nothing of the edit is written, so the step's write is never undone. Read
+    the state again and redo the edit. ``keys`` are the keys that changed, sorted.
+
+    Inside a step a conflict never reaches your code: the attempt's commit is refused and
+    the attempt runs again against the new state (``step_conflicted`` in the log).
+    """
 
     def __init__(self, keys: list[str]) -> None:
         self.keys = keys

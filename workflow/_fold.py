@@ -17,9 +17,10 @@ from typing import Any, Final
 import orjson
 
 from eventstore import Codec, CodecError, LogCorruptedError, StoredRecord
+from eventstore._encryption import encrypted_error
 
 from . import _journal as J
-from ._buffers import class_qualname, collect_key
+from ._buffers import class_qualname, collect_key, taken
 from ._events import StopEvent
 from ._patch import apply_json
 from ._state import TERMINAL, InProgress, LazyDict, LazyList, RunState, Waiter
@@ -348,11 +349,10 @@ def _collected(s: Folded, r: StoredRecord, p: J.Collected) -> None:
     if put is not None:
         ev = Ev(put["id"], put["event"], r.seq)
         buf.setdefault(class_qualname(ev.type), []).append(ev)
-    for name in p.get("take") or ():
-        t = class_qualname(name)
+    for t, count in taken(p):
         events = buf.get(t)
         if events:
-            events.pop(0)
+            del events[:count]
             if not events:
                 del buf[t]
     if not buf:
@@ -486,6 +486,8 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
             except LogCorruptedError:
                 raise
             except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
+                if (sealed := encrypted_error(r)) is not None:  # read without the key
+                    raise sealed from None
                 msg = f"record seq {r.seq} ({kind}) of run {r.run_id!r} is malformed: {exc!r}"
                 raise LogCorruptedError(msg, seq=r.seq) from exc
             n += 1

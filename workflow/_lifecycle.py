@@ -89,10 +89,22 @@ class Idle:
             self._committed = base
         return self._committed
 
+    @property
+    def versions(self) -> dict[str, int]:
+        """None: nothing but this context writes its values until its next run."""
+        return {}
+
     async def operator_update(
-        self, updates: Mapping[str, Any], deletes: list[str] | None = None
+        self,
+        updates: Mapping[str, Any],
+        deletes: list[str] | None = None,
+        *,
+        read: Mapping[str, int] | None = None,
     ) -> int:
-        """Keeps writes for the next run (encoded now: what the log cannot hold is refused)."""
+        """Keeps writes for the next run (encoded now: what the log cannot hold is refused).
+
+        ``read`` is not checked: nothing else writes an idle context's values.
+        """
         encoded = encode_updates(self.codec, updates)
         committed = self.committed
         for k, e in encoded.items():
@@ -166,7 +178,7 @@ def run_is_live(ctx: Context[Any]) -> bool:
     info = wf._store.get_run(run)
     if info is None or (info.status or "running") in TERMINAL:
         return False
-    return wf._owners.is_owned(info.rid, run)
+    return wf._owners.is_owned(run, info.rid)
 
 
 def same_workflow(recorded: str, wf: Workflow) -> bool:

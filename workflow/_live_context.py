@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -98,6 +99,12 @@ class LiveContext:
         w = self.written
         return [k for k, v in att.reads.items() if w.get(k, 0) != v]
 
+    def stale_of(self, read: Mapping[str, int]) -> list[str]:
+        """The keys of ``read`` (key -> the version read) that a written commit changed
+        since, sorted: an operator's read-modify-write that a step overtook."""
+        w = self.written
+        return sorted(k for k, v in read.items() if w.get(k, 0) != v)
+
     def mark_written(self, keys: list[str], seq: int) -> None:
         """The commit at ``seq`` that changes ``keys`` is written (called in the writer)."""
         for k in keys:
@@ -129,7 +136,7 @@ class LiveContext:
         old = self.committed.get(key, ABSENT)
         if old is ABSENT:
             return KeyChange(key, full=new.value, text=new.text)
-        ops = diff(old, new.value, self.codec, whole_size=len(new.text))
+        ops = diff(old, new.value, self.codec, text=new.text)
         if not ops:
             return None
         if ops[0][:2] == ("replace", ()):

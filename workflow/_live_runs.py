@@ -43,4 +43,4 @@ def release(
     """``executor`` stops running the run: unregistered, its owner lock released."""
     if _live.get((id(store), run_id)) is executor:
         del _live[(id(store), run_id)]
-        owners.release(rid, run_id)
+        owners.release(run_id, rid)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from eventstore import class_name
-from eventstore._codec import _main_names
+from eventstore._allowlist import main_names
 
 __all__ = ["same_name"]
 
@@ -17,4 +17,4 @@ def same_name(recorded: str, cls: type) -> bool:
     module, _, qualname = recorded.rpartition(":")
     if qualname != cls.__qualname__:
         return False
-    return module == "__main__" or (cls.__module__ == "__main__" and module in _main_names())
+    return module == "__main__" or (cls.__module__ == "__main__" and module in main_names())

@@ -68,7 +68,10 @@ class Owners:
         self._kernel = db_path is not None
 
     def acquire(self, run_id: str, rid: int) -> None:
-        """Takes the run, or raises :class:`RunOwnedError` if a live executor has it."""
+        """Takes the run, or raises :class:`RunOwnedError` if a live executor has it.
+
+        ``rid`` is the run's row id in the store: the byte of the lock file that is its.
+        """
         side = self._side
         with _lock:
             if rid in side.owned:
@@ -82,7 +85,7 @@ class Owners:
                     raise
             side.owned.add(rid)
 
-    def release(self, rid: int, run_id: str = "") -> None:
+    def release(self, run_id: str, rid: int) -> None:
         """Gives the run back; a dead process's runs are released by the kernel."""
         side = self._side
         with _lock:
@@ -92,7 +95,7 @@ class Owners:
             if self._kernel and side.fd is not None:
                 fcntl.lockf(side.fd, fcntl.LOCK_UN, 1, rid)
 
-    def is_owned(self, rid: int, run_id: str = "") -> bool:
+    def is_owned(self, run_id: str, rid: int) -> bool:
         """Whether a live executor (here or in another process) holds the run now."""
         side = self._side
         with _lock:
@@ -147,22 +150,22 @@ class LeaseOwners:
         """Extends the lease; False when it was lost (the executor must stop at once)."""
         return await self.store.lease(run_id, self.owner, self.ttl, renew=True)
 
-    def release(self, rid: int, run_id: str = "") -> None:
+    def release(self, run_id: str, rid: int) -> None:
         with _lock:
             if rid not in self._owned:
                 return
             self._owned.discard(rid)
-        if not self.store._closed:
+        if not self.store.closed:
             self.store.release_sync(run_id, self.owner)
 
-    def is_owned(self, rid: int, run_id: str = "") -> bool:
+    def is_owned(self, run_id: str, rid: int) -> bool:
         with _lock:
             if rid in self._owned:
                 return True
         lease = self.store.lease_of(run_id) if run_id else None
         return lease is not None and lease[1] > time.time_ns() // 1000
 
-    def owned_now(self) -> Callable[[int, str], bool]:
+    def owned_now(self) -> Callable[[str, int], bool]:
         """:meth:`is_owned` for many runs at one moment: every live lease read in one query
         (a listing of N runs asks the server once, not N times)."""
         now = time.time_ns() // 1000
@@ -172,13 +175,13 @@ class LeaseOwners:
         }
         with _lock:
             mine = set(self._owned)
-        return lambda rid, run_id: rid in mine or run_id in leased
+        return lambda run_id, rid: rid in mine or run_id in leased
 
 
 class _Nobody(Owners):
     """Ownership of a store no executor ever ran: nobody owns any of its runs."""
 
-    def is_owned(self, rid: int, run_id: str = "") -> bool:
+    def is_owned(self, run_id: str, rid: int) -> bool:
         return False
 
 

@@ -1,43 +1,37 @@
-"""The read side: a run's records by the checkpoint rule, its fold, its status, its checkpoints.
+"""The read side: a run's records by the checkpoint rule, its fold, its status.
 
 Shared by :class:`Workflow` and the command line, which reads stores without user code:
 the fold of a run at a seq (from its cached state, or a fork's parent's), the seqs one may
-look at, the status a reader sees, the run list, commits and checkpoints, the class of each
-event id, and a log read past its damaged records.
+look at, the status a reader sees, the run list, commits, and a log read past its damaged
+records. What the commits say about events (checkpoints, event classes) is
+``_checkpoints``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from eventstore import (
-    CodecError,
     EventStore,
     LogCorruptedError,
     RunInfo,
     Snapshot,
     StoredRecord,
-    UnknownClassError,
-    class_name,
 )
 
-from . import _journal as J
 from ._errors import (
     CheckpointNotFoundError,
     RunNotFoundError,
     SnapshotIgnoredWarning,
     WorkflowRuntimeError,
 )
-from ._fold import FOLD_VERSION, Folded, fold, payload_of
+from ._fold import FOLD_VERSION, Folded, fold
 from ._ownership import LeaseOwners, Owners
 from ._snapshot import SnapshotError, load_folded
-from ._state import Checkpoint
 
 # Wraps the records a fold reads as they are read (a progress bar), yielding each of them.
 Wrap = Callable[[Iterator[StoredRecord]], Iterator[StoredRecord]]
@@ -47,17 +41,14 @@ __all__ = [
     "RunSummary",
     "Wrap",
     "check_seq",
-    "checkpoints",
     "commits",
-    "event_class",
-    "event_type",
-    "event_types_upto",
+    "copied_upto",
     "fold_run",
     "live_status",
     "load_snapshot",
-    "note_event",
     "readable_records",
     "records_upto",
+    "refuse_cut",
     "run_info",
     "run_summaries",
     "shown_status",
@@ -80,6 +71,32 @@ class RunSummary:
     parent_run_id: str | None
     parent_seq: int | None
     waiting_for: tuple[str, ...] = ()  # a waiting run's awaited classes (qualified names)
+    # An exported ancestor's: the seq its log was copied up to (where its child forked).
+    # Such a run never runs here: recover, workers and resume leave it alone.
+    copied_upto: int | None = None
+
+
+def copied_upto(info: RunInfo) -> int | None:
+    """The seq an exported ancestor's log was copied up to (``workflow export`` of a fork
+    carries each ancestor only up to where its child forked), or None for a whole run."""
+    upto = info.meta.get("copied_upto")
+    return upto if isinstance(upto, int) and not isinstance(upto, bool) else None
+
+
+def refuse_cut(info: RunInfo) -> None:
+    """Refuses to run an exported ancestor: its log ends where its child forked, so what it
+    did next is not here, and running it would make up another past.
+
+    :raises WorkflowRuntimeError: ``info`` is such an ancestor.
+    """
+    upto = copied_upto(info)
+    if upto is not None:
+        msg = (
+            f"run {info.run_id!r} is an exported ancestor: its log was copied only up to"
+            f" seq {upto}, where its fork began, so it does not run here; fork it at a seq"
+            " up to that one, or resume it in the store it was exported from"
+        )
+        raise WorkflowRuntimeError(msg)
 
 
 def run_info(store: EventStore, run_id: str) -> RunInfo:
@@ -256,161 +273,6 @@ def commits(records: Iterable[StoredRecord]) -> Iterator[list[StoredRecord]]:
         yield batch
 
 
-def event_type(r: StoredRecord) -> str | None:
-    """The qualified class name of the event a record carries, if it carries one."""
-    if r.kind not in (J.ENQUEUED, J.RUN_FINISHED, J.RUN_STARTED, J.STREAMED, J.WAITING):
-        return None
-    d: J.Dump
-    if r.kind == J.RUN_FINISHED:
-        finished: J.RunFinished = payload_of(r)
-        d = finished.get("result")
-    elif r.kind == J.RUN_STARTED:
-        started: J.RunStarted = payload_of(r)
-        start = started.get("start")
-        d = start.get("event") if start else None
-    else:
-        carrying: J.Enqueued | J.Streamed | J.Waiting = payload_of(r)
-        d = carrying.get("event")
-    c = d.get("c") if isinstance(d, dict) else None
-    return c.partition("@")[0] if isinstance(c, str) else c  # no version ("mod:Cls@2")
-
-
-def checkpoints(
-    store: EventStore,
-    run_id: str,
-    *,
-    step: str | None = None,
-    event: type | str | None = None,
-    resolve: Callable[[str], type] | None = None,
-    load: Callable[[Any], Any] | None = None,
-) -> list[Checkpoint]:
-    """One checkpoint per commit of the run, filtered by step and by event class or name.
-
-    With ``resolve`` (a codec's), a class also matches the names it is recorded under in
-    another process (``__main__:X`` for ``app:X``). With ``load`` (a codec's), the commits
-    of steps that returned carry LlamaIndex's fields: the step, its input and output events
-    (decoded from their records; the state is never read here).
-    """
-    info = run_info(store, run_id)
-    wanted = None if event is None else _event_filter(event, resolve)
-    out: list[Checkpoint] = []
-    dumps: dict[int, Any] = {}
-    decoded: dict[int, Any] = {}
-    if load is not None and info.parent_run_id is not None and info.parent_seq is not None:
-        dumps = _event_dumps(store, info.parent_run_id, info.parent_seq)
-    for commit in commits(store.records(run_id)):
-        head = commit[0]
-        if load is not None:
-            for r in commit:
-                # A damaged record names no event; the history shows it where it belongs.
-                with contextlib.suppress(LogCorruptedError, KeyError, TypeError):
-                    _note_dump(r, dumps)
-        if step is not None and head.step != step:
-            continue
-        types: list[str] = []
-        for r in commit:
-            if r.kind in (J.ENQUEUED, J.RUN_FINISHED, J.RUN_STARTED):
-                t = event_type(r)
-                if t and t not in types:
-                    types.append(t)
-        if wanted is not None and not any(map(wanted, types)):
-            continue
-        extra: dict[str, Any] = {}
-        if load is not None and head.kind == J.STEP_FINISHED:
-            finished: J.StepFinished = payload_of(head)  # the step's own commit: read, or raise
-            emitted = finished.get("emitted") or []
-            # A step's output is the next one's input: each event is decoded once.
-            extra = {
-                "last_completed_step": head.step,
-                "input_event": _loaded(load, decoded, dumps, finished["id"]),
-                "output_event": _loaded(load, decoded, dumps, emitted[-1]) if emitted else None,
-            }
-        out.append(
-            Checkpoint(
-                run_id=run_id,
-                seq=commit[-1].seq,
-                kind=head.kind,
-                step=head.step,
-                event_types=types,
-                id_=f"{run_id}:{commit[-1].seq}",
-                **extra,
-            )
-        )
-    return out
-
-
-def _note_dump(r: StoredRecord, dumps: dict[int, Any]) -> None:
-    """Remembers the dump of each event a record introduces, by id."""
-    if r.kind == J.ENQUEUED:
-        enqueued: J.Enqueued = payload_of(r)
-        dumps.setdefault(enqueued["id"], enqueued.get("event"))
-    elif r.kind == J.RUN_FINISHED:
-        finished: J.RunFinished = payload_of(r)
-        if "id" in finished:
-            dumps[finished["id"]] = finished.get("result")
-    elif r.kind == J.RUN_STARTED:
-        started: J.RunStarted = payload_of(r)
-        start = started.get("start")
-        if start:
-            dumps[start["id"]] = start.get("event")
-    elif r.kind == J.WAIT_RESOLVED:
-        resolved: J.WaitResolved = payload_of(r)
-        answer = resolved.get("id")
-        if answer is not None:
-            dumps[answer] = resolved.get("event")
-
-
-def _event_dumps(store: EventStore, run_id: str, seq: int) -> dict[int, Any]:
-    """Event id -> dump for the events a run (and its ancestors) had up to ``seq``."""
-    info = run_info(store, run_id)
-    dumps: dict[int, Any] = {}
-    if info.parent_run_id is not None and info.parent_seq is not None:
-        dumps = _event_dumps(store, info.parent_run_id, info.parent_seq)
-    kinds = [J.ENQUEUED, J.WAIT_RESOLVED, J.RUN_STARTED, J.RUN_FINISHED]
-    for r in store.records(run_id, upto=seq, kinds=kinds):
-        _note_dump(r, dumps)
-    return dumps
-
-
-def _loaded(
-    load: Callable[[Any], Any], decoded: dict[int, Any], dumps: dict[int, Any], ev_id: int
-) -> Any:
-    """Event ``ev_id`` decoded (once: ``decoded`` keeps it), or None if the log has none."""
-    if ev_id in decoded:
-        return decoded[ev_id]
-    dump = dumps.get(ev_id)
-    if dump is None:
-        return None
-    try:
-        event = load(dump)
-    except CodecError:  # a class this program lacks: the checkpoint shows its JSON
-        event = dump
-    decoded[ev_id] = event
-    return event
-
-
-def _event_filter(
-    event: type | str, resolve: Callable[[str], type] | None
-) -> Callable[[str], bool]:
-    """Whether a recorded class name is ``event``: a name (``module:Class`` or ``Class``), or a
-    class, which ``resolve`` also finds under the other names of its module."""
-    if isinstance(event, str):
-        return lambda t: t == event or t.split(":")[-1] == event
-    seen = {class_name(event): True}
-
-    def is_event(t: str) -> bool:
-        found = seen.get(t)
-        if found is None:
-            try:
-                found = resolve is not None and resolve(t) is event
-            except UnknownClassError:  # a class this program lacks is not the one asked for
-                found = False
-            seen[t] = found
-        return found
-
-    return is_event
-
-
 def run_summaries(
     store: EventStore, owners: Owners | LeaseOwners, *, owned: bool = True
 ) -> list[RunSummary]:
@@ -423,7 +285,7 @@ def run_summaries(
     for info in store.runs():
         status = info.status or "running"
         waiting_for: tuple[str, ...] = ()
-        unowned = status == "running" and not is_owned(info.rid, info.run_id)
+        unowned = status == "running" and not is_owned(info.run_id, info.rid)
         # A live owner may be waiting too; asking costs a fold, once per change of its log.
         if status == "waiting" or unowned or (status == "running" and owned):
             waits = waits_of(store, info)
@@ -443,6 +305,7 @@ def run_summaries(
                 info.parent_run_id,
                 info.parent_seq,
                 waiting_for,
+                copied_upto(info),
             )
         )
     return out
@@ -493,7 +356,13 @@ def check_seq(store: EventStore, run_id: str, seq: int | None) -> RunInfo:
         return info
     head = store.head()
     if seq > head:
-        msg = f"seq {seq} is past the end of the log (its last seq is {head})"
+        # Seqs are global: up to the store's head, a seq past the run's end is its latest
+        # state; the run's own last seq is what the reader looks for.
+        end = "has no records yet" if info.last_seq is None else f"ends at seq {info.last_seq}"
+        msg = (
+            f"seq {seq} is past the end of the log: run {run_id!r} {end}"
+            f" (the store's last seq is {head})"
+        )
         raise WorkflowRuntimeError(msg)
     if info.first_seq is None or seq < info.first_seq:
         raise CheckpointNotFoundError(run_id, seq, info.first_seq)
@@ -512,7 +381,7 @@ def shown_status(
     info = run_info(store, s.run_id)
     if seq is not None and info.last_seq is not None and s.seq < info.last_seq:
         return s.status
-    return live_status(s.status, s.only_waiters(), owners.is_owned(info.rid, s.run_id))
+    return live_status(s.status, s.only_waiters(), owners.is_owned(s.run_id, info.rid))
 
 
 # ------------------------------------------------------------------ damaged records
@@ -554,45 +423,3 @@ def readable_records(
                 raise  # not one record's fault: the store cannot be read here at all
             yield Damaged(exc.seq, exc)
             after = exc.seq
-
-
-# ------------------------------------------------------------------ event types
-
-
-def event_class(dump: J.Dump) -> str:
-    """The class name an event's dump records (the Python type's name for a bare value)."""
-    if isinstance(dump, dict):
-        return str(dump.get("c", "")).partition("@")[0]  # without a version ("mod:Cls@2")
-    return type(dump).__name__
-
-
-def note_event(r: StoredRecord, p: Any, types: dict[int, str]) -> None:
-    """Remembers the class of each event id a record introduces."""
-    if r.kind == J.ENQUEUED:
-        enqueued: J.Enqueued = p
-        types[enqueued["id"]] = event_class(enqueued.get("event"))
-    elif r.kind == J.WAIT_RESOLVED:
-        resolved: J.WaitResolved = p
-        answer_id = resolved.get("id")
-        if answer_id is not None:
-            types[answer_id] = event_class(resolved.get("event"))
-    elif r.kind == J.RUN_STARTED:
-        started: J.RunStarted = p
-        start = started.get("start")
-        if start:
-            types[start["id"]] = event_class(start.get("event"))
-
-
-def event_types_upto(store: EventStore, run_id: str, seq: int) -> dict[int, str]:
-    """Event id -> class name for the events the run (and its ancestors) had up to ``seq``."""
-    info = run_info(store, run_id)
-    types: dict[int, str] = {}
-    if info.parent_run_id is not None and info.parent_seq is not None:
-        types = event_types_upto(store, info.parent_run_id, info.parent_seq)
-    kinds = [J.ENQUEUED, J.WAIT_RESOLVED, J.RUN_STARTED]
-    for r in readable_records(store, run_id, 0, seq, kinds):
-        if isinstance(r, Damaged):
-            continue  # the history shows it where it belongs
-        with contextlib.suppress(Exception):  # a damaged payload names no event
-            note_event(r, r.data(), types)
-    return types

@@ -29,6 +29,7 @@ from ._errors import (
     RunAbandonedError,
     RunLostError,
     RunSuspendedError,
+    StateConflictError,
     WorkflowCancelledByUser,
     WorkflowCancelledError,
     WorkflowTimeoutError,
@@ -170,11 +171,21 @@ class Executor:
     # ------------------------------------------------------------------ helpers for Context
 
     async def operator_update(
-        self, updates: Mapping[str, Any], deletes: list[str] | None = None
+        self,
+        updates: Mapping[str, Any],
+        deletes: list[str] | None = None,
+        *,
+        read: Mapping[str, int] | None = None,
     ) -> int:
         """Records operator writes (``updates`` of ``resume``/``run_from``, ``handler.ctx``).
 
+        ``read`` gives, for an operator's read-modify-write, the version of each key it
+        read (``handler.ctx.store.edit_state()``): the writes are checked against them in
+        the writer, in seq order with the steps' commits, as an attempt's are.
+
         :raises EncodeError: a value cannot be stored (nothing is recorded then).
+        :raises StateConflictError: a commit changed a key of ``read`` since it was read
+            (nothing is recorded then).
         """
         live = self.live
         encoded = encode_updates(self.codec, updates)  # all refused before any is written
@@ -193,8 +204,18 @@ class Executor:
         def on_written(seq: Any) -> None:
             live.mark_written(written, int(seq))
 
-        async with self.state_lock:
-            seq = await self.append(records, on_written=on_written)
+        def check() -> None:
+            stale = live.stale_of(read or {})
+            if stale:
+                raise Conflict(stale)
+
+        try:
+            async with self.state_lock:
+                seq = await self.append(
+                    records, on_written=on_written, check=check if read else None
+                )
+        except Conflict as exc:
+            raise StateConflictError(exc.keys) from None
         live.apply(changes, seq)
         self.observe(seq)
         return seq

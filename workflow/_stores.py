@@ -7,13 +7,15 @@ import os
 import threading
 from pathlib import Path
 
-from eventstore import EventStore
+from eventstore import EventStore, load_key_file
 
-__all__ = ["STORE_ENV", "open_store"]
+__all__ = ["KEY_FILE_ENV", "STORE_ENV", "open_store"]
 
 # Where workflows created without ``store=`` journal: a file path or a PostgreSQL URL. Unset
 # (or empty), each such workflow gets a private in-memory store.
 STORE_ENV = "WORKFLOW_STORE"
+# A key file (``workflow keygen``) that stores opened from a path or URL encrypt with.
+KEY_FILE_ENV = "WORKFLOW_KEY_FILE"
 
 _stores_lock = threading.Lock()
 _stores: dict[str, EventStore] = {}
@@ -35,5 +37,7 @@ def open_store(store: str | os.PathLike[str] | EventStore | None) -> EventStore:
     with _stores_lock:
         found = _stores.get(key)
         if found is None or found._closed or found._failed is not None:
-            found = _stores[key] = EventStore(store)
+            keys = os.environ.get(KEY_FILE_ENV) or None
+            codec = None if keys is None else load_key_file(keys)
+            found = _stores[key] = EventStore(store, payload_codec=codec)
         return found

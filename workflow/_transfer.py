@@ -20,7 +20,7 @@ from eventstore import Commit, EventStore, NewRun, Record, RunInfo, Snapshot, St
 from . import _journal as J
 from ._errors import WorkflowRuntimeError
 from ._fold import FOLD_VERSION, Folded
-from ._read import commits, fold_run, records_upto, run_info, snapshots
+from ._read import commits, copied_upto, fold_run, records_upto, run_info, snapshots
 from ._snapshot import SnapshotError, dump_folded, load_folded
 
 __all__ = ["Part", "copy_runs", "export_run", "lineage"]
@@ -131,6 +131,8 @@ def _new_run(store: EventStore, part: Part, offset: int) -> NewRun:
     if part.upto is not None:  # an ancestor, copied up to where its child forked
         meta["copied_upto"] = part.upto + offset
         status = fold_run(store, info.run_id, part.upto).status
+    elif offset and (upto := copied_upto(info)) is not None:  # an import of one: moved too
+        meta["copied_upto"] = upto + offset
     parent_seq = None if info.parent_seq is None else info.parent_seq + offset
     return NewRun(meta, info.parent_run_id, parent_seq, status, info.created)
 

@@ -24,11 +24,12 @@ from eventstore import StoredRecord, UnknownClassError, class_name
 
 from . import _journal as J
 from ._attempt import Attempt, current_attempt
+from ._checkpoints import event_class
 from ._diff import apply, materialize
 from ._errors import WorkflowRuntimeError
 from ._events import Event
 from ._fold import Folded, MemoRec, fold
-from ._read import commits, event_class, fold_run, run_info, start_state
+from ._read import commits, fold_run, run_info, start_state
 from ._retry import RetryClock
 
 if TYPE_CHECKING:

@@ -60,14 +60,14 @@ class Worker:
         wf = self.workflow
         out = []
         for r in wf.runs():
-            if not is_run_of(wf, r) or r.run_id in self._active:
-                continue
+            if not is_run_of(wf, r) or r.run_id in self._active or r.copied_upto is not None:
+                continue  # an exported ancestor (its log ends at its fork) never runs here
             if r.status == "interrupted":
                 out.append(r.run_id)
             elif (
                 r.status == "waiting"
                 and has_work(wf, r)
-                and not wf._owners.is_owned(wf.store.run(r.run_id).rid, r.run_id)
+                and not wf._owners.is_owned(r.run_id, wf.store.run(r.run_id).rid)
             ):
                 out.append(r.run_id)  # an answer arrived (or a deadline passed), nobody runs it
         return out

@@ -24,6 +24,7 @@ from eventstore import (
 
 from ._catch_error import catchers
 from ._changes import encode_updates
+from ._checkpoints import checkpoints
 from ._context_store import StateDict
 from ._diff import register_views
 from ._errors import (
@@ -38,7 +39,7 @@ from ._handler import WorkflowHandler
 from ._live_runs import live_executor, register
 from ._ownership import LEASE_TTL_S, LeaseOwners, Owners
 from ._prune import PruneReport, prune_runs
-from ._read import RunSummary, checkpoints, fold_run, run_info, run_summaries, shown_status
+from ._read import RunSummary, fold_run, refuse_cut, run_info, run_summaries, shown_status
 from ._recover import Recoveries, is_run_of
 from ._recover import recover as recover_runs
 from ._renames import class_aliases, moves_for, step_renames
@@ -369,8 +370,11 @@ class Workflow:
         run_id = run_id or uuid.uuid4().hex
         if self._store.get_run(run_id) is not None:
             return run_id
+        # "submitted" in its row: listings tell it, until a worker claims it, from a run
+        # whose process died (its log looks the same).
+        create = NewRun(meta={"workflow": self._name, "submitted": True}, status="running")
         self._store.append_sync(
-            Commit(run_id, self._start_records(start_event), epoch=1, create=self._new_run())
+            Commit(run_id, self._start_records(start_event), epoch=1, create=create)
         )
         return run_id
 
@@ -479,6 +483,7 @@ class Workflow:
                 live.launch(live.operator_update(updates))
             return WorkflowHandler(self, run_id, live.done, live)
         info = self._run_info(run_id)
+        refuse_cut(info)
         folded = self._fold(run_id, None)
         loop = asyncio.get_running_loop()
         if folded.status == "finished":
@@ -497,7 +502,7 @@ class Workflow:
         try:
             executor = self._executor(run_id, folded, info.rid, 0)
         except BaseException:
-            self._owners.release(info.rid, run_id)
+            self._owners.release(run_id, info.rid)
             raise
         register(self._store, run_id, executor)
         recorded = self._recorded_stream(folded)
@@ -617,6 +622,7 @@ class Workflow:
             for r in self.runs()
             if is_run_of(self, r)
             and r.status in ("interrupted", "waiting")
+            and r.copied_upto is None  # an exported ancestor: its log ends at its fork
             and live_executor(self._store, r.run_id) is None
         ]
 

@@ -15,8 +15,11 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
 
+from eventstore import add_key
 from tests.flows import Asker, ReportFlow
 from tests.test_cli import run_to_end
+from tests.test_encryption import SECRET, sealed_secretive
+from tests.test_timeline import fan
 from tests.test_ui_http import fork_of
 from tests.ui_server import ROOT, serving, wait_for, waiting_asker
 
@@ -62,7 +65,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return db
 
 
-def off_loop(f: Callable[..., None], *args: object) -> None:
+def off_loop(f: Callable[..., object], *args: object) -> None:
     """Calls ``f`` in another thread: Playwright's sync API keeps an event loop running in
     this one, and the helpers that record runs start their own with ``asyncio.run``."""
     with ThreadPoolExecutor(1) as pool:
@@ -132,7 +135,8 @@ def test_runs_page_click_into_a_run_and_step_with_keys(store: Path, page: Page) 
 
 def test_a_live_run_advances_without_reload(tmp_path: Path, page: Page) -> None:
     """A run executing in another process: each commit it makes reaches the open page through
-    server-sent events, the chart and panels redraw in place, the selection follows the end."""
+    server-sent events, the page fetches only what is new, the chart and panels redraw in
+    place, the selection follows the end."""
     db = tmp_path / "live.db"
     gate = Path(str(db) + ".gate")
     proc = subprocess.Popen(
@@ -157,6 +161,10 @@ def test_a_live_run_advances_without_reload(tmp_path: Path, page: Page) -> None:
                 )
                 seen.append(int(page.evaluate("document.body.dataset.lastSeq")))
                 assert seq(page) == seen[-1]  # following the last commit
+                # Only the new records were fetched, not the whole timeline again.
+                fetched = str(page.evaluate("document.body.dataset.fetched"))
+                assert fetched.startswith("patch:"), fetched
+                assert int(fetched.split(":")[1]) > 0  # the new records, and only those
                 expect(page.locator("#state")).to_contain_text(f"{n}")
             page.screenshot(path=str(DOCS / "ui-live.png"))
             gate.write_text("3")
@@ -228,3 +236,54 @@ def test_read_only_page_offers_no_actions(store: Path, page: Page) -> None:
         page.wait_for_function("document.body.dataset.ready === '1'")
         assert page.locator("#actions").count() == 0
         expect(page.locator("#live")).to_have_class("on")
+
+
+def test_an_encrypted_run_without_and_with_its_key(
+    tmp_path: Path, page: Page, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Served without its key file, an encrypted run's page lists its seqs, kinds and steps
+    with each payload "encrypted (k1)" and says which key it needs; served with it, the
+    timeline shows the run's values."""
+    db, keys = tmp_path / "sealed.db", tmp_path / "keys.json"
+    add_key(keys)
+    off_loop(sealed_secretive, db, keys)
+    monkeypatch.delenv("WORKFLOW_KEY_FILE", raising=False)
+    with serving(db.name, cwd=db.parent) as base:  # the page names it as given
+        page.goto(base + "/")
+        page.locator('tr[data-run="s"] a.run').click()
+        page.wait_for_url("**/runs/s")
+        expect(page.locator("#sealed")).to_contain_text("encrypted (key id k1)")
+        rows = page.locator("#records tr[data-seq]")
+        assert rows.count() > 10
+        expect(rows.first.locator(".payload")).to_have_text("encrypted (k1)")
+        expect(page.locator("#records")).to_contain_text("memoized")
+        assert SECRET not in page.content()
+        page.screenshot(path=str(DOCS / "ui-encrypted.png"))
+    monkeypatch.setenv("WORKFLOW_KEY_FILE", str(keys))
+    with serving(db) as base:
+        page.goto(base + "/runs/s")
+        page.wait_for_function("document.body.dataset.ready === '1'")
+        assert page.locator("#sealed").count() == 0
+        expect(page.locator("#svg")).to_contain_text(SECRET[:8])
+
+
+def test_a_lane_per_worker(tmp_path: Path, page: Page) -> None:
+    """A step with three workers draws three rows, each named by its worker, and each bar
+    says which worker of which session ran it."""
+    db = tmp_path / "fan.db"
+    off_loop(fan, db)
+    with serving(db) as base:
+        page.goto(base + "/runs/fan")
+        page.wait_for_function("document.body.dataset.ready === '1'")
+        labels = page.locator('.worker-label[data-step="work"]')
+        expect(labels).to_have_count(3)
+        assert labels.all_text_contents() == ["w0", "w1", "w2"]
+        bars = page.locator('rect.bar[data-step="work"]')
+        assert {bars.nth(i).get_attribute("data-worker") for i in range(bars.count())} == {
+            "0",
+            "1",
+            "2",
+        }
+        assert "worker 1 of session 1" in (
+            page.locator('rect.bar[data-step="work"][data-worker="1"]').first.inner_html()
+        )

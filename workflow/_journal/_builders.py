@@ -5,6 +5,7 @@ Each builds its kind's payload type (``_payloads``) and encodes it as the record
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -234,10 +235,14 @@ def collected(step: str, buffer: str, put: EventRef | None, take: Sequence[str] 
     """A collect buffer changed: an event put in, or one event of each type taken out.
 
     ``buffer`` is the buffer's id within its step (``_buffers.buffer_key``); ``take`` names
-    the classes by their qualified names without module. ``"v": 2`` tells these apart from
-    the records written before, whose ids and names carried modules (``collect_key``).
+    the classes by their qualified names without module, one name per event taken, and
+    the record counts them (``takes``: name -> how many), so a take of K events of one
+    class is a few bytes, not K names. ``"v": 2`` tells these apart from the records
+    written before, whose ids and names carried modules (``collect_key``).
     """
-    payload: Collected = {"buf": buffer, "put": put, "take": list(take) if take else None, "v": 2}
+    payload: Collected = {"buf": buffer, "put": put, "take": None, "v": 2}
+    if take:
+        payload["takes"] = dict(Counter(take))
     return _rec(COLLECTED, step, payload)
 
 

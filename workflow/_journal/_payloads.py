@@ -231,7 +231,8 @@ class StateDeleted(TypedDict):
 
 
 class Collected(TypedDict):
-    """A collect buffer changed: an event ``put`` in, or one event of each ``take`` out.
+    """A collect buffer changed: an event ``put`` in, or events taken out: ``takes`` of
+    each class (name -> how many), or in records before ``takes`` one of each ``take``.
 
     Without ``v`` (records before it) ``buf`` is ``step:mod:A,mod:B`` and ``take`` names
     classes with their modules; with ``"v": 2`` they name no module (``_buffers``).
@@ -240,6 +241,7 @@ class Collected(TypedDict):
     buf: str
     put: EventRef | None
     take: list[str] | None
+    takes: NotRequired[dict[str, int]]
     v: NotRequired[Literal[2]]
 
 

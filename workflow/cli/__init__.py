@@ -16,6 +16,7 @@ from . import _history as _history
 from . import _operator as _operator
 from . import _ops as _ops
 from . import _prune as _prune
+from . import _recover as _recover
 from . import _serve as _serve
 from . import _timeline as _timeline
 from . import _trace as _trace

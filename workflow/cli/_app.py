@@ -11,12 +11,14 @@ from typing import Any
 
 import click
 
+from eventstore import add_key
+
+from .._checkpoints import checkpoints as list_checkpoints
 from .._children import parent_of, tree_order
 from .._compare import Change, changes_between
 from .._fold import Folded, to_run_state
 from .._ownership import probe_owners
 from .._read import RunSummary, check_seq, fold_run, run_summaries, shown_status
-from .._read import checkpoints as list_checkpoints
 from .._state import LLAMA_FIELDS
 from ._common import (
     CliGroup,
@@ -27,7 +29,7 @@ from ._common import (
     traceback_option,
     workflow_option,
 )
-from ._filters import RunFilter, parse_since, parse_statuses
+from ._filters import RunFilter, mark_submitted, parse_since, parse_statuses
 from ._inspect import (
     Viewer,
     error_json,
@@ -36,6 +38,7 @@ from ._inspect import (
     state_json,
     traceback_lines,
 )
+from ._keys import KEY_FILE_ENV, set_key_file
 from ._render import bare_class, fmt_time, short_class, table, terminal_width
 
 __all__ = ["cli", "main"]
@@ -50,13 +53,38 @@ values. run, resume, recover, fork and send run the workflow.
 
 @click.group(cls=CliGroup, help=_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="durable-workflows", prog_name="workflow")
-def cli() -> None:
+@click.option(
+    "--key-file",
+    metavar="KEYS",
+    envvar=KEY_FILE_ENV,
+    help="Decrypt (and encrypt) payloads with this key file (workflow keygen); also"
+    f" ${KEY_FILE_ENV}. Without it an encrypted payload shows as 'encrypted (key id)'.",
+)
+@click.pass_context
+def cli(ctx: click.Context, key_file: str | None) -> None:
     """The ``workflow`` command group."""
+    set_key_file(ctx, key_file)
 
 
 def main(argv: list[str] | None = None) -> None:
     """The ``workflow`` console script and ``python -m workflow``."""
     cli.main(args=argv, prog_name="workflow")
+
+
+# ---------------------------------------------------------------------------- keygen
+
+
+@cli.command()
+@click.argument("key_file", metavar="KEYS")
+@click.option("--id", "key_id", metavar="ID", help="The new key's id (default: k1, k2, ...).")
+def keygen(key_file: str, key_id: str | None) -> None:
+    """Add a new random AES-256 key to the key file KEYS (made, readable by you only, if
+    missing) and make it the current one: stores opened with it encrypt with the new key
+    and still decrypt what the older keys encrypted (rotation). Keep the file safe: what
+    it encrypted cannot be read without it.
+    """
+    kid = add_key(key_file, key_id)
+    click.echo(f"added key {kid!r} to {key_file}; it is the current key", err=True)
 
 
 # ---------------------------------------------------------------------------- runs
@@ -68,8 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     "--status",
     "status_text",
     metavar="S[,S...]",
-    help="Only runs of these statuses: running, waiting, interrupted, finished, failed,"
-    " cancelled, timed_out.",
+    help="Only runs of these statuses: running, submitted (for a worker, not yet taken),"
+    " waiting, interrupted, finished, failed, cancelled, timed_out.",
 )
 @click.option(
     "--workflow",
@@ -108,7 +136,7 @@ def runs(
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     store = open_store(db)
-    summaries = keep.apply(run_summaries(store, probe_owners(store)))
+    summaries = keep.apply(mark_submitted(store, run_summaries(store, probe_owners(store))))
     # Child runs (ctx.run_workflow) right after the run that started them, indented.
     tree = tree_order([s.run_id for s in summaries])
     by_id = {s.run_id: s for s in summaries}
@@ -133,6 +161,8 @@ def runs(
             child_of = parent_of(s.run_id, known)
             if child_of is not None:  # only child runs have it
                 row["child_of"] = child_of
+            if s.copied_upto is not None:  # only exported ancestors have it
+                row["copied_upto"] = s.copied_upto
             items.append(row)
         emit_json(items)
         return
@@ -154,7 +184,10 @@ def runs(
 
 
 def _status_text(s: RunSummary) -> str:
-    """A run's status as the table shows it: a waiting run says what it waits for."""
+    """A run's status as the table shows it: a waiting run says what it waits for; an
+    exported ancestor (which never runs) that it is one."""
+    if s.copied_upto is not None:
+        return f"ancestor (exported up to seq {s.copied_upto})"
     if s.status == "waiting" and s.waiting_for:
         return "waiting for " + ", ".join(bare_class(t) for t in s.waiting_for)
     return s.status

@@ -19,6 +19,7 @@ from .._errors import WorkflowError
 from .._read import Wrap
 from .._workflow import Workflow
 from ._inspect import Viewer, is_url, open_store
+from ._keys import cli_codec
 
 __all__ = [
     "PROGRESS_MIN",
@@ -167,6 +168,14 @@ def import_object(spec: str, option: str) -> Any:
 def load_workflow(spec: str, store: EventStore | str, **kwargs: Any) -> Workflow:
     """Imports a Workflow class and builds it on ``store`` (``Class(store=..., **kwargs)``)."""
     cls = import_object(spec, "--workflow")
+    codec = cli_codec()
+    if isinstance(store, str) and codec is not None:
+        # Workflow(store=path) would open it without the key file the command was given.
+        check_store_to_write(store)
+        store = EventStore(store, payload_codec=codec)
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None:
+            ctx.call_on_close(store.close)
     if not (isinstance(cls, type) and issubclass(cls, Workflow)):
         msg = f"{spec} is not a Workflow subclass"
         raise click.BadParameter(msg, param_hint="--workflow")

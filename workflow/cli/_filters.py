@@ -6,14 +6,24 @@ import datetime as dt
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
+
+from eventstore import EventStore
 
 from .._read import RunSummary
 
-__all__ = ["STATUSES", "RunFilter", "parse_since", "parse_statuses"]
+__all__ = [
+    "STATUSES",
+    "RunFilter",
+    "is_submitted",
+    "mark_submitted",
+    "parse_since",
+    "parse_statuses",
+]
 
-# Every status a listing shows (``run_summaries``): the stored ones and the two it derives.
+# Every status a listing shows (``run_summaries``): the stored ones and the two it derives,
+# and "submitted" (:func:`mark_submitted`).
 STATUSES: Final = (
     "running",
     "waiting",
@@ -22,6 +32,7 @@ STATUSES: Final = (
     "failed",
     "cancelled",
     "timed_out",
+    "submitted",
 )
 _AGO: Final = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
 _UNIT_S: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -77,16 +88,35 @@ class RunFilter:
     since_us: int | None = None  # started at or after
     parent: str | None = None  # forks of this run
 
-    def keeps(self, s: RunSummary) -> bool:
+    def keeps(self, run: RunSummary) -> bool:
         """Whether the run passes every criterion."""
-        if self.statuses is not None and s.status not in self.statuses:
+        if self.statuses is not None and run.status not in self.statuses:
             return False
-        if self.workflow and not _workflow_matches(s.workflow, self.workflow):
+        if self.workflow and not _workflow_matches(run.workflow, self.workflow):
             return False
-        if self.since_us is not None and s.created < self.since_us:
+        if self.since_us is not None and run.created < self.since_us:
             return False
-        return not (self.parent and s.parent_run_id != self.parent)
+        return not (self.parent and run.parent_run_id != self.parent)
 
     def apply(self, runs: Iterable[RunSummary]) -> list[RunSummary]:
         """The runs it keeps, in order."""
-        return [s for s in runs if self.keeps(s)]
+        return [run for run in runs if self.keeps(run)]
+
+
+def is_submitted(store: EventStore, run_id: str) -> bool:
+    """Whether a run no executor owns was only ever submitted: recorded for a worker
+    (``wf.submit``, or a fork the web UI left for workers: "submitted" in its row's meta)
+    and never claimed since (a claim moves the epoch on from 1)."""
+    info = store.get_run(run_id)
+    return info is not None and info.epoch == 1 and info.meta.get("submitted") is True
+
+
+def mark_submitted(store: EventStore, runs: Iterable[RunSummary]) -> list[RunSummary]:
+    """The runs, an ``interrupted`` one that is only waiting for a worker to take it up
+    listed as ``submitted`` (nothing of it ever ran: no process died in it)."""
+    return [
+        replace(s, status="submitted")
+        if s.status == "interrupted" and is_submitted(store, s.run_id)
+        else s
+        for s in runs
+    ]

@@ -42,13 +42,13 @@ class Flow:
 
     def nodes(self) -> list[str]:
         """Every node: the start, the steps, the human (if any), the stop."""
-        ends = {a for a, _, _ in self.edges} | {b for _, b, _ in self.edges}
+        ends = {source for source, _, _ in self.edges} | {target for _, target, _ in self.edges}
         extra = [HUMAN] if HUMAN in ends else []
         return [START, *self.steps, *extra, STOP]
 
 
-def _short(t: type) -> str:
-    return t.__qualname__
+def _short(event_type: type) -> str:
+    return event_type.__qualname__
 
 
 def flow_of(cls: type[Workflow]) -> Flow:
@@ -57,36 +57,40 @@ def flow_of(cls: type[Workflow]) -> Flow:
     flow = Flow(class_name(cls), list(graph.steps), described=graph.describe())
     seen: set[tuple[str, str, str]] = set()
 
-    def edge(a: str, b: str, label: str) -> None:
-        if (a, b, label) not in seen:
-            seen.add((a, b, label))
-            flow.edges.append((a, b, label))
+    def edge(source: str, target: str, label: str) -> None:
+        if (source, target, label) not in seen:
+            seen.add((source, target, label))
+            flow.edges.append((source, target, label))
 
     for name, spec in graph.steps.items():
-        for t in spec.accepted:
-            if issubclass(t, StartEvent) or issubclass(StartEvent, t):
-                edge(START, name, _short(t) if issubclass(t, StartEvent) else "StartEvent")
-            elif issubclass(t, HumanResponseEvent):
-                edge(HUMAN, name, _short(t))
-        for t in spec.returns:
-            if issubclass(t, StopEvent):
-                edge(name, STOP, _short(t))
+        for event_type in spec.accepted:
+            if issubclass(event_type, StartEvent) or issubclass(StartEvent, event_type):
+                edge(
+                    START,
+                    name,
+                    _short(event_type) if issubclass(event_type, StartEvent) else "StartEvent",
+                )
+            elif issubclass(event_type, HumanResponseEvent):
+                edge(HUMAN, name, _short(event_type))
+        for event_type in spec.returns:
+            if issubclass(event_type, StopEvent):
+                edge(name, STOP, _short(event_type))
                 continue
-            targets = graph.route(t)
-            if not targets and issubclass(t, InputRequiredEvent):
-                edge(name, HUMAN, _short(t))
+            targets = graph.route(event_type)
+            if not targets and issubclass(event_type, InputRequiredEvent):
+                edge(name, HUMAN, _short(event_type))
             for target in targets:
-                edge(name, target, _short(t))
+                edge(name, target, _short(event_type))
     return flow
 
 
-def _node_id(n: str) -> str:
+def _node_id(node: str) -> str:
     # Mermaid reads some words (`end`, `graph`) as keywords: every id gets a prefix.
-    return f"wf{n}" if n.startswith("_") else f"step_{n}"
+    return f"wf{node}" if node.startswith("_") else f"step_{node}"
 
 
-def _label(n: str) -> str:
-    return {START: "run()", STOP: "result", HUMAN: "human (send)"}.get(n, n)
+def _label(node: str) -> str:
+    return {START: "run()", STOP: "result", HUMAN: "human (send)"}.get(node, node)
 
 
 def mermaid(flow: Flow) -> str:

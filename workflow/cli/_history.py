@@ -17,19 +17,12 @@ import orjson
 from eventstore import EventStore, LogCorruptedError, StoredRecord
 
 from .. import _journal as J
-from .._read import (
-    Damaged,
-    event_class,
-    event_types_upto,
-    fold_run,
-    note_event,
-    readable_records,
-    run_info,
-    start_state,
-)
+from .._checkpoints import event_class, event_types_upto, note_event
+from .._read import Damaged, fold_run, readable_records, run_info, start_state
 from ._app import cli
 from ._common import json_option, progress, reader, traceback_option, workflow_option
 from ._inspect import Viewer, describe, record_json, traceback_lines
+from ._keys import encrypted_text
 from ._render import bare_class, clip, terminal_width
 
 __all__ = ["history"]
@@ -99,7 +92,8 @@ def history(
                     if not isinstance(p, dict):
                         msg = f"record seq {r.seq}: its payload is not a JSON object"
                         raise LogCorruptedError(msg, seq=r.seq)
-                    note_event(r, p, types)
+                    if encrypted_text(r.payload) is None:  # a sealed one names no event
+                        note_event(r, p, types)
                 except Exception as exc:  # whatever a damaged payload makes fail
                     r = Damaged(r.seq, exc, r)
             row = r.record if isinstance(r, Damaged) else r

@@ -17,9 +17,12 @@ import click
 
 from eventstore import Codec, EventStore, NotAStoreError, StoredRecord
 
-from .. import _journal as J
+from .. import _journal as journal
+from .._buffers import taken
+from .._checkpoints import event_type
 from .._fold import Folded
-from .._read import event_type, run_info
+from .._read import run_info
+from ._keys import cli_codec, encrypted_text
 from ._render import Show, short_class, show_dump, show_typed
 
 __all__ = [
@@ -71,13 +74,13 @@ def open_store(db: str, *, readonly: bool = True) -> EventStore:
     :raises NotAStoreError: the file is not a store.
     """
     if not is_url(db):
-        p = Path(db)
-        if not p.exists():
+        path = Path(db)
+        if not path.exists():
             msg = f"{db}: no such file"
             raise FileNotFoundError(msg)
-        if p.is_dir():
+        if path.is_dir():
             raise NotAStoreError(db, "it is a directory")
-    store = EventStore(db, readonly=readonly)
+    store = EventStore(db, readonly=readonly, payload_codec=cli_codec())
     # Closed when the command ends, also when it runs in-process (tests, a shell):
     # a PostgreSQL store holds server connections.
     ctx = click.get_current_context(silent=True)
@@ -110,158 +113,166 @@ LineT = TypeVar("LineT", bound=_Line)
 def _line(kind: str) -> Callable[[LineT], LineT]:
     """Makes the function the one-line text of ``kind``'s records."""
 
-    def register(f: LineT) -> LineT:
-        _LINES[kind] = f
-        return f
+    def register(fn: LineT) -> LineT:
+        _LINES[kind] = fn
+        return fn
 
     return register
 
 
-@_line(J.RUN_STARTED)
-def _run_started(p: J.RunStarted, show: Show, limit: int) -> str:
-    parent = p.get("parent")
-    start = p.get("start")
-    text = f"{p.get('workflow', '')}"
+@_line(journal.RUN_STARTED)
+def _run_started(payload: journal.RunStarted, show: Show, limit: int) -> str:
+    parent = payload.get("parent")
+    start = payload.get("start")
+    text = f"{payload.get('workflow', '')}"
     if start:
         text += f" start #{start.get('id')} {show(start.get('event'), limit)}"
     if parent:
         text += f" fork of {parent.get('run_id')} at seq {parent.get('seq')}"
-    previous = p.get("previous")
+    previous = payload.get("previous")
     if previous:  # a run from a context: a link, not a parent
         text += f" context of {previous.get('run_id')} at seq {previous.get('seq')}"
     return text
 
 
-@_line(J.ENQUEUED)
-def _enqueued(p: J.Enqueued, show: Show, limit: int) -> str:
-    return f"#{p.get('id')} {show(p.get('event'), limit)} {_src(p.get('src'))}"
+@_line(journal.ENQUEUED)
+def _enqueued(payload: journal.Enqueued, show: Show, limit: int) -> str:
+    return f"#{payload.get('id')} {show(payload.get('event'), limit)} {_src(payload.get('src'))}"
 
 
-@_line(J.DEQUEUED)
-def _dequeued(p: J.Dequeued, show: Show, limit: int) -> str:
-    return f"#{p.get('id')} worker {p.get('worker')}"
+@_line(journal.DEQUEUED)
+def _dequeued(payload: journal.Dequeued, show: Show, limit: int) -> str:
+    return f"#{payload.get('id')} worker {payload.get('worker')}"
 
 
-@_line(J.STEP_STARTED)
-def _step_started(p: J.StepStarted, show: Show, limit: int) -> str:
-    return f"#{p.get('id')} attempt {p.get('attempt')}"
+@_line(journal.STEP_STARTED)
+def _step_started(payload: journal.StepStarted, show: Show, limit: int) -> str:
+    return f"#{payload.get('id')} attempt {payload.get('attempt')}"
 
 
-@_line(J.STEP_FINISHED)
-def _step_finished(p: J.StepFinished, show: Show, limit: int) -> str:
-    return f"#{p.get('id')} attempt {p.get('attempt')} emitted {_ids(p.get('emitted', []))}"
+@_line(journal.STEP_FINISHED)
+def _step_finished(payload: journal.StepFinished, show: Show, limit: int) -> str:
+    emitted = _ids(payload.get("emitted", []))
+    return f"#{payload.get('id')} attempt {payload.get('attempt')} emitted {emitted}"
 
 
-@_line(J.STEP_FAILED)
-def _step_failed(p: J.StepFailed, show: Show, limit: int) -> str:
-    retry = p.get("retry")
-    then = f"retry in {p.get('delay')}s" if retry else "no retry"
-    return (
-        f"#{p.get('id')} attempt {p.get('attempt')} {p.get('error')}: {p.get('message')} ({then})"
-    )
+@_line(journal.STEP_FAILED)
+def _step_failed(payload: journal.StepFailed, show: Show, limit: int) -> str:
+    retry = payload.get("retry")
+    then = f"retry in {payload.get('delay')}s" if retry else "no retry"
+    error = f"{payload.get('error')}: {payload.get('message')}"
+    return f"#{payload.get('id')} attempt {payload.get('attempt')} {error} ({then})"
 
 
-@_line(J.STEP_CONFLICTED)
-def _step_conflicted(p: J.StepConflicted, show: Show, limit: int) -> str:
-    return f"#{p.get('id')} attempt {p.get('attempt')} stale keys {p.get('keys')}"
+@_line(journal.STEP_CONFLICTED)
+def _step_conflicted(payload: journal.StepConflicted, show: Show, limit: int) -> str:
+    return f"#{payload.get('id')} attempt {payload.get('attempt')} stale keys {payload.get('keys')}"
 
 
-@_line(J.STATE_SET)
-def _state_set(p: J.StateSet, show: Show, limit: int) -> str:
-    if "value" in p:
-        return f"{p.get('key')} = {show(p['value'], limit)}"
-    return f"{p.get('key')} patched: {show_dump(p.get('patch'), limit)}"
+@_line(journal.STATE_SET)
+def _state_set(payload: journal.StateSet, show: Show, limit: int) -> str:
+    if "value" in payload:
+        return f"{payload.get('key')} = {show(payload['value'], limit)}"
+    return f"{payload.get('key')} patched: {show_dump(payload.get('patch'), limit)}"
 
 
-@_line(J.STATE_DELETED)
-def _state_deleted(p: J.StateDeleted, show: Show, limit: int) -> str:
-    return f"del {p.get('key')}"
+@_line(journal.STATE_DELETED)
+def _state_deleted(payload: journal.StateDeleted, show: Show, limit: int) -> str:
+    return f"del {payload.get('key')}"
 
 
-@_line(J.COLLECTED)
-def _collected(p: J.Collected, show: Show, limit: int) -> str:
-    put = p.get("put")
-    take = p.get("take")
-    text = f"buffer {p.get('buf')}"
+@_line(journal.COLLECTED)
+def _collected(payload: journal.Collected, show: Show, limit: int) -> str:
+    put = payload.get("put")
+    take = taken(payload)
+    text = f"buffer {payload.get('buf')}"
     if put:
         text += f" put #{put.get('id')} {show(put.get('event'), limit)}"
     if take:
-        text += f" took {', '.join(map(short_class, take))}"
+        names = (short_class(n) if k == 1 else f"{k} x {short_class(n)}" for n, k in take)
+        text += f" took {', '.join(names)}"
     return text
 
 
-@_line(J.WAITING)
-def _waiting(p: J.Waiting, show: Show, limit: int) -> str:
+@_line(journal.WAITING)
+def _waiting(payload: journal.Waiting, show: Show, limit: int) -> str:
     return (
-        f"#{p.get('id')} attempt {p.get('attempt')} waits for "
-        f"{short_class(str(p.get('awaited')))} (waiter {p.get('waiter')})"
+        f"#{payload.get('id')} attempt {payload.get('attempt')} waits for "
+        f"{short_class(str(payload.get('awaited')))} (waiter {payload.get('waiter')})"
     )
 
 
-@_line(J.WAIT_RESOLVED)
-def _wait_resolved(p: J.WaitResolved, show: Show, limit: int) -> str:
-    if p.get("id") is None:
-        return f"waiter {p.get('waiter')} timed out"
-    return f"waiter {p.get('waiter')} answered by #{p.get('id')} {show(p.get('event'), limit)}"
+@_line(journal.WAIT_RESOLVED)
+def _wait_resolved(payload: journal.WaitResolved, show: Show, limit: int) -> str:
+    if payload.get("id") is None:
+        return f"waiter {payload.get('waiter')} timed out"
+    answer = f"#{payload.get('id')} {show(payload.get('event'), limit)}"
+    return f"waiter {payload.get('waiter')} answered by {answer}"
 
 
-@_line(J.STREAMED)
-def _streamed(p: J.Streamed, show: Show, limit: int) -> str:
-    return f"#{p.get('id')} attempt {p.get('attempt')} {show(p.get('event'), limit)}"
+@_line(journal.STREAMED)
+def _streamed(payload: journal.Streamed, show: Show, limit: int) -> str:
+    return (
+        f"#{payload.get('id')} attempt {payload.get('attempt')} {show(payload.get('event'), limit)}"
+    )
 
 
-@_line(J.MEMOIZED)
-def _memoized(p: J.Memoized, show: Show, limit: int) -> str:
+@_line(journal.MEMOIZED)
+def _memoized(payload: journal.Memoized, show: Show, limit: int) -> str:
     head = (
-        f"#{p.get('id')} attempt {p.get('attempt')} {p.get('name')}() key {p.get('key')!r}"
-        f" took {float(p.get('elapsed') or 0):.3f}s"
+        f"#{payload.get('id')} attempt {payload.get('attempt')}"
+        f" {payload.get('name')}() key {payload.get('key')!r}"
+        f" took {float(payload.get('elapsed') or 0):.3f}s"
     )
-    err = p.get("error")
+    err = payload.get("error")
     if err:
         return f"{head} raised {err.get('type')}: {err.get('message')}"
-    return f"{head}, {p.get('size')} B: {show(p.get('result'), limit)}"
+    return f"{head}, {payload.get('size')} B: {show(payload.get('result'), limit)}"
 
 
-@_line(J.RUN_FINISHED)
-def _run_finished(p: J.RunFinished, show: Show, limit: int) -> str:
-    return f"result {show(p.get('result'), limit)}"
+@_line(journal.RUN_FINISHED)
+def _run_finished(payload: journal.RunFinished, show: Show, limit: int) -> str:
+    return f"result {show(payload.get('result'), limit)}"
 
 
-@_line(J.RUN_FAILED)
-def _run_failed(p: J.RunFailed, show: Show, limit: int) -> str:
-    return f"{p.get('error')}: {p.get('message')}"
+@_line(journal.RUN_FAILED)
+def _run_failed(payload: journal.RunFailed, show: Show, limit: int) -> str:
+    return f"{payload.get('error')}: {payload.get('message')}"
 
 
-@_line(J.RUN_RESUMED)
-def _run_resumed(p: J.RunResumed, show: Show, limit: int) -> str:
-    return f"epoch {p.get('epoch')}, was {p.get('previous')}"
+@_line(journal.RUN_RESUMED)
+def _run_resumed(payload: journal.RunResumed, show: Show, limit: int) -> str:
+    return f"epoch {payload.get('epoch')}, was {payload.get('previous')}"
 
 
-def describe(r: StoredRecord, p: Any, view: Viewer, limit: int = 200) -> str:
+def describe(record: StoredRecord, payload: Any, view: Viewer, limit: int = 200) -> str:
     """A record's payload as one short line: what happened, with ids and values."""
-    line = _LINES.get(r.kind)
+    sealed = encrypted_text(record.payload)  # read without its key: what can be said of it
+    if sealed is not None:
+        return sealed
+    line = _LINES.get(record.kind)
     if line is None:
-        return show_dump(p, limit)
-    return line(p, view.show, limit)
+        return show_dump(payload, limit)
+    return line(payload, view.show, limit)
 
 
-def record_json(r: StoredRecord) -> dict[str, Any]:
+def record_json(record: StoredRecord) -> dict[str, Any]:
     """A record as JSON-native data (the payload parsed, never decoded)."""
-    t = event_type(r)
+    t = event_type(record)
     return {
-        "seq": r.seq,
-        "commit_seq": r.commit_seq,
-        "ts": r.ts,
-        "kind": r.kind,
-        "step": r.step,
+        "seq": record.seq,
+        "commit_seq": record.commit_seq,
+        "ts": record.ts,
+        "kind": record.kind,
+        "step": record.step,
         "event_type": t,
-        "payload": r.data(),
+        "payload": record.data(),
     }
 
 
-def traceback_lines(p: Any, indent: str) -> list[str]:
+def traceback_lines(payload: Any, indent: str) -> list[str]:
     """A ``step_failed`` payload's stored traceback as indented lines (all of it)."""
-    tb = p.get("traceback") if isinstance(p, dict) else None
+    tb = payload.get("traceback") if isinstance(payload, dict) else None
     if not tb:
         return [f"{indent}(no traceback recorded)"]
     return [f"{indent}{line}".rstrip() for line in str(tb).rstrip("\n").split("\n")]
@@ -270,21 +281,21 @@ def traceback_lines(p: Any, indent: str) -> list[str]:
 # ---------------------------------------------------------------------------- state
 
 
-def _failure(r: StoredRecord, p: J.StepFailed) -> dict[str, Any]:
+def _failure(record: StoredRecord, payload: journal.StepFailed) -> dict[str, Any]:
     return {
-        "step": r.step,
-        "event_id": p.get("id"),
-        "attempt": p.get("attempt"),
-        "seq": r.seq,
-        "error": p.get("error"),
-        "module": p.get("module"),
-        "message": p.get("message"),
-        "retry": p.get("retry"),
-        "traceback": p.get("traceback"),
+        "step": record.step,
+        "event_id": payload.get("id"),
+        "attempt": payload.get("attempt"),
+        "seq": record.seq,
+        "error": payload.get("error"),
+        "module": payload.get("module"),
+        "message": payload.get("message"),
+        "retry": payload.get("retry"),
+        "traceback": payload.get("traceback"),
     }
 
 
-def failed_attempts(store: EventStore, s: Folded) -> list[dict[str, Any]]:
+def failed_attempts(store: EventStore, folded: Folded) -> list[dict[str, Any]]:
     """The last failed attempt of each event still in progress at ``s.seq``, oldest first:
     its step, event id, attempt, seq, error and stored traceback.
 
@@ -293,21 +304,23 @@ def failed_attempts(store: EventStore, s: Folded) -> list[dict[str, Any]]:
     """
     # Each event's enqueue seq (global, so it bounds the parent's log too): its failures follow.
     missing = {
-        (step, i): p.ev.seq
-        for step, ps in s.in_progress.items()
-        for i, p in ps.items()
-        if p.failures
+        (step, i): payload.ev.seq
+        for step, ps in folded.in_progress.items()
+        for i, payload in ps.items()
+        if payload.failures
     }
     found: dict[tuple[str, int], dict[str, Any]] = {}
-    run_id, upto = s.run_id, s.seq
+    run_id, upto = folded.run_id, folded.seq
     while missing:
         after = max(0, min(missing.values()) - 1)
         here: dict[tuple[str, int], dict[str, Any]] = {}
-        for r in store.records(run_id, after=after, upto=upto, kinds=[J.STEP_FAILED]):
-            p: J.StepFailed = r.data()
-            key = (r.step or "", p.get("id") if isinstance(p, dict) else None)
+        for record in store.records(run_id, after=after, upto=upto, kinds=[journal.STEP_FAILED]):
+            payload: journal.StepFailed = record.data()
+            key = (record.step or "", payload.get("id") if isinstance(payload, dict) else None)
             if key in missing:
-                here[key] = _failure(r, p)  # a later failure of the same event replaces it
+                here[key] = _failure(
+                    record, payload
+                )  # a later failure of the same event replaces it
         found.update(here)
         for key in here:
             del missing[key]
@@ -319,33 +332,36 @@ def failed_attempts(store: EventStore, s: Folded) -> list[dict[str, Any]]:
     return sorted(found.values(), key=lambda f: f["seq"])
 
 
-def error_json(s: Folded, failed: list[dict[str, Any]]) -> dict[str, Any] | None:
+def error_json(folded: Folded, failed: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The run's error with the traceback of the attempt that failed it, when one did."""
-    if s.error is None:
+    if folded.error is None:
         return None
     tb = None
     for f in failed:
-        same = (f["error"], f["message"]) == (s.error.get("error"), s.error.get("message"))
-        if f["step"] == s.error.get("step") and same:
+        same = (f["error"], f["message"]) == (
+            folded.error.get("error"),
+            folded.error.get("message"),
+        )
+        if f["step"] == folded.error.get("step") and same:
             tb = f["traceback"]
-    return {**s.error, "traceback": tb}
+    return {**folded.error, "traceback": tb}
 
 
 def state_json(
-    s: Folded, status: str, inbox: int = 0, failed: list[dict[str, Any]] | None = None
+    folded: Folded, status: str, inbox: int = 0, failed: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """The folded state as JSON, shaped like ``RunState.to_json()`` plus event ids and,
     given them, the failed attempts (with tracebacks) of the events in progress."""
     failed = failed or []
     return {
-        "run_id": s.run_id,
-        "seq": s.seq,
+        "run_id": folded.run_id,
+        "seq": folded.seq,
         "status": status,
-        "result": s.result,
-        "error": error_json(s, failed),
+        "result": folded.result,
+        "error": error_json(folded, failed),
         "failed_attempts": failed,
-        "queues": {k: [e.dump for e in q.values()] for k, q in s.queues.items() if q},
-        "queue_ids": {k: list(q) for k, q in s.queues.items() if q},
+        "queues": {k: [e.dump for e in q.values()] for k, q in folded.queues.items() if q},
+        "queue_ids": {k: list(q) for k, q in folded.queues.items() if q},
         "in_progress": {
             k: [
                 {
@@ -356,12 +372,12 @@ def state_json(
                 }
                 for p in v.values()
             ]
-            for k, v in s.in_progress.items()
+            for k, v in folded.in_progress.items()
             if v
         },
-        "context": {k: v.dump for k, v in s.context.items()},
+        "context": {k: v.dump for k, v in folded.context.items()},
         "collected": {
-            b: {t: [e.dump for e in es] for t, es in d.items()} for b, d in s.buffers.items()
+            b: {t: [e.dump for e in es] for t, es in d.items()} for b, d in folded.buffers.items()
         },
         "waiters": [
             {
@@ -374,12 +390,12 @@ def state_json(
                 "deadline": w.deadline,
                 "waiter_event": w.waiter_event,
             }
-            for w in s.waiters.values()
+            for w in folded.waiters.values()
         ],
-        "unclaimed": [e.dump for e in s.unclaimed.values()],
-        "stream": [e.dump for e in s.stream],
-        "workflow": s.workflow,
-        "fingerprint": s.fingerprint,
-        "parent": list(s.parent) if s.parent else None,
+        "unclaimed": [e.dump for e in folded.unclaimed.values()],
+        "stream": [e.dump for e in folded.stream],
+        "workflow": folded.workflow,
+        "fingerprint": folded.fingerprint,
+        "parent": list(folded.parent) if folded.parent else None,
         "pending_inbox": inbox,
     }

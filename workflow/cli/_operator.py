@@ -6,13 +6,14 @@ import click
 
 from eventstore import Commit, ConcurrencyError, EventStore
 
-from .. import _journal as J
+from .. import _journal as journal
 from .._errors import WorkflowRuntimeError
 from .._read import run_info
 from .._state import TERMINAL
 from ._app import cli
 from ._common import emit_json, json_option
 from ._inspect import open_store
+from ._keys import cli_codec
 
 __all__ = ["cancel_run"]
 
@@ -39,7 +40,7 @@ def cancel_run(store: EventStore, run_id: str) -> int:
         raise WorkflowRuntimeError(msg)
     try:
         done = store.append_sync(
-            Commit(run_id, [J.run_cancelled()], epoch=epoch, status="cancelled")
+            Commit(run_id, [journal.run_cancelled()], epoch=epoch, status="cancelled")
         )
     except ConcurrencyError as exc:
         msg = f"run {run_id!r} was taken over by another process while cancelling it ({exc})"
@@ -61,7 +62,7 @@ def cancel(db: str, run: str, as_json: bool) -> None:
     Needs no user code. `workflow resume --cancelled` continues the run later.
     """
     open_store(db).close()  # an existing store: cancelling never makes one
-    with EventStore(db) as store:
+    with EventStore(db, payload_codec=cli_codec()) as store:
         seq = cancel_run(store, run)
     if as_json:
         emit_json({"run_id": run, "status": "cancelled", "seq": seq})

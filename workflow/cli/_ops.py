@@ -95,7 +95,7 @@ class _Null:
     def __exit__(self, *exc: object) -> None:
         return None
 
-    def update(self, n: int) -> None:
+    def update(self, n_steps: int) -> None:
         return None
 
 

@@ -100,77 +100,77 @@ def show_typed(value: Any, limit: int = 120) -> str:
     return clip(text, limit)
 
 
-def _str(s: str, out: _Out) -> None:
+def _str(text: str, out: _Out) -> None:
     # Only the part that can be shown is repr'd, so a huge string costs its budget.
-    cut = s[: max(0, out.left) + 2]
-    out.put(repr(cut)[:-1] + ("" if len(cut) == len(s) else ELLIPSIS) + repr(cut)[-1])
+    cut = text[: max(0, out.left) + 2]
+    out.put(repr(cut)[:-1] + ("" if len(cut) == len(text) else ELLIPSIS) + repr(cut)[-1])
 
 
 def _items(values: Iterable[Any], out: _Out, open_: str, close: str) -> None:
     out.put(open_)
-    for i, v in enumerate(values):
+    for i, value in enumerate(values):
         if i:
             out.put(", ")
-        _walk(v, out)
+        _walk(value, out)
     out.put(close)
 
 
-def _walk(v: Any, out: _Out) -> None:
-    t = type(v)
+def _walk(value: Any, out: _Out) -> None:
+    t = type(value)
     if t is str:
-        _str(v, out)
-    elif v is None or t is bool or t is int or t is float:
-        out.put(repr(v))
+        _str(value, out)
+    elif value is None or t is bool or t is int or t is float:
+        out.put(repr(value))
     elif t is list:
-        _items(v, out, "[", "]")
+        _items(value, out, "[", "]")
     elif t is dict:
-        if TAG in v:
-            _tagged(v, out)
+        if TAG in value:
+            _tagged(value, out)
             return
         out.put("{")
-        for i, (k, x) in enumerate(v.items()):
+        for i, (key, item) in enumerate(value.items()):
             out.put(", " if i else "")
-            _str(str(k), out)
+            _str(str(key), out)
             out.put(": ")
-            _walk(x, out)
+            _walk(item, out)
         out.put("}")
     else:
-        out.put(repr(v))
+        out.put(repr(value))
 
 
 def _fields(fields: Any, out: _Out) -> None:
     if isinstance(fields, dict) and TAG not in fields:
-        for i, (k, x) in enumerate(fields.items()):
-            out.put(f"{', ' if i else ''}{k}=")
-            _walk(x, out)
+        for i, (key, item) in enumerate(fields.items()):
+            out.put(f"{', ' if i else ''}{key}=")
+            _walk(item, out)
     else:
         _walk(fields, out)
 
 
-def _tagged(d: dict[str, Any], out: _Out) -> None:
-    tag, v = d.get(TAG), d.get("v")
+def _tagged(tagged: dict[str, Any], out: _Out) -> None:
+    tag, inner = tagged.get(TAG), tagged.get("v")
     if tag in ("model", "dataclass", "attrs"):
-        out.put(f"{short_class(str(d.get('c', '?')))}(")
-        _fields(v, out)
+        out.put(f"{short_class(str(tagged.get('c', '?')))}(")
+        _fields(inner, out)
         out.put(")")
     elif tag == "enum":
-        out.put(f"{d.get('c', '?')}(")
-        _walk(v, out)
+        out.put(f"{tagged.get('c', '?')}(")
+        _walk(inner, out)
         out.put(")")
     elif tag in ("int", "float"):
-        out.put(str(v))
+        out.put(str(inner))
     elif tag == "tuple":
-        items = v if isinstance(v, list) else []
+        items = inner if isinstance(inner, list) else []
         _items(items, out, "(", ",)" if len(items) == 1 else ")")
     elif tag in ("set", "frozenset"):
-        items = v if isinstance(v, list) else []
+        items = inner if isinstance(inner, list) else []
         if not items:
             out.put(f"{tag}()")
             return
         _items(items, out, "{" if tag == "set" else "frozenset({", "}" if tag == "set" else "})")
     elif tag == "dict":
         out.put("{")
-        for i, pair in enumerate(v if isinstance(v, list) else []):
+        for i, pair in enumerate(inner if isinstance(inner, list) else []):
             out.put(", " if i else "")
             if isinstance(pair, list) and len(pair) == 2:
                 _walk(pair[0], out)
@@ -178,7 +178,7 @@ def _tagged(d: dict[str, Any], out: _Out) -> None:
                 _walk(pair[1], out)
         out.put("}")
     elif tag in ("bytes", "bytearray"):
-        text = str(v)
+        text = str(inner)
         head = text[: (max(0, out.left) * 2 // 4 + 1) * 4]  # whole base64 quanta only
         try:
             raw = base64.b64decode(head)
@@ -187,22 +187,22 @@ def _tagged(d: dict[str, Any], out: _Out) -> None:
         shown = repr(raw if len(head) >= len(text) else raw + b"...")
         out.put(shown if tag == "bytes" else f"bytearray({shown})")
     elif tag in ("datetime", "date", "time"):
-        zone = f", tz={d['z']!r}" if "z" in d else ""
-        out.put(f"{tag}({v!r}{zone})")
-    elif tag == "timedelta" and isinstance(v, list) and len(v) == 3:
-        days, secs, us = v
+        zone = f", tz={tagged['z']!r}" if "z" in tagged else ""
+        out.put(f"{tag}({inner!r}{zone})")
+    elif tag == "timedelta" and isinstance(inner, list) and len(inner) == 3:
+        days, secs, us = inner
         out.put(f"timedelta(days={days}, seconds={secs}, microseconds={us})")
     elif tag == "decimal":
-        out.put(f"Decimal({v!r})")
+        out.put(f"Decimal({inner!r})")
     elif tag == "uuid":
-        out.put(f"UUID({v!r})")
+        out.put(f"UUID({inner!r})")
     elif tag == "path":
-        out.put(f"{d.get('k', 'Path')}({v!r})")
+        out.put(f"{tagged.get('k', 'Path')}({inner!r})")
     elif tag == "pickle":
-        out.put(f"<pickled, {len(str(v)) * 3 // 4} bytes>")
+        out.put(f"<pickled, {len(str(inner)) * 3 // 4} bytes>")
     else:
         out.put(f"<{tag}: ")
-        _walk(v, out)
+        _walk(inner, out)
         out.put(">")
 
 

@@ -13,6 +13,23 @@ from ._common import load_workflow, reader
 
 __all__ = ["serve"]
 
+
+def _stopping_server(base: Any) -> Any:
+    """uvicorn's server that, asked to exit (SIGTERM, SIGINT), first ends the UI's live
+    streams: a graceful shutdown waits for open connections, and a browser's event stream
+    never closes by itself."""
+
+    class StoppingServer(base):  # type: ignore[misc]
+        stopping: Any = None
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.stopping is not None:
+                self.stopping.set()
+            super().handle_exit(sig, frame)
+
+    return StoppingServer
+
+
 _NEEDS_EXTRA = "the web UI needs the ui extra: pip install 'durable-workflows[ui]'"
 
 
@@ -61,6 +78,7 @@ def serve(
     except ImportError as exc:
         msg = f"{_NEEDS_EXTRA} ({exc})"
         raise click.ClickException(msg) from None
+    _Server = _stopping_server(uvicorn.Server)
     store, view, _ = reader(db, workflow_spec)
     actions = None
     if allow_actions and workflow_spec is not None:
@@ -81,9 +99,11 @@ def serve(
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     mode = "read-only" if actions is None else actions.who
     click.echo(f"serving {where} at http://{shown}:{bound[1]}/ ({mode}); Ctrl-C stops", err=True)
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1, lifespan="on")
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, lifespan="on")
+    server = _Server(config)
+    server.stopping = app.state.stopping
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        server.run(sockets=[sock])
     finally:
         sock.close()
         store.close()

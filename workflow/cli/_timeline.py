@@ -5,6 +5,12 @@ log's columns (seq, commit, time, kind, step, a few arguments a record, a short 
 computes the state at a selected seq in the browser by replaying them, the same fold in a
 few lines of JavaScript. Only what the browser cannot compute without the user's code (the
 text of each event and of each context value after each commit) is rendered here.
+
+A run longer than a window (:data:`WINDOW` commits) is shown a window at a time: the data
+holds the commits of one window and, as its base, the state just before it (folded from
+the nearest snapshot), so any window of a run of a million records costs what the window
+holds. ``workflow serve`` loads the next window as one moves past an edge; the static page
+says how to write another.
 """
 
 from __future__ import annotations
@@ -22,17 +28,26 @@ import orjson
 from eventstore import EventStore
 
 from .. import _journal as J
-from .._buffers import class_qualname, collect_key
+from .._buffers import collect_key, taken
+from .._checkpoints import event_class
 from .._fold import Folded, fold
 from .._ownership import probe_owners
-from .._read import Wrap, commits, event_class, run_info, shown_status, start_state
+from .._read import Wrap, check_seq, commits, fold_run, run_info, shown_status, start_state
 from ._app import cli
 from ._common import emit_json, progress, reader, workflow_option
 from ._inspect import Viewer, describe
 from ._page import PAGE
 from ._render import short_class
 
-__all__ = ["UNSHOWN", "embed_json", "render_page", "timeline", "timeline_data"]
+__all__ = [
+    "UNSHOWN",
+    "WINDOW",
+    "embed_json",
+    "render_page",
+    "timeline",
+    "timeline_data",
+    "window_after",
+]
 
 # Characters of text kept per value and per record: enough to recognise a value, small
 # enough that 10,000 commits make a page of a few megabytes.
@@ -40,6 +55,8 @@ TEXT: Final = 160
 # Characters kept of a traceback (its end, which says where it failed). Each different
 # traceback is embedded once: retries that fail alike share it.
 TRACEBACK: Final = 20_000
+# Commits a page holds at most: a window of a longer run (a few hundred KiB of page).
+WINDOW: Final = 2_000
 # Attempt outcomes, as the page draws them.
 OK, FAILED, CONFLICT, WAIT, LOST, CANCELLED, OPEN = (
     "ok",
@@ -97,6 +114,11 @@ class _Builder:
         self._tb_index: dict[str, int] = {}
         self._open: dict[tuple[str, int], int] = {}
         self._waiting: dict[str, int] = {}
+        # Who ran each attempt: the step's worker that dequeued its event (None: not in
+        # this log), and the session (1 + the resumes before it: which process ran it).
+        self.who: list[tuple[int | None, int]] = []
+        self._worker: dict[tuple[str, int], int] = {}
+        self._session = 1
 
     def step(self, name: str | None) -> int:
         if name is None:
@@ -119,8 +141,11 @@ class _Builder:
             self.tracebacks.append(tb)
         return i
 
-    def seed(self, s: Folded) -> dict[str, Any]:
-        """The state a fork starts from, in the page's compact form."""
+    def seed(self, s: Folded, *, windowed: bool = False) -> dict[str, Any]:
+        """The state a fork (or a window) starts from, in the page's compact form.
+
+        A window's attempts and waits still open at its start are drawn from its first
+        commit on (a fork's steps in progress run again: their attempts are its own)."""
         for q in s.queues.values():
             for e in q.values():
                 self.event(e.id, e.dump)
@@ -139,6 +164,16 @@ class _Builder:
                 buffers.setdefault(b, {})[t] = [e.id for e in es]
         for step in (*s.queues, *s.in_progress):
             self.step(step)
+        if windowed:
+            for step, ps in s.in_progress.items():
+                for p in ps.values():
+                    if p.attempt > 0:
+                        self._open[(step, p.ev.id)] = len(self.attempts)
+                        self.attempts.append([self.step(step), p.ev.id, p.attempt, 0, -1, OPEN, ""])
+                        self.who.append((None, self._session))  # begun before the window
+            for w in s.waiters.values():
+                self._waiting[w.waiter_id] = len(self.waits)
+                self.waits.append([self.step(w.step), w.ev.id, 0, -1, short_class(w.awaited)])
         return {
             "status": s.status,
             "q": {k: list(q) for k, q in s.queues.items() if q},
@@ -179,6 +214,10 @@ class _Builder:
             ended: J.Dequeued | J.StepFinished | J.StepConflicted = p
             args = [ended["id"]]
             key = (step or "", ended["id"])
+            if k == J.DEQUEUED:
+                worker = p.get("worker")
+                if isinstance(worker, int):
+                    self._worker[key] = worker
             if k == J.STEP_FINISHED:
                 finished: J.StepFinished = p
                 emitted = ", ".join(f"#{i}" for i in finished["emitted"]) or "nothing"
@@ -195,6 +234,7 @@ class _Builder:
             self._close(key, ci, LOST, "the process died during this attempt")
             self._open[key] = len(self.attempts)
             self.attempts.append([self.step(step), ev_id, attempt, ci, -1, OPEN, ""])
+            self.who.append((self._worker.get(key), self._session))
         elif k == J.STEP_FAILED:
             failed: J.StepFailed = p
             error = f"{failed.get('error')}: {failed.get('message')}"
@@ -230,7 +270,7 @@ class _Builder:
             args = [  # buffers and the events in them as the fold keys them
                 collect_key(step or "", collected),
                 put["id"] if put else None,
-                [class_qualname(t) for t in collected.get("take") or ()],
+                [name for name, n in taken(collected) for _ in range(n)],
             ]
         elif k == J.MEMOIZED:
             memo: J.Memoized = p
@@ -254,6 +294,7 @@ class _Builder:
             self._close_all(ci, CANCELLED)
         elif k == J.RUN_RESUMED:
             self._close_all(ci, LOST)
+            self._session += 1
         c = self.cols
         c["seq"].append(r.seq)
         c["c"].append(ci)
@@ -265,31 +306,121 @@ class _Builder:
         return args
 
 
-def _rows(attempts: list[list[Any]], waits: list[list[Any]], n_steps: int) -> list[int]:
-    """Gives overlapping bars of a lane their own rows (parallel workers); rows per lane."""
+def _rows(
+    attempts: list[list[Any]],
+    waits: list[list[Any]],
+    n_steps: int,
+    workers: list[int | None] | None = None,
+) -> list[int]:
+    """Gives each bar of a lane a row: an attempt the row of the step's worker that ran it
+    (a lane per worker), a wait or an attempt of no known worker the first free row (so
+    overlapping bars never share one); returns the rows per lane."""
     ends: list[list[int]] = [[] for _ in range(n_steps)]
-    bars = [(a[0], a[3], a, 7) for a in attempts] + [(w[0], w[2], w, 5) for w in waits]
+    ranks: list[dict[int, int]] = [{} for _ in range(n_steps)]
+    by = workers if workers is not None else [None] * len(attempts)
+    for a, w in zip(attempts, by, strict=True):
+        if a[0] >= 0 and w is not None:
+            ranks[a[0]].setdefault(w, 0)
+    for step_ranks in ranks:  # workers 0, 1, 2 ... top to bottom
+        for rank, w in enumerate(sorted(step_ranks)):
+            step_ranks[w] = rank
+    bars = [(a[0], a[3], a, 7, w) for a, w in zip(attempts, by, strict=True)]
+    bars += [(w[0], w[2], w, 5, None) for w in waits]
     bars.sort(key=lambda b: (b[0], b[1]))
-    for step, start, bar, slot in bars:
+    for step, start, bar, slot, worker in bars:
         if step < 0:
             continue
         end = bar[4] if slot == 7 else bar[3]
         lane = ends[step]
-        for row, last in enumerate(lane):
-            if last < start:
-                lane[row] = end if end >= 0 else 1 << 60
-                break
+        want = None if worker is None else ranks[step][worker]
+        if want is not None:
+            while len(lane) <= want:
+                lane.append(-1)
+        if want is not None and lane[want] < start:
+            row = want
         else:
-            row = len(lane)
-            lane.append(end if end >= 0 else 1 << 60)
+            row = next((r for r, last in enumerate(lane) if last < start), len(lane))
+            if row == len(lane):
+                lane.append(-1)
+        lane[row] = end if end >= 0 else 1 << 60
         bar.append(row)
     return [max(1, len(lane)) for lane in ends]
 
 
+def _worker_rows(
+    attempts: list[list[Any]], who: list[tuple[int | None, int]], n: int
+) -> list[list[Any]]:
+    """Per lane, the worker each row shows (None for a row of waits alone)."""
+    rows: list[list[Any]] = [[] for _ in range(n)]
+    for a, (worker, _) in zip(attempts, who, strict=True):
+        if a[0] < 0 or worker is None:
+            continue
+        lane = rows[a[0]]
+        while len(lane) <= a[7]:
+            lane.append(None)
+        lane[a[7]] = worker
+    return rows
+
+
+def _ends(store: EventStore, rid: int, upto: int, n: int) -> list[int]:
+    """The last seqs of the run's last ``n`` commits ending at or before ``upto``, latest
+    first (an index walk back from ``upto``: it costs what it returns)."""
+    rows = store.query(
+        "SELECT seq FROM log WHERE rid = ? AND seq <= ? AND seq = commit_seq"
+        " ORDER BY seq DESC LIMIT ?",
+        (rid, upto, n),
+    )
+    return [int(seq) for (seq,) in rows]
+
+
+def window_after(
+    store: EventStore,
+    run_id: str,
+    *,
+    after: int | None = None,
+    before: int | None = None,
+    around: int | None = None,
+    limit: int = WINDOW,
+) -> int:
+    """The seq a window of ``limit`` commits starts after (0: the run's start).
+
+    ``after`` a seq: the window of the commits after it; ``before``: the last ``limit``
+    commits ending at or before it; ``around``: the window holding that seq near its middle;
+    none of them: the run's last ``limit`` commits.
+
+    :raises ValueError: ``limit`` is not positive.
+    """
+    if limit < 1:
+        msg = f"a window holds at least one commit, not {limit}"
+        raise ValueError(msg)
+    info = run_info(store, run_id)
+    first = info.first_seq or 0
+    if after is not None:
+        return 0 if after < first else after
+    upto = info.last_seq or 0 if before is None or around is not None else before
+    ends = _ends(store, info.rid, upto, limit + 1)
+    start = ends[limit] if len(ends) > limit else 0
+    if around is not None and around <= start:  # not in the last window: one around it
+        half = max(1, limit // 2)
+        ends = _ends(store, info.rid, around - 1, half)
+        start = ends[-1] if len(ends) == half else 0
+    return start
+
+
 def timeline_data(
-    store: EventStore, run_id: str, view: Viewer | None = None, wrap: Wrap | None = None
+    store: EventStore,
+    run_id: str,
+    view: Viewer | None = None,
+    wrap: Wrap | None = None,
+    *,
+    after: int | None = None,
+    before: int | None = None,
+    around: int | None = None,
+    limit: int = WINDOW,
 ) -> dict[str, Any]:
-    """What the timeline page embeds: the run's log as columns plus per-commit texts.
+    """What the timeline page embeds: the run's log as columns plus per-commit texts, for
+    the window of at most ``limit`` commits :func:`window_after` picks (the run's last by
+    default).
 
     ``rec`` holds one entry per record in each column (``seq``, ``c`` its commit's index,
     ``t`` milliseconds since the run began, ``k`` kind and ``s`` step as indexes into
@@ -299,17 +430,28 @@ def timeline_data(
     row]``; ``waits`` ``[step, event id, first commit, last commit or -1, awaited, row]``;
     ``base`` the state a fork starts from; ``events`` each event id's class and text;
     ``tb`` the failed attempts' tracebacks, each once (a ``step_failed`` record's fourth
-    argument is its index there, -1 when it has none).
+    argument is its index there, -1 when it has none); ``window`` where the window lies
+    (``after``, the seq it starts after, 0 at the run's start; ``more_before`` and
+    ``more_after``, whether the run has commits outside it; the run's ``first`` and
+    ``last`` seqs; ``limit``).
     """
     view = view or Viewer()
     info = run_info(store, run_id)
+    start = window_after(store, run_id, after=after, before=before, around=around, limit=limit)
     b = _Builder(view)
-    state = start_state(store, info, wrap=wrap)
-    base = b.seed(state)
+    if start:  # the state just before the window: from the nearest snapshot
+        state = fold_run(store, run_id, start)
+        base = b.seed(state, windowed=True)
+    else:
+        state = start_state(store, info, wrap=wrap)
+        base = b.seed(state)
     t0 = info.created
     upto = info.last_seq or 0  # as of now: a run that grows meanwhile is read consistently
-    records = store.records(run_id, upto=upto)
-    for ci, commit in enumerate(commits(records if wrap is None else wrap(records))):
+    records = store.records(run_id, after=start, upto=upto)
+    chunks = commits(records if wrap is None or start else wrap(records))
+    for ci, commit in enumerate(chunks):
+        if ci == limit:
+            break  # the rest of the run is other windows
         fold(state, commit)
         b.commit_seq.append(commit[-1].seq)
         b.commit_first.append(len(b.text))
@@ -318,21 +460,25 @@ def timeline_data(
             if r.kind == J.STATE_SET or r.kind == J.STATE_DELETED:
                 entry = state.context.get(args[0])
                 args.append(None if entry is None else view.show(entry.dump, TEXT))
-    rows = _rows(b.attempts, b.waits, len(b.steps))
+    rows = _rows(b.attempts, b.waits, len(b.steps), [w for w, _ in b.who])
+    lane_workers = _worker_rows(b.attempts, b.who, len(b.steps))
+    for a, (worker, session) in zip(b.attempts, b.who, strict=True):
+        a.append([worker, session])  # [8]: which worker of which session ran it
     first_seqs = [b.cols["seq"][i] for i in b.commit_first]
     forks = []
+    last = b.commit_seq[-1] if b.commit_seq else start
     for other in store.runs():
         if other.parent_run_id == run_id and other.parent_seq is not None:
             at = max(0, bisect_right(first_seqs, other.parent_seq) - 1)
+            if not start < other.parent_seq <= last:
+                at = -1  # outside the window: named in the header, not drawn
             forks.append([other.run_id, other.parent_seq, at])
     return {
         "v": 1,
         "run": {
             "id": run_id,
             "workflow": state.workflow or str(info.meta.get("workflow", "")),
-            "status": shown_status(store, state, probe_owners(store), upto)
-            if b.commit_seq
-            else state.status,
+            "status": _status(store, state, last < upto) if b.commit_seq else state.status,
             "created": info.created,
             "parent": [info.parent_run_id, info.parent_seq] if info.parent_run_id else None,
             "forks": forks,
@@ -340,6 +486,7 @@ def timeline_data(
         },
         "steps": list(b.steps),
         "lanes": rows,
+        "lane_workers": lane_workers,
         "kinds": list(b.kinds),
         "rec": {**b.cols, "x": b.text},
         "commits": {"seq": b.commit_seq, "first": b.commit_first},
@@ -348,7 +495,21 @@ def timeline_data(
         "base": base,
         "events": {str(k): v for k, v in b.events.items()},
         "tb": b.tracebacks,
+        "window": {
+            "after": start,
+            "more_before": start > 0,
+            "more_after": last < upto,
+            "first": info.first_seq,
+            "last": upto,
+            "limit": limit,
+        },
     }
+
+
+def _status(store: EventStore, state: Folded, earlier: bool) -> str:
+    """The run's status now; ``state`` is its latest unless the window is an ``earlier`` one."""
+    latest = fold_run(store, state.run_id) if earlier else state
+    return shown_status(store, latest, probe_owners(store), latest.seq)
 
 
 def embed_json(data: Any) -> str:
@@ -381,19 +542,57 @@ def render_page(data: dict[str, Any], ui_html: str = "", ui_script: str = "") ->
     type=click.Path(dir_okay=False, writable=True),
     help="Where to write the page (default: RUN.html, which is what fork links point to).",
 )
+@click.option(
+    "--at",
+    "at",
+    type=int,
+    metavar="SEQ",
+    help="A run longer than a window: the window around this seq (default: the last one).",
+)
+@click.option(
+    "--window",
+    "limit",
+    type=click.IntRange(min=1),
+    default=WINDOW,
+    show_default=True,
+    metavar="N",
+    help="Commits the page holds at most.",
+)
 @workflow_option
 @click.option("--json", "as_json", is_flag=True, help="Print the page's data as JSON instead.")
 def timeline(
-    db: str, run: str, output: str | None, workflow_spec: str | None, as_json: bool
+    db: str,
+    run: str,
+    output: str | None,
+    at: int | None,
+    limit: int,
+    workflow_spec: str | None,
+    as_json: bool,
 ) -> None:
-    """Write RUN's timeline: a lane per step, attempts as bars, the state at any seq."""
+    """Write RUN's timeline: a lane per step, attempts as bars, the state at any seq.
+
+    A run longer than --window commits gets the page of one window (the last, or the one
+    around --at SEQ), which opens at once however long the run; `workflow serve DB` shows
+    the same page and loads the other windows as you move through the run.
+    """
     store, view, _ = reader(db, workflow_spec)
-    data = timeline_data(store, run, view, progress(store, run, "reading"))
+    if at is not None:
+        check_seq(store, run, at)
+    wrap = progress(store, run, "reading")
+    data = timeline_data(store, run, view, wrap, around=at, limit=limit)
     if as_json:
         emit_json(data)
         return
     path = Path(output or f"{run}.html")
     page = render_page(data)
     path.write_text(page, encoding="utf-8")
-    n = len(data["commits"]["seq"])
-    click.echo(f"wrote {path} ({n} commits, {len(page) // 1024} KiB)")
+    n, w = len(data["commits"]["seq"]), data["window"]
+    part = ""
+    if w["more_before"] or w["more_after"]:
+        seqs = data["commits"]["seq"]
+        part = (
+            f" of seqs {w['after'] + 1}-{seqs[-1] if seqs else w['after']} of the run's"
+            f" {w['first']}-{w['last']}: --at SEQ writes another window,"
+            f" `workflow serve {db}` loads them as you move"
+        )
+    click.echo(f"wrote {path} ({n} commits{part}, {len(page) // 1024} KiB)")

@@ -17,6 +17,7 @@ from eventstore import EventStore
 from .._transfer import Part, copy_runs, export_run
 from ._app import cli
 from ._inspect import is_url, open_store
+from ._keys import cli_codec
 
 __all__ = ["export", "import_runs"]
 
@@ -39,7 +40,7 @@ def export(db: str, run: str, out: str) -> None:
         msg = f"{out} exists; an export writes a new file"
         raise click.BadParameter(msg, param_hint="'-o'")
     store = open_store(db)
-    target = EventStore(out)
+    target = EventStore(out, payload_codec=cli_codec())
     try:
         copied = export_run(store, run, target)
     except BaseException:
@@ -61,7 +62,7 @@ def import_runs(db: str, file: str) -> None:
     Their seqs are kept when they come after DB's last one, else moved past it together.
     """
     source = open_store(file)
-    target = EventStore(db)
+    target = EventStore(db, payload_codec=cli_codec())
     try:
         parts = [Part(info) for info in source.runs()]
         copied = copy_runs(source, parts, target)

@@ -129,7 +129,7 @@ class Actions:
                 )
                 raise ActionError(409, msg)
             info = run_info(self.wf.store, run_id)
-            if probe_owners(self.wf.store).is_owned(info.rid, run_id):
+            if probe_owners(self.wf.store).is_owned(run_id, info.rid):
                 raise ActionError(409, f"run {run_id!r} is running in another process")
             return Done(f"run {run_id} is unfinished: a worker of its workflow claims it", run_id)
         try:
@@ -181,7 +181,7 @@ class Actions:
             wf._name, wf._graph.fingerprint(), 0, None, parent, wf._codec, wf._graph.describe()
         )
         create = NewRun(
-            meta={"workflow": wf._name},
+            meta={"workflow": wf._name, "submitted": True},
             parent_run_id=parent[0],
             parent_seq=parent[1],
             status="running",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import threading
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
@@ -25,16 +26,17 @@ except ImportError as exc:  # pragma: no cover - what a plain install says
     _msg = "the web UI needs the ui extra: pip install 'durable-workflows[ui]'"
     raise ImportError(_msg) from exc
 
-from eventstore import EventStore
+from eventstore import EncryptedPayloadError, EventStore, PayloadCodecError
 
 from .._errors import WorkflowError
 from .._ownership import probe_owners
 from .._read import check_seq, fold_run, run_info, run_summaries, shown_status
-from ..cli._filters import RunFilter, parse_since, parse_statuses
+from ..cli._filters import RunFilter, is_submitted, mark_submitted, parse_since, parse_statuses
 from ..cli._inspect import Viewer, failed_attempts, state_json
-from ..cli._timeline import render_page, timeline_data
+from ..cli._timeline import WINDOW, render_page, timeline_data
 from ._actions import ActionError, Actions
-from ._html import error_page, run_extras, runs_page, runs_table
+from ._html import error_page, run_extras, runs_page, runs_table, sealed_page
+from ._live import held_params, patch_since
 
 __all__ = ["POLL_S", "create_app"]
 
@@ -79,6 +81,9 @@ class UI:
         self.where = where
         self.view = view
         self.actions = actions
+        # Set when the server is asked to stop: open streams end, so that a graceful
+        # shutdown (SIGTERM, Ctrl-C) need not wait for browsers that never hang up.
+        self.stopping = threading.Event()
 
     def _run(self, run_id: str) -> None:
         try:
@@ -91,7 +96,7 @@ class UI:
     def _listing(self, request: Request) -> tuple[dict[str, str], list[Any], list[Any]]:
         q = {k: v.strip() for k, v in request.query_params.items()}
         keep = _filter(q)
-        every = run_summaries(self.store, probe_owners(self.store))
+        every = mark_submitted(self.store, run_summaries(self.store, probe_owners(self.store)))
         return q, every, keep.apply(every)
 
     def runs(self, request: Request) -> Response:
@@ -109,31 +114,58 @@ class UI:
 
     # ------------------------------------------------------------------ one run
 
-    def _data(self, run_id: str) -> dict[str, Any]:
+    def _data(self, run_id: str, q: Any, around: int | None = None) -> dict[str, Any]:
+        """The timeline data of the window the query names (``after``, ``before``,
+        ``around``, ``limit``; the run's last window by default)."""
         self._run(run_id)
-        data = timeline_data(self.store, run_id, self.view)
+        limit = _seq_param(q.get("limit"))
+        try:
+            data = timeline_data(
+                self.store,
+                run_id,
+                self.view,
+                after=_seq_param(q.get("after")),
+                before=_seq_param(q.get("before")),
+                around=around if around is not None else _seq_param(q.get("around")),
+                limit=WINDOW if limit is None else limit,
+            )
+        except ValueError as exc:
+            raise _BadInput(400, str(exc)) from None
         data["link"] = "/runs/{}"
+        if data["run"]["status"] == "interrupted" and is_submitted(self.store, run_id):
+            data["run"]["status"] = "submitted"
         return data
 
     def run_page(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         seq = _seq_param(request.query_params.get("seq"))
-        data = self._data(run_id)
         if seq is not None:
+            self._run(run_id)
             try:
                 check_seq(self.store, run_id, seq)
             except WorkflowError as exc:
                 raise _BadInput(400, str(exc)) from None
+        try:
+            data = self._data(run_id, request.query_params, around=seq)
+        except EncryptedPayloadError as exc:  # served without the key: what the log says
+            records = list(self.store.records(run_id))
+            return HTMLResponse(sealed_page(self.where, run_id, exc.key_id, records))
+        if seq is not None:
             data["seq"] = seq
         bar, script = run_extras(None if self.actions is None else self.actions.who)
         return HTMLResponse(render_page(data, bar, script))
 
     def run_data(self, request: Request) -> Response:
-        return Response(
-            orjson.dumps(self._data(request.path_params["run_id"])),
-            200,
-            media_type="application/json",
-        )
+        """The run's timeline data (the window the query names); a live page that says what
+        it holds (``nrec`` and the rest of :data:`~._live.HELD`) gets only what it lacks
+        (:func:`~._live.patch_since`)."""
+        try:
+            held = held_params(request.query_params)
+        except ValueError as exc:
+            raise _BadInput(400, str(exc)) from None
+        data = self._data(request.path_params["run_id"], request.query_params)
+        body = data if held is None else patch_since(data, held)
+        return Response(orjson.dumps(body), 200, media_type="application/json")
 
     def run_state(self, request: Request) -> Response:
         """The state at ``?seq=`` (the latest without one) as ``workflow state --json``."""
@@ -146,6 +178,8 @@ class UI:
             raise _BadInput(400, str(exc)) from None
         s = fold_run(self.store, run_id, seq)
         status = shown_status(self.store, s, probe_owners(self.store), seq)
+        if status == "interrupted" and is_submitted(self.store, run_id):
+            status = "submitted"
         body = state_json(s, status, len(self.store.inbox(run_id)), failed_attempts(self.store, s))
         return Response(orjson.dumps(body), 200, media_type="application/json")
 
@@ -156,7 +190,7 @@ class UI:
             last = sent
             quiet = 0.0
             yield b"retry: 1000\n\n"
-            while True:
+            while not self.stopping.is_set():
                 now = look()
                 if now is not None and now[0] != last:
                     last = now[0]
@@ -258,6 +292,11 @@ def _errors(handler: Any) -> Any:
             if request.url.path.endswith(("/data", "/state", "/events")):
                 return JSONResponse({"ok": False, "message": str(exc)}, exc.status)
             return HTMLResponse(error_page(exc.status, str(exc)), exc.status)
+        except PayloadCodecError as exc:  # no key, or a wrong one: said, never garbage
+            key_id = getattr(exc, "key_id", None)
+            if request.url.path.endswith(("/data", "/state", "/events")):
+                return JSONResponse({"ok": False, "message": str(exc), "key_id": key_id}, 409)
+            return HTMLResponse(error_page(409, str(exc)), 409)
         return response
 
     return wrapped
@@ -267,7 +306,9 @@ def create_app(
     store: EventStore, where: str, view: Viewer | None = None, actions: Actions | None = None
 ) -> Starlette:
     """The web UI over ``store`` (opened read-only by the caller), named ``where`` on its
-    pages; ``actions`` None makes it strictly read-only."""
+    pages; ``actions`` None makes it strictly read-only. Setting ``app.state.stopping``
+    (a :class:`threading.Event`) ends the open live streams, as a server about to stop does.
+    """
     ui = UI(store, where, view or Viewer(), actions)
 
     @contextlib.asynccontextmanager
@@ -288,4 +329,6 @@ def create_app(
         Route("/runs/{run_id}/events", _errors(ui.run_events)),
         Route("/runs/{run_id}/{action}", _errors(ui.act), methods=["POST"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.stopping = ui.stopping
+    return app

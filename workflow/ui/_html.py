@@ -13,11 +13,14 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import quote, urlencode
 
+from eventstore import StoredRecord
+
 from .._read import RunSummary
 from ..cli._filters import STATUSES
-from ..cli._render import bare_class, fmt_time
+from ..cli._keys import encrypted_text
+from ..cli._render import bare_class, clip, fmt_time
 
-__all__ = ["error_page", "run_extras", "runs_page", "runs_table"]
+__all__ = ["error_page", "run_extras", "runs_page", "runs_table", "sealed_page"]
 
 _STYLE: Final = """
 :root { --fg:#1d2330; --muted:#667085; --line:#d0d5dd; --alt:#f6f7f9; --ok:#3a9d5d;
@@ -33,7 +36,7 @@ code { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; fo
   background: var(--muted); }
 .badge.finished { background: var(--ok); } .badge.failed { background: var(--failed); }
 .badge.running { background: var(--open); } .badge.waiting { background: var(--wait); }
-.badge.interrupted { background: var(--lost); } .badge.cancelled, .badge.timed_out { background: #475467; }
+.badge.interrupted { background: var(--lost); } .badge.submitted { background: #f79009; } .badge.cancelled, .badge.timed_out { background: #475467; }
 form.filters { display: flex; gap: 8px; align-items: end; flex-wrap: wrap; margin: 6px 0 10px; }
 form.filters label { display: flex; flex-direction: column; font-size: 11px; color: var(--muted); }
 #counts a { margin-right: 10px; text-decoration: none; }
@@ -77,7 +80,9 @@ def _page(title: str, body: str, attrs: str = "") -> str:
 
 def error_page(status: int, message: str) -> str:
     """A page that says what was wrong (an unknown run, a bad seq) and links back."""
-    reason = {400: "Bad request", 403: "Not allowed", 404: "Not found"}.get(status, "Error")
+    reason = {400: "Bad request", 403: "Not allowed", 404: "Not found", 409: "Cannot read"}.get(
+        status, "Error"
+    )
     return _page(
         f"{status} {reason}",
         f'<header><h1>{status} {reason}</h1><p class="error" id="message">{html.escape(message)}</p>'
@@ -202,23 +207,55 @@ _ACTIONS: Final = """<section id="actions">
 
 _RUN_SCRIPT: Final = """<script>
 "use strict";
-// Live: the run's new commits arrive as server-sent events; the page fetches its data again
-// and redraws in place, keeping the selection (or following the last commit).
+// Live: the run's new commits arrive as server-sent events; the page fetches what is new
+// since its data (records, commits, the attempts and waits from the first open one on) and
+// redraws in place, keeping the selection (or following the last commit).
 (function () {
   const base = location.pathname.replace(/\\/$/, "");
   const live = document.getElementById("live");
+  let D = JSON.parse(document.getElementById("data").textContent);
   let have = Number(document.body.dataset.lastSeq), busy = false, again = false;
+  const firstOpen = (xs, end) => { const i = xs.findIndex(a => a[end] < 0); return i < 0 ? xs.length : i; };
+  function held() {
+    const ids = Object.keys(D.events).map(Number), n = D.rec.seq.length;
+    return new URLSearchParams({nrec: n, ncommits: D.commits.seq.length,
+      attempts_from: firstOpen(D.attempts, 4), waits_from: firstOpen(D.waits, 3), ntb: D.tb.length,
+      next_event: ids.length ? Math.max(...ids) + 1 : 0, seq: n ? D.rec.seq[n - 1] : 0});
+  }
+  function merge(P) {
+    for (const k of Object.keys(P.rec)) D.rec[k] = D.rec[k].concat(P.rec[k]);
+    for (const k of Object.keys(P.commits)) D.commits[k] = D.commits[k].concat(P.commits[k]);
+    D.attempts = D.attempts.slice(0, P.attempts_from).concat(P.attempts);
+    P.rows.forEach((r, i) => { D.attempts[i][7] = r; });
+    D.waits = D.waits.slice(0, P.waits_from).concat(P.waits);
+    P.wait_rows.forEach((r, i) => { D.waits[i][5] = r; });
+    D.tb = D.tb.slice(0, P.tb_from).concat(P.tb);
+    Object.assign(D.events, P.events);
+    for (const k of ["run", "steps", "kinds", "lanes", "lane_workers", "window"]) if (k in P) D[k] = P[k];
+  }
+  // The data the page shows, whichever way it came (a window the page loaded itself too).
+  const reload = window.TIMELINE.reload.bind(window.TIMELINE);
+  window.TIMELINE.reload = (d, pick) => { D = d; reload(d, pick); };
   async function refresh() {
     if (busy) { again = true; return; }
     busy = true;
     try {
-      const r = await fetch(base + "/data");
+      // The last window follows the run: only what is new is fetched, after the window's
+      // start (limit: none), and appended. Another window is fetched whole.
+      const W = D.window, last = !W || !W.more_after;
+      const url = last ? "/data?" + held() + (W ? "&after=" + W.after + "&limit=1000000000" : "")
+        : "/data" + window.TIMELINE.query();
+      const r = await fetch(base + url);
       if (r.ok) {
-        const d = await r.json();
-        window.TIMELINE.reload(d);
+        const text = await r.text(), P = JSON.parse(text);
+        if (P.patch === true) merge(P); else D = P.patch === false ? P.data : P;
+        document.body.dataset.fetched = (P.patch === true ? "patch:" + P.rec.seq.length : "whole") + ":" + text.length;
+        reload(D);
       }
     } finally { busy = false; if (again) { again = false; refresh(); } }
   }
+  // A long run's other windows, fetched as one moves through it.
+  window.TIMELINE.connect(q => fetch(base + "/data?" + new URLSearchParams(q)).then(r => r.ok ? r.json() : null));
   const es = new EventSource(base + "/events?after=" + have);
   es.onopen = () => live.classList.add("on");
   es.onerror = () => live.classList.remove("on");
@@ -253,3 +290,27 @@ def run_extras(actions: str | None) -> tuple[str, str]:
     if actions is not None:
         bar += _ACTIONS.replace("__WHO__", html.escape(actions))
     return bar, _RUN_SCRIPT
+
+
+def sealed_page(where: str, run_id: str, key_id: str, records: list[StoredRecord]) -> str:
+    """A run whose payloads are encrypted, served without its key: the log's seqs, commits,
+    times, kinds and steps, each payload shown as "encrypted (key id)"."""
+    t0 = records[0].ts if records else 0
+    rows = "".join(
+        f'<tr data-seq="{r.seq}"><td>{r.seq}</td><td>{r.commit_seq}</td>'
+        f"<td>+{max(0, r.ts - t0) / 1e6:.3f} s</td><td><code>{html.escape(r.kind)}</code></td>"
+        f"<td>{html.escape(r.step or '')}</td>"
+        f'<td class="payload">{html.escape(encrypted_text(r.payload) or clip(r.payload, 120))}</td></tr>'
+        for r in records
+    )
+    head = "".join(f"<th>{h}</th>" for h in ("seq", "commit", "time", "kind", "step", "payload"))
+    body = (
+        f'<header><p><a href="/" id="back">← all runs</a></p>'
+        f"<h1>run <code>{html.escape(run_id)}</code></h1>"
+        f'<p class="meta"><code>{html.escape(where)}</code> · {len(records)} records</p>'
+        f'<p class="error" id="sealed">Its payloads are encrypted (key id {html.escape(key_id)}):'
+        " start <code>workflow --key-file KEYS serve</code> with the key file to see the"
+        " timeline, its state and its values.</p></header>"
+        f'<main><table id="records"><tr>{head}</tr>{rows}</table></main>'
+    )
+    return _page(f"run {run_id} (encrypted)", body, f' data-key-id="{html.escape(key_id)}"')

@@ -1,0 +1,207 @@
+"""Running a workflow from the command line: what ``run``, ``resume``, ``fork`` and
+``recover`` share.
+
+Their options, building the user's workflow on the store, awaiting a run until it ends or
+only waits for an event nobody sent yet, and saying how it went (or how to continue it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+from collections.abc import Iterator
+from typing import Any, Final
+
+import click
+import orjson
+
+from eventstore import EventStore
+
+from .._errors import RunSuspendedError, WorkflowChangedError, WorkflowRuntimeError
+from .._handler import WorkflowHandler
+from .._workflow import Workflow
+from ._common import emit_json, load_workflow
+from ._inspect import open_store
+from ._render import show_typed
+
+__all__ = [
+    "build_workflow",
+    "json_object",
+    "left_unfinished",
+    "outcome_of",
+    "parse_sets",
+    "recorded_by_other",
+    "report",
+    "sets_option",
+    "timeout_option",
+    "workflow_required",
+]
+
+
+def workflow_required(command: Any) -> Any:
+    return click.option(
+        "--workflow",
+        "workflow_spec",
+        required=True,
+        metavar="MODULE:CLASS",
+        help="The Workflow class to run (imported, then built as Class(store=DB)).",
+    )(command)
+
+
+def sets_option(command: Any) -> Any:
+    return click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        metavar="KEY=JSON",
+        help="Write a context key first (JSON; codec-tagged values allowed). Repeatable.",
+    )(command)
+
+
+def timeout_option(command: Any) -> Any:
+    return click.option(
+        "--timeout", type=float, help="The run's timeout in seconds (default: the class's)."
+    )(command)
+
+
+def parse_sets(sets: tuple[str, ...]) -> dict[str, Any]:
+    """``KEY=JSON`` pairs as a dict of JSON values.
+
+    :raises click.BadParameter: a pair without ``=``, or a value that is not JSON.
+    """
+    out: dict[str, Any] = {}
+    for item in sets:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            msg = f"{item!r} is not KEY=JSON"
+            raise click.BadParameter(msg, param_hint="--set")
+        try:
+            out[key] = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            msg = (
+                f"the value of {key!r} is not JSON: {text!r}"
+                " (quote strings, e.g. --set name='\"Ada\"')"
+            )
+            raise click.BadParameter(msg, param_hint="--set") from None
+    return out
+
+
+def build_workflow(db: str, spec: str, timeout: float | None) -> Workflow:
+    # Validate the file read-only first: building the workflow on a path that is not a
+    # store yet would create an empty store there.
+    open_store(db).close()
+    return load_workflow(spec, db, **({} if timeout is None else {"timeout": timeout}))
+
+
+# How often to look whether a run can only wait; and how long it must stay so to count.
+_IDLE_POLL: Final = 0.05
+
+
+async def _idle(handler: WorkflowHandler, store: EventStore) -> None:
+    """Returns once the run has nothing left to do but wait for an event nobody sent yet."""
+    quiet = 0
+    while quiet < 2:
+        await handler.wait_until_waiting()
+        if handler.is_done():
+            return
+        # Events already in the inbox may answer a waiter: the executor takes them in first.
+        quiet = quiet + 1 if not store.inbox(handler.run_id) else 0
+        await asyncio.sleep(_IDLE_POLL)
+
+
+async def outcome_of(handler: WorkflowHandler, store: EventStore) -> tuple[str, Any]:
+    """Awaits a run until it ends, or leaves it once only waiters remain (``waiting``)."""
+    ended = asyncio.ensure_future(_settle(handler))
+    idle = asyncio.ensure_future(_idle(handler, store))
+    await asyncio.wait({ended, idle}, return_when=asyncio.FIRST_COMPLETED)
+    if not ended.done():
+        # Nothing can happen until an event is sent: leave the run, resumable later.
+        await handler.suspend()
+    idle.cancel()
+    return await ended
+
+
+async def _settle(handler: WorkflowHandler) -> tuple[str, Any]:
+    try:
+        return "finished", await handler
+    except RunSuspendedError:
+        return "waiting", None
+    except Exception as exc:  # the user's step raised: that is the run's outcome, not ours
+        return "failed", exc
+
+
+def report(wf: Workflow, run_id: str, outcome: tuple[str, Any], as_json: bool, db: str) -> None:
+    status, value = outcome
+    state = wf.state_at(run_id) if status != "failed" else None
+    if as_json:
+        data: dict[str, Any] = {"run_id": run_id, "status": status}
+        if status == "finished":
+            data["result"] = wf._codec.dump(value)
+        elif status == "failed":
+            data["error"] = f"{type(value).__name__}: {value}"
+        elif state is not None:
+            data["waiting_for"] = [w.awaited for w in state.waiters]
+        emit_json(data)
+    elif status == "finished":
+        click.echo(f"run {run_id} finished: {show_typed(value, 2000)}")
+    elif status == "failed":
+        click.echo(f"run {run_id} failed: {type(value).__name__}: {value}")
+    else:
+        awaited = ", ".join(w.awaited for w in state.waiters) if state else "an event"
+        click.echo(
+            f"run {run_id} is waiting for {awaited}; send it with"
+            f" `workflow send {db} {run_id} --event MODULE:CLASS --data JSON`,"
+            f" then resume it"
+        )
+    if status == "failed":
+        raise click.exceptions.Exit(1)
+
+
+@contextlib.contextmanager
+def left_unfinished(db: str, ids: list[str], spec: str) -> Iterator[None]:
+    """On Ctrl-C, says how to continue the run it left (what it committed is kept)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if ids:
+            click.echo(
+                f"run {ids[0]} was left unfinished; `workflow resume {shlex.quote(db)} {ids[0]}"
+                f" --workflow {spec}` continues it",
+                err=True,
+            )
+        raise
+
+
+def json_object(text: str, option: str) -> dict[str, Any]:
+    try:
+        fields = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        msg = f"not JSON: {exc}"
+        raise click.BadParameter(msg, param_hint=option) from None
+    if not isinstance(fields, dict):
+        msg = "must be a JSON object of the event's fields"
+        raise click.BadParameter(msg, param_hint=option)
+    return fields
+
+
+@contextlib.contextmanager
+def recorded_by_other(run_id: str, stranded_flag: str | None = None) -> Iterator[None]:
+    """Says which ``--workflow`` to pass when the run is another workflow class's."""
+    try:
+        yield
+    except WorkflowChangedError as exc:
+        if not exc.recorded_by and stranded_flag is None:
+            raise
+        if not exc.recorded_by:
+            msg = (
+                f"run {run_id!r} cannot continue with this workflow:"
+                f" {'; '.join(exc.problems)}; pass {stranded_flag} to proceed and leave that"
+                " work undone"
+            )
+            raise WorkflowRuntimeError(msg) from None
+        msg = (
+            f"run {run_id!r} was recorded by {exc.recorded_by}, and this workflow cannot"
+            f" continue it ({'; '.join(exc.problems)}): pass --workflow {exc.recorded_by}"
+        )
+        raise WorkflowRuntimeError(msg) from None
