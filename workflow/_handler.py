@@ -18,7 +18,7 @@ from ._events import Event, InternalDispatchEvent, StopEvent, WorkflowCancelledE
 if TYPE_CHECKING:
     from ._context import Context
     from ._runner import Executor
-    from ._workflow import Workflow
+    from ._facade_protocol import Facade
 
 __all__ = ["WorkflowHandler"]
 
@@ -32,7 +32,7 @@ class WorkflowHandler:
 
     def __init__(
         self,
-        wf: Workflow,
+        wf: Facade,
         run_id: str,
         future: asyncio.Future[Any],
         executor: Executor | None = None,
