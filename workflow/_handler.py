@@ -17,8 +17,8 @@ from ._events import Event, InternalDispatchEvent, StopEvent, WorkflowCancelledE
 
 if TYPE_CHECKING:
     from ._context import Context
-    from ._runner import Executor
     from ._facade_protocol import Facade
+    from ._runner import Executor
 
 __all__ = ["WorkflowHandler"]
 
