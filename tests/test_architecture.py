@@ -30,49 +30,7 @@ STILL_TOO_LONG: frozenset[str] = frozenset(
 
 # Import edges inside a cycle as of the last merge of main, "importer -> imported" (remove
 # one once the import is gone or no longer closes a cycle).
-STILL_CYCLIC: frozenset[str] = frozenset(
-    {
-        "workflow._attempts -> workflow._context",
-        "workflow._attempts -> workflow._steps_host",
-        "workflow._children -> workflow._workflow",
-        "workflow._context -> workflow._children",
-        "workflow._context -> workflow._context_dict",
-        "workflow._context -> workflow._context_run",
-        "workflow._context -> workflow._lifecycle",
-        "workflow._context -> workflow._workflow",
-        "workflow._context_dict -> workflow._context",
-        "workflow._context_dict -> workflow._lifecycle",
-        "workflow._context_dict -> workflow._workflow",
-        "workflow._context_run -> workflow._context",
-        "workflow._context_run -> workflow._handler",
-        "workflow._context_run -> workflow._lifecycle",
-        "workflow._context_run -> workflow._runner",
-        "workflow._context_run -> workflow._workflow",
-        "workflow._facade_control -> workflow._facade_protocol",
-        "workflow._facade_control -> workflow._handler",
-        "workflow._facade_protocol -> workflow._handler",
-        "workflow._facade_protocol -> workflow._runner",
-        "workflow._handler -> workflow._context",
-        "workflow._handler -> workflow._facade_protocol",
-        "workflow._handler -> workflow._runner",
-        "workflow._lifecycle -> workflow._context",
-        "workflow._lifecycle -> workflow._workflow",
-        "workflow._recover -> workflow._handler",
-        "workflow._recover -> workflow._verify",
-        "workflow._recover -> workflow._workflow",
-        "workflow._runner -> workflow._attempts",
-        "workflow._runner -> workflow._context",
-        "workflow._steps_host -> workflow._context",
-        "workflow._verify -> workflow._context",
-        "workflow._verify -> workflow._workflow",
-        "workflow._workflow -> workflow._context",
-        "workflow._workflow -> workflow._context_run",
-        "workflow._workflow -> workflow._facade_control",
-        "workflow._workflow -> workflow._handler",
-        "workflow._workflow -> workflow._recover",
-        "workflow._workflow -> workflow._runner",
-    }
-)
+STILL_CYCLIC: frozenset[str] = frozenset()
 
 
 def _modules() -> dict[str, Path]:

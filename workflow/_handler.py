@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._errors import (
     RunSuspendedError,
@@ -17,10 +17,22 @@ from ._events import Event, InternalDispatchEvent, StopEvent, WorkflowCancelledE
 
 if TYPE_CHECKING:
     from ._context import Context
-    from ._facade_protocol import Facade
+    from ._graph import Graph
     from ._runner import Executor
 
-__all__ = ["WorkflowHandler"]
+__all__ = ["HandlerOwner", "WorkflowHandler"]
+
+
+class HandlerOwner(Protocol):
+    """What a handler uses of the workflow that made it (``Workflow``): its name and step
+    graph, and how it posts an event to a run."""
+
+    _graph: Graph
+
+    @property
+    def workflow_name(self) -> str: ...
+
+    async def _post(self, run_id: str, event: Event, key: str | None) -> int: ...
 
 
 class WorkflowHandler:
@@ -32,7 +44,7 @@ class WorkflowHandler:
 
     def __init__(
         self,
-        wf: Facade,
+        wf: HandlerOwner,
         run_id: str,
         future: asyncio.Future[Any],
         executor: Executor | None = None,

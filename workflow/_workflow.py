@@ -17,6 +17,7 @@ from eventstore import (
 )
 
 from ._checkpoints import checkpoints
+from ._context_services import CONTEXT_SERVICES
 from ._errors import (
     WorkflowRuntimeError,
     WorkflowValidationError,
@@ -59,7 +60,7 @@ from ._timers import DEFAULT_SLEEP_THRESHOLD
 from .resource import ResourceManager
 
 if TYPE_CHECKING:
-    from ._context import Context
+    from ._context import Context, ContextServices
     from .context.serializers import BaseSerializer
 
 __all__ = ["RunSummary", "Workflow"]
@@ -112,6 +113,10 @@ class Workflow(WorkflowSteps):
     recorded before a deploy continue: ``{"old_step": "new_step", "old.mod:Cls": Cls}``.
     A resume moves such a run's pending work to the new step names (and records the move);
     old class names decode as the new class. See ``workflow/_renames.py``."""
+
+    # What its contexts reach their lifecycle through; also what marks an object as a
+    # workflow to the modules below this one (they cannot import this class).
+    __context_services__: ClassVar[ContextServices] = CONTEXT_SERVICES
 
     # A test hook: called with (executor, seq) after each commit that changed state took
     # effect in memory, to compare the live state with the fold of the log.
