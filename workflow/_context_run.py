@@ -22,7 +22,7 @@ from eventstore import Record
 from . import _journal as journal
 from ._errors import ContextStateError, WorkflowRuntimeError
 from ._fold import Folded
-from ._handler import WorkflowHandler
+from ._handler import WorkflowHandler, executor_of
 from ._lifecycle import point_of, run_is_live, same_workflow, state_dumps
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def run_with_context(
                 handler = wf._run_from((run, at), updates, deletes)
             else:
                 handler = wf._resume(run, updates, cancelled=True, deletes=deletes)
-    executor = handler._executor
+    executor = executor_of(handler)
     if executor is None:  # a finished run's stored result (resume of a run that ended meanwhile)
         return handler
     ctx._bind(executor)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ._graph import Graph
     from ._runner import Executor
 
-__all__ = ["HandlerOwner", "WorkflowHandler"]
+__all__ = ["HandlerOwner", "WorkflowHandler", "executor_of"]
 
 
 class HandlerOwner(Protocol):
@@ -229,3 +229,9 @@ class WorkflowHandler:
 def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()  # marks the error as seen; awaiting the handler still raises it
+
+
+def executor_of(handler: WorkflowHandler) -> Executor | None:
+    """The executor running ``handler``'s run in this process (None: a handler of a run
+    that had ended), for the engine's modules: a handler keeps it private."""
+    return handler._executor

@@ -17,6 +17,7 @@ from eventstore import LogCorruptedError, UnknownClassError
 
 from ._errors import RunOwnedError, WorkflowChangedError
 from ._fold import payload_of
+from ._handler import executor_of
 from ._names import same_name
 from ._read import waits_of
 
@@ -172,7 +173,7 @@ def _recover_one(wf: Facade, run_id: str) -> Recovery:
         if _unresolved(exc):
             return Recovery(run_id, "stranded", error=exc)
         return Recovery(run_id, "failed", error=exc)
-    executor = handler._executor
+    executor = executor_of(handler)
     if executor is not None:
         # The resume ends such a run itself (once it holds it); say so now.
         limit = executor.recovery_limit()

@@ -22,7 +22,7 @@ from eventstore import Commit, NewRun
 from .. import _journal as J
 from .._errors import WorkflowError, WorkflowRuntimeError
 from .._events import Event
-from .._handler import WorkflowHandler
+from .._handler import WorkflowHandler, executor_of
 from .._ownership import probe_owners
 from .._read import check_seq, fold_run, run_info
 from .._state import TERMINAL
@@ -214,7 +214,7 @@ class Actions:
     def close(self) -> None:
         """Leaves the runs this process executes, cleanly: a worker or resume continues them."""
         for handler in list(self.handlers.values()):
-            executor = handler._executor
+            executor = executor_of(handler)
             if executor is not None:
                 with contextlib.suppress(Exception):
                     executor.abandon()
