@@ -26,6 +26,12 @@ Two parts:
   measured at the default and at 0.02 s (quick mode: 0.02 s only). Below the table, each
   curve's gain per doubling of workers says where it flattens, next to the CPU it found.
 
+In the full mode with the peers venv (``BENCH_PEERS_VENV``), DBOS runs the same loop on a
+PostgreSQL system database of its own on the same server, and ours runs it once more at
+durability "full": DBOS commits with the server's ``synchronous_commit`` (on by default),
+ours at "normal" with it off for its sessions (the last commits may be lost on a server
+crash, as SQLite's "normal" may lose them on a power loss), at "full" with it on.
+
 PostgreSQL is ``BENCH_POSTGRES_URL`` (else ``DW_TEST_POSTGRES``, else the local test
 database); each store is a schema of its own, dropped afterwards. ``BENCH_POSTGRES=1``
 includes PostgreSQL, ``BENCH_POSTGRES=0`` leaves it out; unset, the full mode includes it
@@ -53,6 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from eventstore import Durability, EventStore
 from workflow import Context, Event, StartEvent, StopEvent, Worker, Workflow, step
 
 from . import _peers
@@ -208,10 +215,12 @@ def new_store(backend: Backend, tmp: Path) -> Iterator[str]:
 # --- part 1: one process ---------------------------------------------------------------
 
 
-def time_flow(cls: type[Workflow], n: int, backend: Backend, tmp: Path) -> float:
+def time_flow(
+    cls: type[Workflow], n: int, backend: Backend, tmp: Path, durability: Durability = "normal"
+) -> float:
     """Seconds one run of ``cls`` with ``n=n`` takes on a new store of ``backend``."""
     with new_store(backend, tmp) as target:
-        wf = cls(store=target, timeout=None)
+        wf = cls(store=EventStore(target, durability=durability), timeout=None)
         try:
             seconds, _ = run_flow(wf, n)
         finally:
@@ -471,6 +480,10 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
     # DBOS on PostgreSQL is the natural peer of ours on PostgreSQL (full mode, peers venv).
     peers_python = _peers.ensure(install=False) if "postgres" in backends and not quick else None
     dbos_secs = Series("DBOS loop postgres", "s")
+    # DBOS commits each step with the server's synchronous_commit (on by default): ours at
+    # durability "full" (on, too) beside ours at "normal" (off: the last commits may be lost
+    # on a server crash, as SQLite's normal may lose them on a power loss).
+    full_secs = Series("loop postgres durability full", "s")
     with scratch_dir() as tmp:
         for _ in range(repeat):
             for w, (cls, size, _) in flows.items():
@@ -480,6 +493,7 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
                     rates[w, b].add(size / s)
             if peers_python is not None:
                 dbos_secs.add(time_dbos_postgres(n, peers_python))
+                full_secs.add(time_flow(LoopFlow, n, "postgres", tmp, durability="full"))
             for p in polls:
                 for c in counts:
                     for b in backends:
@@ -525,20 +539,29 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
 
     if peers_python is not None:
         ratio = ratio_summary(dbos_secs, secs["loop", "postgres"])
+        ratio_full = ratio_summary(dbos_secs, full_secs)
         print_table(
-            f"loop N={n} on PostgreSQL, ours vs DBOS (its PostgreSQL system database);"
+            f"loop N={n} on PostgreSQL, ours vs DBOS (its PostgreSQL system database, the"
+            f" server's synchronous_commit, {(pg_info or {}).get('synchronous_commit')});"
             f" median (min-max) of {repeat}",
-            [[secs["loop", "postgres"].cell(fmt_s), dbos_secs.cell(fmt_s), fmt_ratio(ratio)]],
-            ["ours s", "DBOS s", "DBOS time / ours"],
-        )
+            [
+                ["normal (synchronous_commit off)", secs["loop", "postgres"].cell(fmt_s),
+                 dbos_secs.cell(fmt_s), fmt_ratio(ratio)],
+                ["full (synchronous_commit on)", full_secs.cell(fmt_s), dbos_secs.cell(fmt_s),
+                 fmt_ratio(ratio_full)],
+            ],
+            ["ours at durability", "ours s", "DBOS s", "DBOS time / ours"],
+        )  # fmt: skip
         results.append(
             {
                 "part": "dbos-postgres",
                 "workload": "loop",
                 "size": n,
                 "ours_seconds": secs["loop", "postgres"].summary(),
+                "ours_full_seconds": full_secs.summary(),
                 "dbos_seconds": dbos_secs.summary(),
                 "dbos_over_ours": ratio,
+                "dbos_over_ours_full": ratio_full,
             }
         )
 

@@ -8,6 +8,7 @@ are :mod:`._pg_connect`'s, LISTEN/NOTIFY :mod:`._pg_listen`'s.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -205,6 +206,11 @@ class PostgresWriteSQL:
     def is_fatal(self, exc: BaseException) -> bool:
         return _fatal(exc)
 
+    def warm(self) -> None:
+        """Calls dw_write with nothing to do: the server compiles the function for this
+        session now (milliseconds), not in the first batch."""
+        self.raw.execute(_CALL, (None,) * _CALL.count("%s")).fetchall()
+
     def delete_runs(self, runs: Mapping[str, int | None], now: int) -> list[str]:
         # The seq row first, as dw_write takes it: no append is in flight while the runs
         # are looked at and deleted (the log has no foreign key to refuse an append to a
@@ -237,17 +243,35 @@ class PostgresBackend:
         self.schema_version = open_database(url, readonly=readonly)
         self._url = url
         self._durability = durability
+        # A reader's and (writable stores) the writer's connections are made now, while
+        # the store opens, not by the first read or batch of the first run: connecting
+        # and the server's first compile of dw_write in a session cost more than a
+        # hundred steps (tens of ms). Unused, they are closed with the store.
+        self._spare_reader: Any = None
+        self._spare_writer: PostgresWriteSQL | None = None
+        with contextlib.suppress(psycopg.Error):  # then they are made when needed
+            self._spare_reader = self._connect_reader()
+            if not readonly:
+                self._spare_writer = self._new_writer()
+                self._spare_writer.warm()
+
+    def _connect_reader(self) -> Any:
+        return connect(self._url, readonly=True, durability=self._durability)
+
+    def _new_writer(self) -> PostgresWriteSQL:
+        return PostgresWriteSQL(connect(self._url, readonly=False, durability=self._durability))
 
     def reader(self) -> _Connection:
-        def new() -> Any:
-            return connect(self._url, readonly=True, durability=self._durability)
-
-        return _Connection(new(), reconnect=new)
+        raw, self._spare_reader = self._spare_reader, None
+        return _Connection(raw or self._connect_reader(), reconnect=self._connect_reader)
 
     def write_sql(self, *, busy_timeout_ms: int | None = None) -> PostgresWriteSQL:
         # PostgreSQL waits for row locks itself; the loop never writes here, so no caller
         # asks for a bound. Each call is its own (implicit) transaction.
-        return PostgresWriteSQL(connect(self._url, readonly=False, durability=self._durability))
+        sql, self._spare_writer = self._spare_writer, None
+        if sql is not None and not sql.broken:
+            return sql
+        return self._new_writer()
 
     def listen(self, callback: Callable[[str], None], stop: threading.Event) -> None:
         listen(self._url, callback, stop)
@@ -261,4 +285,10 @@ class PostgresBackend:
             conn.close()
 
     def close(self) -> None:
-        """Nothing to let go of: every connection belongs to a reader or a writer."""
+        """Closes the connections made at opening that no reader or writer took."""
+        raw, self._spare_reader = self._spare_reader, None
+        sql, self._spare_writer = self._spare_writer, None
+        for conn in (raw, sql):
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()

@@ -24,7 +24,6 @@ STILL_TOO_LONG: frozenset[str] = frozenset(
     {
         "workflow/_fold.py",
         "workflow/_runner.py",
-        "workflow/cli/_timeline.py",
     }
 )
 

@@ -46,6 +46,9 @@ def _check_restore_report(data: dict[str, Any]) -> None:
     chats = [e for e in data["results"] if e["flow"] == "chat"]
     assert chats
     assert max(e["snapshots"] for e in chats) > 1
+    commands = data["cli"]["commands"]
+    assert len(commands) == 5
+    assert all(t["command_s"]["median"] > 0 for t in commands.values())
 
 
 def _check_flow_report(data: dict[str, Any]) -> None:

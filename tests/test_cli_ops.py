@@ -1,4 +1,5 @@
-"""The operating commands: ``workflow verify`` and ``workflow worker``."""
+"""The operating commands: ``workflow verify`` and ``workflow worker``, on an SQLite file and
+on PostgreSQL (the shared ``location`` fixture; marker ``postgres``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from workflow.cli import cli
 ROOT = Path(__file__).resolve().parent.parent
 
 
-async def recorded(db: Path) -> str:
+async def recorded(db: str) -> str:
     wf = ReportFlow(store=db)
     h = wf.run()
     with pytest.raises(ValueError, match="var"):
@@ -30,38 +31,38 @@ async def recorded(db: Path) -> str:
     return h.run_id
 
 
-async def test_verify_passes_for_today_s_code(tmp_path: Path) -> None:
+async def test_verify_passes_for_today_s_code(location: str) -> None:
     """verify with the code that recorded the run passes and exits 0."""
-    db = tmp_path / "v.db"
+    db = location
     run_id = await recorded(db)
     result = CliRunner().invoke(
-        cli, ["verify", str(db), run_id, "--workflow", "tests.flows:ReportFlow", "--reexecute"]
+        cli, ["verify", db, run_id, "--workflow", "tests.flows:ReportFlow", "--reexecute"]
     )
     assert result.exit_code == 0, result.output
     assert "verified 1 run(s)" in result.output
     assert result.output.strip().endswith(": ok")
 
 
-async def test_verify_reports_divergence_and_fails(tmp_path: Path) -> None:
+async def test_verify_reports_divergence_and_fails(location: str) -> None:
     """verify with changed code lists the divergence and exits 1; --json says the same."""
-    db = tmp_path / "v.db"
+    db = location
     run_id = await recorded(db)
     spec = "tests.test_verify:NewProcess"
-    result = CliRunner().invoke(cli, ["verify", str(db), run_id, "--workflow", spec, "--reexecute"])
+    result = CliRunner().invoke(cli, ["verify", db, run_id, "--workflow", spec, "--reexecute"])
     assert result.exit_code == 1
     assert "[divergence]" in result.output
     assert "process" in result.output
     as_json = CliRunner().invoke(
-        cli, ["verify", str(db), run_id, "--workflow", spec, "--reexecute", "--json"]
+        cli, ["verify", db, run_id, "--workflow", spec, "--reexecute", "--json"]
     )
     data = json.loads(as_json.output)
     assert data["ok"] is False
     assert data["problems"][0]["kind"] == "divergence"
 
 
-def test_worker_command_runs_submitted_runs_and_stops_on_sigterm(tmp_path: Path) -> None:
+def test_worker_command_runs_submitted_runs_and_stops_on_sigterm(location: str) -> None:
     """`workflow worker` executes submitted runs and exits cleanly on SIGTERM."""
-    db = tmp_path / "w.db"
+    db = location
     wf = Doubler(store=db, timeout=None)
     ids = [wf.submit(n=i) for i in range(10)]
     proc = subprocess.Popen(
@@ -71,7 +72,7 @@ def test_worker_command_runs_submitted_runs_and_stops_on_sigterm(tmp_path: Path)
             "workflow",
             "worker",
             "--store",
-            str(db),
+            db,
             "--workflow",
             "tests.test_workers:Doubler",
             "--poll",
@@ -100,13 +101,13 @@ def test_worker_command_runs_submitted_runs_and_stops_on_sigterm(tmp_path: Path)
     assert [wf.state_at(i).result for i in ids] == [2 * n for n in range(10)]
 
 
-async def test_verify_checks_only_the_named_workflow_s_runs(tmp_path: Path) -> None:
+async def test_verify_checks_only_the_named_workflow_s_runs(location: str) -> None:
     """Without run ids, verify checks the runs of the workflow it was given, not others."""
-    db = tmp_path / "mixed.db"
+    db = location
     await recorded(db)
     other = Doubler(store=db)
     other.submit(n=1)
     other.store.close()
-    result = CliRunner().invoke(cli, ["verify", str(db), "--workflow", "tests.flows:ReportFlow"])
+    result = CliRunner().invoke(cli, ["verify", db, "--workflow", "tests.flows:ReportFlow"])
     assert result.exit_code == 0, result.output
     assert "verified 1 run(s)" in result.output

@@ -34,7 +34,8 @@ from workflow._read import commits, run_info, start_state
 from workflow.cli._inspect import Viewer
 from workflow.cli._page import FOLD_SCRIPT
 from workflow.cli._render import short_class
-from workflow.cli._timeline import TEXT, UNSHOWN, _Builder, timeline_data
+from workflow.cli._timeline import TEXT, UNSHOWN, timeline_data
+from workflow.cli._timeline_build import Builder
 
 # Runs in `make test-node`, which installs Node.js when the machine lacks it.
 pytestmark = pytest.mark.node
@@ -191,7 +192,7 @@ def test_every_payload_field_reaches_the_page(golden: Rows, tmp_path: Path) -> N
         load_rows(db, runs)
         with EventStore(db, readonly=True) as store:
             for run_id in runs:
-                b = _Builder(Viewer())
+                b = Builder(Viewer())
                 for ci, commit in enumerate(commits(store.records(run_id))):
                     for r in commit:
                         b.record(r, Reads(r.data(), seen[r.kind]), ci, 0)

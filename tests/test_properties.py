@@ -36,8 +36,9 @@ from hypothesis.stateful import (
 )
 
 from eventstore import EventStore, StoredRecord
+from eventstore._postgres import is_url
 from tests import workflow_gen as gen
-from tests.conftest import BACKENDS, new_location
+from tests.conftest import BACKENDS, POSTGRES_URL, new_location
 from tests.workflow_gen import (
     LEDGER,
     Add,
@@ -169,9 +170,13 @@ def commit_ends(records: list[StoredRecord]) -> list[int]:
     return [group[-1].seq for group in commits(records)]
 
 
-def copy_prefix(src: Path, dst: Path, upto: int) -> None:
+def copy_prefix(src: str, dst: str, upto: int) -> None:
     """A copy of the store holding only what was durable when a commit ending at ``upto``
-    was the last one: the state a process killed right then leaves behind."""
+    was the last one: the state a process killed right then leaves behind (a file, or a
+    PostgreSQL schema of the same database)."""
+    if is_url(src):
+        copy_prefix_postgres(src, dst, upto)
+        return
     with (
         contextlib.closing(sqlite3.connect(src)) as s,
         contextlib.closing(sqlite3.connect(dst)) as d,
@@ -182,6 +187,29 @@ def copy_prefix(src: Path, dst: Path, upto: int) -> None:
         d.execute("UPDATE inbox SET taken_seq = NULL WHERE taken_seq > ?", (upto,))
         d.execute("UPDATE runs SET status = 'running'")
         d.commit()
+
+
+def copy_prefix_postgres(src: str, dst: str, upto: int) -> None:
+    """:func:`copy_prefix` between two PostgreSQL stores: ``dst`` is created by the store,
+    then every table's rows are copied as of ``upto`` (its seq counter and id sequences
+    where they were then); the leases go, as a killed executor's lease lapses."""
+    import psycopg
+
+    EventStore(dst).close()  # the tables of the current schema version, empty
+    old, new = (f'"{url.rpartition("schema=")[2]}"' for url in (src, dst))
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn, conn.transaction():
+        for table in ("runs", "log", "inbox", "snapshots"):
+            conn.execute(f"INSERT INTO {new}.{table} SELECT * FROM {old}.{table}")
+        conn.execute(f"DELETE FROM {new}.log WHERE seq > %s", (upto,))
+        conn.execute(f"DELETE FROM {new}.snapshots WHERE seq > %s", (upto,))
+        conn.execute(f"UPDATE {new}.inbox SET taken_seq = NULL WHERE taken_seq > %s", (upto,))
+        conn.execute(f"UPDATE {new}.runs SET status = 'running'")
+        conn.execute(f"UPDATE {new}.meta SET value = %s WHERE key = 'last_seq'", (str(upto),))
+        for table, column in (("runs", "rid"), ("inbox", "id")):
+            conn.execute(
+                f"SELECT setval(pg_get_serial_sequence('{new}.{table}', '{column}'),"
+                f" (SELECT coalesce(max({column}), 0) + 1 FROM {new}.{table}), false)"
+            )
 
 
 def pure_state(records: list[StoredRecord], run_id: str, seq: int) -> Folded:
@@ -309,14 +337,21 @@ async def test_fork_from_the_final_checkpoint_ends() -> None:
 # ----------------------------------------------------------------------------- 3. crashes
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @given(plan=gen.plans(), data=st.data())
-def test_crash_at_any_commit_boundary_resumes_alike(plan: Plan, data: st.DataObject) -> None:
+def test_crash_at_any_commit_boundary_resumes_alike(
+    backend: str, plan: Plan, data: st.DataObject
+) -> None:
     """A log cut after any commit and resumed ends as the uninterrupted run, effects once."""
 
     async def body() -> None:
         exp = gen.expected(plan)
-        with scratch() as d:
-            src = d / "orig.db"
+        with scratch() as d, contextlib.ExitStack() as stores:
+
+            def new(name: str) -> str:
+                return stores.enter_context(new_location(backend, d, name))
+
+            src = new("orig.db")
             with opened(src) as es:
                 _, run_id, obs = await run_plan(plan, es)
                 records = list(es.records(run_id))
@@ -330,7 +365,7 @@ def test_crash_at_any_commit_boundary_resumes_alike(plan: Plan, data: st.DataObj
             )
             cls = gen.build(plan)
             for i, upto in enumerate(cuts):
-                dst = d / f"cut{i}.db"
+                dst = new(f"cut{i}.db")
                 copy_prefix(src, dst, upto)
                 again = await crash_and_resume(cls, dst, run_id, records, upto, exp)
                 # Sometimes the resumed run crashes too (while recovering, or later).
@@ -340,7 +375,7 @@ def test_crash_at_any_commit_boundary_resumes_alike(plan: Plan, data: st.DataObj
                 crash_again: bool = data.draw(st.booleans(), label="crash again")
                 if later and crash_again:
                     upto2 = data.draw(st.sampled_from(later), label="crash again after seq")
-                    dst2 = d / f"cut{i}-again.db"
+                    dst2 = new(f"cut{i}-again.db")
                     copy_prefix(dst, dst2, upto2)
                     await crash_and_resume(cls, dst2, run_id, again, upto2, exp)
 
@@ -349,7 +384,7 @@ def test_crash_at_any_commit_boundary_resumes_alike(plan: Plan, data: st.DataObj
 
 async def crash_and_resume(
     cls: type[Workflow],
-    db: Path,
+    db: str,
     run_id: str,
     records: list[StoredRecord],
     upto: int,
@@ -367,12 +402,27 @@ async def crash_and_resume(
         return log
 
 
-def _db_head(db: Path) -> int:
+def _db_head(db: str) -> int:
+    if is_url(db):
+        import psycopg
+
+        schema = db.rpartition("schema=")[2]
+        try:
+            with psycopg.connect(POSTGRES_URL, autocommit=True) as c:
+                row = c.execute(f'SELECT count(*) FROM "{schema}".log').fetchone()
+        except psycopg.Error:
+            return 0  # not created yet
+        return int(row[0]) if row else 0
     try:
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as c:
             return int(c.execute("SELECT count(*) FROM log").fetchone()[0])
     except sqlite3.Error:
         return 0
+
+
+# On PostgreSQL a run is owned by a lease, which a killed process leaves until it lapses:
+# the subprocess leases for this long, and the resume waits that out.
+KILLED_LEASE_S: Final = 0.5
 
 
 @pytest.mark.crash
@@ -382,18 +432,18 @@ def _db_head(db: Path) -> int:
     max_examples=max(3, (settings.default or settings()).max_examples // 13),
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )
+@pytest.mark.parametrize("backend", BACKENDS)
 @given(
     plan=gen.plans(max_stages=3, failures=False).filter(lambda p: len(p.stages) >= 2),
     kill_after=st.integers(3, 60),
 )
-def test_sigkill_anywhere_then_resume_ends_alike(plan: Plan, kill_after: int) -> None:
+def test_sigkill_anywhere_then_resume_ends_alike(backend: str, plan: Plan, kill_after: int) -> None:
     """A run SIGKILLed in a subprocess after some records, resumed here, ends as the model."""
     name, path = gen.module_file(plan)
     exp = gen.expected(plan)
-    with scratch() as d:
-        db = d / "kill.db"
+    with scratch() as d, new_location(backend, d, "kill.db") as db:
         run_id = "victim"
-        args = [name, str(path), str(db), run_id, str(plan.seed), "0.01"]
+        args = [name, str(path), db, run_id, str(plan.seed), "0.01", str(KILLED_LEASE_S)]
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.prop_runner", *args],
             cwd=ROOT,
@@ -410,6 +460,8 @@ def test_sigkill_anywhere_then_resume_ends_alike(plan: Plan, kill_after: int) ->
                 os.kill(proc.pid, signal.SIGKILL)
             proc.wait(RUN_TIMEOUT)
         note(f"killed after {_db_head(db)} records (exit code {proc.returncode})")
+        if is_url(db):
+            time.sleep(KILLED_LEASE_S)  # the killed process's lease lapses
 
         async def body() -> None:
             with opened(db) as es:

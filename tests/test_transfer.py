@@ -14,7 +14,7 @@ from eventstore import EventStore
 from tests.flows import Asker
 from tests.test_cli import invoke, ok
 from tests.test_snapshots import Chat, assert_snapshots_are_the_fold, chat
-from workflow import HumanResponseEvent
+from workflow import HumanResponseEvent, Worker
 from workflow._check import check_store
 from workflow._errors import RunSuspendedError, WorkflowRuntimeError
 from workflow._read import fold_run
@@ -121,8 +121,9 @@ def test_import_moves_seqs_past_the_store_and_reads_alike(
         for seq, text in states(out, fork).items():
             moved = json.loads(dump_folded(fold_run(dst, fork, seq + offset)))
             original = json.loads(text)
-            for key, (value, full, patch, at) in original["context"].items():
-                assert moved["context"][key] == [value, full, patch, at + offset]
+            for key, (value, full, patch, at, full_at, *ref) in original["context"].items():
+                shifted = [value, full, patch, at + offset, full_at + offset, *ref]
+                assert moved["context"][key] == shifted
             assert moved["seq"] == original["seq"] + offset
             assert moved["exec_us"] == original["exec_us"]  # times kept
     again = invoke("import", laptop, out)
@@ -181,6 +182,7 @@ def test_exported_ancestors_never_run(tmp_path: Path) -> None:
         with pytest.raises(WorkflowRuntimeError, match="exported ancestor"):
             wf.resume(parent)
         wf.send(fork, HumanResponseEvent(response="bob"))
+        assert Worker(wf)._candidates() == [fork]  # a worker would take the fork alone
         found = wf.recover()
         assert [(r.run_id, r.outcome) for r in found] == [(fork, "resumed")]
         assert found[0].handler is not None

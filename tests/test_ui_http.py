@@ -8,8 +8,6 @@ import hashlib
 import json
 import re
 import signal
-import subprocess
-import sys
 import urllib.request
 import uuid
 from pathlib import Path
@@ -21,8 +19,7 @@ import pytest
 from tests.conftest import POSTGRES_URL
 from tests.flows import Asker, ReportFlow
 from tests.test_cli import invoke, run_to_end
-from tests.test_timeline import always_dies, fan
-from tests.ui_server import ROOT, get, post, serving, status_of, wait_for, waiting_asker
+from tests.ui_server import get, post, server, serving, status_of, wait_for, waiting_asker
 from workflow import HumanResponseEvent, Worker
 
 
@@ -353,19 +350,7 @@ def test_sigterm_ends_open_streams(tmp_path: Path) -> None:
     ends (the client reads its end) and the server exits without cancelling them."""
     db = tmp_path / "term.db"
     waiting_asker(db, "ask")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workflow", "serve", str(db), "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline()
-        m = re.search(r"at (http://127\.0\.0\.1:\d+)/", line)
-        assert m, line + proc.stderr.read()
-        base = m.group(1)
+    with server(db) as (proc, base):
         with (
             urllib.request.urlopen(f"{base}/runs/ask/events?after=1", timeout=60) as run,
             urllib.request.urlopen(f"{base}/events?head=0", timeout=60) as store,
@@ -377,39 +362,9 @@ def test_sigterm_ends_open_streams(tmp_path: Path) -> None:
             assert store.read().strip() == b""
         # uvicorn raises the signal again once it has shut down: the exit says SIGTERM.
         assert proc.wait(60) in (0, -signal.SIGTERM)
+        assert proc.stderr is not None
         rest = proc.stderr.read()
         assert "graceful shutdown exceeded" not in rest, rest
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
-
-
-def test_a_lane_per_worker(tmp_path: Path) -> None:
-    """The run's data puts each attempt in the row of the step's worker that ran it, names
-    the worker of each row, and says which worker of which session (process) ran each
-    attempt: three parallel workers get three rows; a resumed run's attempts name their
-    session."""
-    fan(db := tmp_path / "fan.db")
-    always_dies(db2 := tmp_path / "dies.db")
-    with serving(db) as base:
-        data = json.loads(get(base + "/runs/fan/data")[2])
-    work = data["steps"].index("work")
-    assert data["lane_workers"][work] == [0, 1, 2]
-    for a in data["attempts"]:
-        worker, session = a[8]
-        assert session == 1
-        if a[0] == work:
-            assert a[7] == data["lane_workers"][work].index(worker)  # its worker's row
-    assert {a[8][0] for a in data["attempts"] if a[0] == work} == {0, 1, 2}
-    with serving(db2) as base:
-        data = json.loads(get(base + "/runs/dies/data")[2])
-    # The first process died before its attempt's start was durable (it rides with the next
-    # commit); a resume makes it durable first: the attempts of sessions 2 and 3.
-    assert [a[8][1] for a in data["attempts"]] == [2, 3]
-    assert {a[8][0] for a in data["attempts"]} == {0}
 
 
 def held_query(d: dict[str, Any]) -> str:

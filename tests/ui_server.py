@@ -23,9 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager
-def serving(db: Path | str, *args: str, cwd: Path = ROOT) -> Iterator[str]:
-    """Starts ``workflow serve DB --port 0 ARGS`` (in ``cwd``) and yields its base URL; stops
-    it after."""
+def server(
+    db: Path | str, *args: str, cwd: Path = ROOT
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Starts ``workflow serve DB --port 0 ARGS`` (in ``cwd``) and yields its process and
+    base URL; stops it after (if it is still running)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "workflow", "serve", str(db), "--port", "0", *args],
         cwd=cwd,
@@ -38,7 +40,7 @@ def serving(db: Path | str, *args: str, cwd: Path = ROOT) -> Iterator[str]:
         line = proc.stderr.readline()
         m = re.search(r"at (http://127\.0\.0\.1:\d+)/", line)
         assert m, line + proc.stderr.read()
-        yield m.group(1)
+        yield proc, m.group(1)
     finally:
         proc.terminate()
         try:
@@ -48,6 +50,14 @@ def serving(db: Path | str, *args: str, cwd: Path = ROOT) -> Iterator[str]:
             proc.wait()
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+@contextlib.contextmanager
+def serving(db: Path | str, *args: str, cwd: Path = ROOT) -> Iterator[str]:
+    """Starts ``workflow serve DB --port 0 ARGS`` (in ``cwd``) and yields its base URL; stops
+    it after."""
+    with server(db, *args, cwd=cwd) as (_, base):
+        yield base
 
 
 def get(url: str) -> tuple[int, str, str]:

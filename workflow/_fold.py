@@ -22,7 +22,7 @@ from eventstore._encryption import encrypted_error
 from . import _journal as J
 from ._buffers import class_qualname, collect_key, taken
 from ._events import StopEvent
-from ._patch import apply_json
+from ._keylog import KeyLog
 from ._state import TERMINAL, InProgress, LazyDict, LazyList, RunState, Waiter
 
 __all__ = [
@@ -122,16 +122,6 @@ class MemoRec:
     attempt: int
     seq: int
     retried: bool = False
-
-
-@dataclass(slots=True)
-class KeyLog:
-    """A context key's JSON value and how many patch bytes followed its last full write."""
-
-    dump: Any
-    full_bytes: int
-    patch_bytes: int = 0
-    seq: int = 0  # its last write
 
 
 @dataclass(slots=True)
@@ -325,15 +315,13 @@ def _step_conflicted(s: Folded, r: StoredRecord, p: J.StepConflicted) -> None:
 def _state_set(s: Folded, r: StoredRecord, p: J.StateSet) -> None:
     key = p["key"]
     if "value" in p:
-        s.context[key] = KeyLog(p["value"], len(r.payload), 0, r.seq)
+        s.context[key] = KeyLog(p["value"], len(r.payload), 0, r.seq, r.seq)
         return
     entry = s.context.get(key)
     if entry is None:
         msg = f"record seq {r.seq}: a patch of context key {key!r}, which has no value"
         raise LogCorruptedError(msg, seq=r.seq)
-    entry.dump = apply_json(entry.dump, p["patch"])
-    entry.patch_bytes += len(r.payload)
-    entry.seq = r.seq
+    entry.patched(p["patch"], r.seq, len(r.payload))
 
 
 def _state_deleted(s: Folded, r: StoredRecord, p: J.StateDeleted) -> None:

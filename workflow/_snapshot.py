@@ -20,11 +20,23 @@ __all__ = ["SNAPSHOT_FORMAT", "SnapshotError", "dump_folded", "load_folded"]
 
 # The "v" of dump_folded's output; 3: buffers keyed by buffer_key; 4: steps in progress
 # carry their latest failure (durable retries), and the lineages' recovery counts; 5: the
-# memoized calls of inputs not yet done.
-SNAPSHOT_FORMAT: Final = 5
+# memoized calls of inputs not yet done; 6: context values' full-write seqs, and values
+# built by patches kept by reference to the log.
+SNAPSHOT_FORMAT: Final = 6
 # Older formats still read: 2 (buffers keyed by module names, converted as they load), 3,
-# 4 (no memoized calls: the code that wrote them recorded none).
-_READ_FORMATS: Final = frozenset({2, 3, 4, SNAPSHOT_FORMAT})
+# 4 (no memoized calls: the code that wrote them recorded none), 5.
+_READ_FORMATS: Final = frozenset({2, 3, 4, 5, SNAPSHOT_FORMAT})
+
+# A context value is kept by reference to the log (its last full write and the patches
+# since, in the run's own log) once those records weigh REF_MIN_BYTES and at most
+# REF_FACTOR times the value's JSON: reading it then costs about what decoding a copy
+# would, and the snapshot does not copy what the log already holds. A value that grew by
+# appends is the case: copied into each snapshot, its copies would outweigh the log (a
+# list of N items, one appended a step). A small value patched often (the last 20
+# messages) is copied: its patches outweigh it.
+REF_MIN_BYTES: Final = 16 * 1024
+REF_FACTOR: Final = 4
+_REF: Final = "log"  # the last element of a context entry kept by reference
 
 
 def _evs(evs: Iterable[Ev]) -> list[Any]:
@@ -61,9 +73,7 @@ def dump_folded(s: Folded) -> bytes:
                 ]
                 for k, v in s.in_progress.items()
             },
-            "context": {
-                k: [v.dump, v.full_bytes, v.patch_bytes, v.seq] for k, v in s.context.items()
-            },
+            "context": {k: _context_entry(s, v) for k, v in s.context.items()},
             "buffers": {b: {t: _evs(es) for t, es in d.items()} for b, d in s.buffers.items()},
             "waiters": [
                 [
@@ -101,6 +111,22 @@ def dump_folded(s: Folded) -> bytes:
             "paused": s._paused,
         }
     )
+
+
+def _context_entry(s: Folded, v: KeyLog) -> list[Any]:
+    """A context value as a snapshot keeps it: its JSON, or a reference to the log."""
+    if v.is_unread and not v.moved:  # as its snapshot kept it: still a reference
+        return [None, v.full_bytes, v.patch_bytes, v.seq, v.full_seq, _REF]
+    history = v.full_bytes + v.patch_bytes
+    if (
+        history >= REF_MIN_BYTES
+        and v.full_seq is not None
+        and s.first_seq is not None
+        and v.full_seq >= s.first_seq  # in the run's own log, not an ancestor's
+        and history <= REF_FACTOR * len(orjson.dumps(v.dump))
+    ):
+        return [None, v.full_bytes, v.patch_bytes, v.seq, v.full_seq, _REF]
+    return [v.dump, v.full_bytes, v.patch_bytes, v.seq, v.full_seq]
 
 
 def _legacy_buffers(raw: dict[str, dict[str, list[Ev]]]) -> dict[str, dict[str, list[Ev]]]:
@@ -305,10 +331,18 @@ def _progress(e: Any) -> Prog:
 
 
 def _keylog(e: Any) -> KeyLog:
-    if type(e) is list and len(e) == 4:
-        dump, full, patch, seq = e
-        if type(full) is type(patch) is type(seq) is int:
-            return KeyLog(dump, full, patch, seq)
+    # Four fields up to format 5; format 6 adds the full write's seq, and a reference to
+    # the log in place of the value.
+    if type(e) is list and 4 <= len(e) <= 6:
+        dump, full, patch, seq = e[:4]
+        full_seq = e[4] if len(e) > 4 else None
+        if type(full) is type(patch) is type(seq) is int and (
+            full_seq is None or type(full_seq) is int
+        ):
+            if len(e) < 6:
+                return KeyLog(dump, full, patch, seq, full_seq)
+            if e[5] == _REF and dump is None and full_seq is not None and full_seq <= seq:
+                return KeyLog.unread(full, patch, seq, full_seq)
     _bad_shape("context", e)
 
 

@@ -182,4 +182,6 @@ def _shift(s: Folded, offset: int) -> Folded:
         e.seq += offset
     for entry in s.context.values():
         entry.seq += offset
+        if entry.full_seq is not None:
+            entry.full_seq += offset
     return s

@@ -377,7 +377,8 @@ def state_json(
         },
         "context": {k: v.dump for k, v in folded.context.items()},
         "collected": {
-            b: {t: [e.dump for e in es] for t, es in d.items()} for b, d in folded.buffers.items()
+            buffer_id: {name: [e.dump for e in events] for name, events in by_class.items()}
+            for buffer_id, by_class in folded.buffers.items()
         },
         "waiters": [
             {
