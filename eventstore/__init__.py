@@ -39,6 +39,7 @@ from ._records import (
     StoredRecord,
 )
 from ._store import Durability, EventStore, InboxEntry, StoreStats
+from ._upcast import upcast
 
 __all__ = [
     "AesGcmCodec",
@@ -81,5 +82,6 @@ __all__ = [
     "load_key_file",
     "sealed_key_id",
     "split_version",
+    "upcast",
     "upcaster",
 ]

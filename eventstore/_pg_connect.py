@@ -13,8 +13,10 @@ from urllib.parse import unquote, urlsplit
 
 try:
     import psycopg
+    from psycopg import errors as pg_errors
 except ImportError:  # pragma: no cover - exercised only without the extra
     psycopg = None  # type: ignore[assignment]
+    pg_errors = None  # type: ignore[assignment]
 
 READ_ERRORS: Final[tuple[type[BaseException], ...]] = (
     (psycopg.DatabaseError,) if psycopg is not None else ()
@@ -31,6 +33,7 @@ __all__ = [
     "UNAVAILABLE_ERRORS",
     "connect",
     "is_url",
+    "pg_errors",
     "psycopg",
     "require",
     "split",

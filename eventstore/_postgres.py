@@ -16,16 +16,20 @@ from typing import Any, Final
 import orjson
 
 from ._backend import Reply, Request
-from ._pg_connect import READ_ERRORS, UNAVAILABLE_ERRORS, connect, is_url, psycopg, split, where
+from ._pg_connect import (
+    READ_ERRORS,
+    UNAVAILABLE_ERRORS,
+    connect,
+    is_url,
+    pg_errors,
+    psycopg,
+    split,
+    where,
+)
 from ._pg_listen import listen
 from ._pg_schema import SCHEMA_VERSION, open_database
 from ._records import Snapshot
 from ._sql import delete_runs
-
-try:
-    from psycopg import errors as pg_errors
-except ImportError:  # pragma: no cover - exercised only without the extra
-    pg_errors = None  # type: ignore[assignment]
 
 # Older names, kept for the tests and tools that import them from here.
 _split = split

@@ -12,13 +12,14 @@ no upcaster path is refused with :class:`UpcastError`.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
 from ._errors import UpcastError
 from ._tags import VERSION, class_name, class_version
 
-__all__ = ["Upcaster", "upcaster", "upcasts_for"]
+__all__ = ["Upcaster", "upcast", "upcaster", "upcasts_for"]
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]  # one version's fields -> the next's
 _UPCASTERS: dict[type, dict[int, Upcaster]] = {}  # class -> from_version -> upcaster
@@ -85,3 +86,20 @@ def upcasts_for(name: str, cls: type, stored: int) -> list[Upcaster]:
         )
         raise UpcastError(name, stored, current, why)
     return [known[v] for v in range(stored, current)]
+
+
+def upcast(cls: type, stored: int, fields: dict[str, Any], *, name: str = "") -> dict[str, Any]:
+    """``cls``'s ``fields`` stored at version ``stored``, brought to its current version by
+    the registered upcasters (a copy: ``fields`` is left as it is). For values stored field by
+    field rather than as one payload, e.g. a typed state model's context keys.
+
+    :raises UpcastError: no chain of upcasters leads from ``stored`` to the current version.
+    """
+    ups = upcasts_for(name or class_name(cls), cls, stored)
+    values = copy.deepcopy(fields) if ups else fields
+    for up in ups:
+        values = up(values)
+        if not isinstance(values, dict):
+            msg = f"an upcaster of {class_name(cls)} returned {type(values).__name__}, not a dict"
+            raise TypeError(msg)
+    return values

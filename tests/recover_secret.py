@@ -1,4 +1,4 @@
-"""A class only the process that leaves runs behind imports (tests/recover_proc.py).
+"""A class only the process that leaves runs behind imports (tests/support/recover_proc.py).
 
 The recover tests' own process never imports this module, so a value of this class in a
 run's log is one the recovering program cannot resolve.

@@ -1,7 +1,7 @@
 """The bad-input matrix: each row fails with a specific error, and nothing committed is lost.
 
-Damaged files are read in a subprocess (``tests/reliability_worker.py probe``), so that a hang
-or a crash of SQLite would fail the test instead of taking pytest down with it.
+Damaged files are read in a subprocess (``tests/support/reliability_worker.py probe``), so
+that a hang or a crash of SQLite would fail the test instead of taking pytest down with it.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def seq_of(db: Path, kind: str, step: str) -> int:
 def probe(db: Path) -> tuple[int, str]:
     """Opens and reads the whole store in a subprocess; returns its status and its report."""
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.reliability_worker", "probe", str(db)],
+        [sys.executable, "-m", "tests.support.reliability_worker", "probe", str(db)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -470,7 +470,7 @@ def _big_log(tmp_path: Path, records: int) -> None:
         [
             sys.executable,
             "-m",
-            "tests.reliability_worker",
+            "tests.support.reliability_worker",
             "bigfold",
             str(db),
             "run-0",

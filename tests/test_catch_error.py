@@ -2,7 +2,7 @@
 
 The behaviour is LlamaIndex's (scoping, the wildcard, ``max_recoveries`` along a lineage);
 what is ours is that the failed attempt's commit holds the handler's input, so the count
-holds across a crash and a resume (tested with a real SIGKILL, tests/retry_proc.py).
+holds across a crash and a resume (tested with a real SIGKILL, tests/support/retry_proc.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from workflow import _journal as J
 from workflow._retry import UnreconstructedException
 from workflow.retry_policy import retry_policy, stop_after_attempt, wait_fixed
 
-# Set in the process the crash test kills (tests/retry_proc.py).
+# Set in the process the crash test kills (tests/support/retry_proc.py).
 DYING: Final = threading.Event()
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.flows import Asker, ReportFlow
+from tests.support.ui_server import waiting_asker
 from tests.test_cli import invoke, ok, run_to_end
-from tests.ui_server import waiting_asker
 from workflow import WorkflowCancelledError
 from workflow.cli._filters import RunFilter, parse_since, parse_statuses
 

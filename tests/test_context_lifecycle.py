@@ -25,8 +25,8 @@ import orjson
 import pytest
 
 from eventstore import EncodeError, EventStore
-from tests import llama_spelling
-from tests.context_proc import Ask
+from tests.support import llama_spelling
+from tests.support.context_proc import Ask
 from workflow import (
     BaseSerializer,
     Context,
@@ -408,7 +408,7 @@ async def test_pause_and_resume_answered_after_the_question_is_asked_again(
 
 def _python(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.context_proc", *args],
+        [sys.executable, "-m", "tests.support.context_proc", *args],
         cwd=ROOT,
         env={k: v for k, v in os.environ.items() if k != "WORKFLOW_STORE"},
         stdout=subprocess.PIPE,
@@ -471,8 +471,9 @@ async def test_a_run_live_in_another_process_refuses_its_context(tmp_path: Path)
 
 
 async def test_the_llama_spelled_lifecycle_runs() -> None:
-    """The type-checked LlamaIndex-spelled module's lifecycle (tests/llama_spelling.py, under
-    mypy and pyright in test_typing) runs as LlamaIndex's docs intend."""
+    """The type-checked LlamaIndex-spelled module's lifecycle
+    (tests/support/llama_spelling.py, under mypy and pyright in test_typing) runs as
+    LlamaIndex's docs intend."""
     async with asyncio.timeout(BOUND):
         assert await llama_spelling.carry_context() == [4, 10, 12, "hello bo"]
 

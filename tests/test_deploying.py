@@ -28,6 +28,7 @@ from eventstore import Codec, LogCorruptedError, UpcastError, class_version, spl
 from workflow import WorkflowChangedError
 from workflow._verify import verify
 from workflow.cli import cli
+from workflow.ui._actions import Actions
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULE = "deployflow"
@@ -35,11 +36,15 @@ MODULE = "deployflow"
 V1 = """
 import os
 
-from workflow import Event, StartEvent, StopEvent, Workflow, step
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
 
 
 class Question(Event):
     body: str
+
+
+async def _paid() -> int:
+    return 1
 
 
 class Flow(Workflow):
@@ -50,7 +55,9 @@ class Flow(Workflow):
         return Question(body=ev.topic)
 
     @step
-    async def answer(self, ev: Question) -> StopEvent:
+    async def answer(self, ctx: Context, ev: Question) -> StopEvent:
+        if ev.body == "paid":
+            await ctx.memo("paid", _paid)  # a commit of this attempt: its start is durable
         os._exit(3)  # this version dies here: its runs are left with a Question to answer
 """
 
@@ -110,11 +117,16 @@ def _write(root: Path, name: str, text: str) -> Path:
 def record_old_run(tmp_path: Path, run_id: str = "old", topic: str = "hi") -> Path:
     """A run recorded by version 1 in a process that died in step ``answer`` (in ``ask``
     for topic ``early``)."""
-    v1 = _write(tmp_path / "v1", MODULE, V1)
     db = tmp_path / "runs.db"
-    env = {"PYTHONPATH": f"{v1}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    dies(_write(tmp_path / "v1", MODULE, V1), RECORD, db, run_id, topic)
+    return db
+
+
+def dies(root: Path, script: str, db: Path, *args: str, **env: str) -> None:
+    """Runs ``script`` on ``db`` with the module in ``root``, which dies (exit 3)."""
+    env = {"PYTHONPATH": f"{root}:{ROOT}", "PATH": "/usr/bin:/bin", **env}
     proc = subprocess.run(
-        [sys.executable, "-c", RECORD, str(db), run_id, topic],
+        [sys.executable, "-c", script, str(db), *args],
         env=env,
         capture_output=True,
         text=True,
@@ -122,7 +134,6 @@ def record_old_run(tmp_path: Path, run_id: str = "old", topic: str = "hi") -> Pa
         check=False,
     )
     assert proc.returncode == 3, proc.stderr
-    return db
 
 
 @contextlib.contextmanager
@@ -473,3 +484,431 @@ def test_bad_versions_and_upcasters_are_refused_clearly() -> None:
 
     with pytest.raises(TypeError, match="should be an int >= 1"):
         class_version(Odd)
+
+
+# -- patches for changed step code -------------------------------------------------------------
+
+PATCHED = """
+import os
+from typing import Any
+
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step, upcaster
+
+
+class Question(Event):
+    __version__ = 2
+    text: str
+    lang: str
+
+
+@upcaster(Question, from_version=1)
+def _question_v1(fields: dict[str, Any]) -> dict[str, Any]:
+    fields["text"] = fields.pop("body")
+    fields["lang"] = "en"
+    return fields
+
+
+class Flow(Workflow):
+    @step
+    async def ask(self, ev: StartEvent) -> Question:
+        return Question(text=ev.topic, lang="en")
+
+    @step
+    async def answer(self, ctx: Context, ev: Question) -> StopEvent:
+        {body}
+"""
+POLITE = """if await ctx.patched("polite"):
+            if os.environ.get("DIE_AFTER_PATCH"):
+                os._exit(3)
+            return StopEvent(result=f"please, {ev.text}")
+        return StopEvent(result=ev.text)"""
+DEPRECATED = """ctx.deprecate_patch("polite")
+        return StopEvent(result=f"please, {ev.text}")"""
+
+RESUME = """
+import asyncio
+import sys
+
+from deployflow import Flow
+
+
+async def main() -> None:
+    await Flow(store=sys.argv[1]).resume(sys.argv[2])
+
+
+asyncio.run(main())
+"""
+
+
+def patch_answers(db: Path, run_id: str) -> list[Any]:
+    """The answers a run recorded for patch ``polite``, in order."""
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        rows = con.execute(
+            "SELECT payload FROM records WHERE run_id = ? AND kind = 'memoized' ORDER BY seq",
+            (run_id,),
+        )
+        payloads = [json.loads(p) for (p,) in rows]
+    return [p["result"] for p in payloads if p["key"] == "patched:polite"]
+
+
+def dying(root: Path, script: str, db: Path, *args: str) -> None:
+    """:func:`dies`, with the patched module dying once its patch answered True."""
+    dies(root, script, db, *args, DIE_AFTER_PATCH="1")
+
+
+def _patched(tmp_path: Path, body: str = POLITE) -> Path:
+    return _write(tmp_path / "patched", MODULE, PATCHED.format(body=body))
+
+
+async def test_patched_keeps_inputs_started_by_old_code_on_the_old_branch(tmp_path: Path) -> None:
+    # Died in `answer` after a commit of its own: its input's start is durable under v1.
+    db = record_old_run(tmp_path, "old", topic="paid")
+    record_old_run(tmp_path, "early", topic="early")  # died in `ask`: no Question yet
+    with loaded(_patched(tmp_path)) as mod:
+        wf = mod.Flow(store=str(db))
+        assert await wf.resume("old") == "paid"  # the old branch
+        # The Question of "early" is made by the new code and first started by it.
+        assert await wf.resume("early") == "please, early"
+        assert await wf.run(topic="new", run_id="new") == "please, new"
+        # Re-executing every recorded attempt takes the recorded branch again.
+        report = verify(wf, reexecute=True)
+        assert report.ok, report.problems
+    assert patch_answers(db, "old") == [False]
+    assert patch_answers(db, "early") == [True]
+    assert patch_answers(db, "new") == [True]
+
+
+async def test_a_recorded_answer_holds_in_a_later_session(tmp_path: Path) -> None:
+    root = _patched(tmp_path)
+    db = tmp_path / "runs.db"
+    dying(root, RECORD, db, "run", "hi")
+    assert patch_answers(db, "run") == [True]  # durable before the process died
+    with loaded(root) as mod:
+        # Its input started in the session that died, before this one: without the record
+        # it would take the old branch now.
+        assert await mod.Flow(store=str(db)).resume("run") == "please, hi"
+    assert patch_answers(db, "run") == [True]
+
+
+async def test_deprecate_patch_refuses_an_input_that_recorded_the_old_branch(
+    tmp_path: Path,
+) -> None:
+    db = record_old_run(tmp_path, "old", topic="paid")
+    root = _patched(tmp_path)
+    # A session of the patched code answers False for "old" and dies right after.
+    polite = POLITE.replace("return StopEvent(result=ev.text)", "os._exit(3)")
+    _write(root, MODULE, PATCHED.format(body=polite))
+    dying(root, RESUME, db, "old")
+    assert patch_answers(db, "old") == [False]
+    with loaded(_write(root, MODULE, PATCHED.format(body=DEPRECATED))) as mod:
+        wf = mod.Flow(store=str(db))
+        with pytest.raises(Exception, match="recorded its old branch") as err:
+            await wf.resume("old")
+        assert "keep `if await ctx.patched('polite'):`" in str(err.value)
+        # A run that never took the old branch goes on with the new code alone.
+        assert await wf.run(topic="new") == "please, new"
+
+
+async def test_patched_outside_a_step_or_with_a_bad_id_is_refused() -> None:
+    from workflow import Context, StartEvent, StopEvent, Workflow, WorkflowRuntimeError, step
+
+    class Flow(Workflow):
+        @step
+        async def only(self, ctx: Context, ev: StartEvent) -> StopEvent:
+            return StopEvent(result=await ctx.patched(ev.get("pid")))
+
+    assert await Flow().run(pid="x") is True
+    with pytest.raises(WorkflowRuntimeError, match="non-empty str"):
+        await Flow().run(pid="")
+    ctx = Context(Flow())
+    with pytest.raises(WorkflowRuntimeError, match="works inside a step"):
+        await ctx.patched("x")
+
+
+# -- a renamed step's collect buffers; forks of work under old names ---------------------------
+
+GATHER_V1 = """
+import os
+
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
+
+
+class Left(Event):
+    x: str
+
+
+class Right(Event):
+    y: str
+
+
+async def _paid() -> int:
+    return 1
+
+
+class Flow(Workflow):
+    @step
+    async def split(self, ctx: Context, ev: StartEvent) -> Left | Right | None:
+        ctx.send_event(Left(x=ev.topic))
+        ctx.send_event(Right(y=ev.topic.upper()))
+
+    @step(num_workers=1)
+    async def gather(self, ctx: Context, ev: Left | Right) -> StopEvent | None:
+        if isinstance(ev, Right):
+            await ctx.memo("paid", _paid)  # the put of Left is durable before this
+            os._exit(3)  # this version dies here, with Left in the buffer
+        got = ctx.collect_events(ev, [Left, Right]{bid})
+        return None if got is None else StopEvent(result="never")
+"""
+
+GATHER_V2 = """
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
+
+
+class Left(Event):
+    x: str
+
+
+class Right(Event):
+    y: str
+
+
+class Flow(Workflow):
+    {renamed}
+
+    @step
+    async def split(self, ctx: Context, ev: StartEvent) -> Left | Right | None:
+        ctx.send_event(Left(x=ev.topic))
+        ctx.send_event(Right(y=ev.topic.upper()))
+
+    @step(num_workers=1)
+    async def join(self, ctx: Context, ev: Left | Right) -> StopEvent | None:  # was "gather"
+        got = ctx.collect_events(ev, [Left, Right]{bid})
+        if got is None:
+            return None
+        left, right = got
+        return StopEvent(result=left.x + right.y)
+"""
+
+
+def record_gather(tmp_path: Path, bid: str) -> Path:
+    """A run of the v1 gather module that died with ``Left`` in step ``gather``'s buffer."""
+    db = tmp_path / "runs.db"
+    dies(_write(tmp_path / "g1", MODULE, GATHER_V1.format(bid=bid)), RECORD, db, "old", "ab")
+    return db
+
+
+@pytest.mark.parametrize(
+    "bid", [pytest.param("", id="default-id"), pytest.param(', buffer_id="lr"', id="given-id")]
+)
+async def test_a_renamed_steps_buffer_moves_with_it_on_resume_and_fork(
+    tmp_path: Path, bid: str
+) -> None:
+    db = record_gather(tmp_path, bid)
+    root = _write(tmp_path / "g2", MODULE, GATHER_V2.format(renamed=RENAMED_GATHER, bid=bid))
+    with loaded(root) as mod:
+        wf = mod.Flow(store=str(db), timeout=30)  # a buffer left behind: Right waits for Left
+        # Where Left sat in gather's buffer and Right was still queued for gather.
+        cp = next(c for c in wf.checkpoints("old", step="gather") if c.kind == "step_finished")
+        assert cp.step == "gather"
+        held = wf.state_at("old", cp.seq)
+        assert list(held.queues) == ["gather"]
+        assert [k.partition(":")[0] for k in held.collected] == ["gather"]
+        assert await wf.run_from(cp) == "abAB"
+        (fork,) = [r for r in wf.runs() if r.run_id != "old"]
+        # The web UI's fork for a worker records the same moves in its first commit.
+        done = await Actions(wf, execute=False).fork("old", cp.seq, {})
+        assert await wf.resume(done.run_id) == "abAB"
+        assert await wf.resume("old") == "abAB"
+        # Every later read of either run sees the moved buffer, empty now.
+        assert wf.state_at("old").collected == {} == wf.state_at(fork.run_id).collected
+    from eventstore import EventStore
+    from tests.test_page import page_fold, python_fold
+    from workflow.cli._inspect import Viewer
+    from workflow.cli._timeline import timeline_data
+
+    view = Viewer()
+    with EventStore(db, readonly=True) as store:
+        for run_id in ("old", fork.run_id):
+            got = page_fold(timeline_data(store, run_id, view), tmp_path)
+            assert got["states"] == python_fold(store, run_id, view), run_id
+
+
+RENAMED_GATHER = 'renamed = {"gather": "join"}'
+
+
+async def test_a_fork_under_old_step_names_without_renames_is_refused(tmp_path: Path) -> None:
+    db = record_gather(tmp_path, "")
+    with loaded(_write(tmp_path / "g2", MODULE, GATHER_V2.format(renamed="", bid=""))) as mod:
+        wf = mod.Flow(store=str(db))
+        cp = next(c for c in wf.checkpoints("old", step="gather") if c.kind == "step_finished")
+        with pytest.raises(WorkflowChangedError, match="'gather', which no longer exists"):
+            wf.run_from(cp)
+
+
+# -- typed state model versions ----------------------------------------------------------------
+
+NOTES_V1 = """
+import os
+
+from pydantic import BaseModel
+
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
+
+
+class Notes(BaseModel):
+    title: str = ""
+    items: list[str] = []
+
+
+class Next(Event):
+    n: int
+
+
+class Flow(Workflow):
+    @step
+    async def begin(self, ctx: Context[Notes], ev: StartEvent) -> Next:
+        await ctx.store.set("title", ev.topic)
+        await ctx.store.set("items", ["a"])
+        return Next(n=1)
+
+    @step
+    async def more(self, ctx: Context[Notes], ev: Next) -> Next | StopEvent:
+        if ev.n == 2:
+            os._exit(3)  # this version dies here, its state written in version 1
+        items = await ctx.store.get("items")
+        items.append("b")  # written as a patch, in version 1
+        await ctx.store.set("items", items)
+        return Next(n=2)
+"""
+
+NOTES_V2 = """
+from typing import Any
+
+from pydantic import BaseModel
+
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step, upcaster
+
+
+class Notes(BaseModel):
+    __version__ = 2
+    name: str = ""  # was "title"
+    items: list[str] = []
+    lang: str = ""  # new
+{upcaster}
+
+class Next(Event):
+    n: int
+
+
+class Flow(Workflow):
+    @step
+    async def begin(self, ctx: Context[Notes], ev: StartEvent) -> Next:
+        await ctx.store.set("name", ev.topic)
+        await ctx.store.set("items", ["a"])
+        return Next(n=1)
+
+    @step
+    async def more(self, ctx: Context[Notes], ev: Next) -> Next | StopEvent:
+        items = await ctx.store.get("items")
+        items.append("bc"[ev.n - 1])  # a patch, in version 2 after a resume
+        await ctx.store.set("items", items)
+        if ev.n == 1:
+            return Next(n=2)
+        state = await ctx.store.get_state()
+        return StopEvent(result=f"{{state.name}}:{{','.join(state.items)}}:{{state.lang}}")
+"""
+
+NOTES_UPCASTER = """
+
+@upcaster(Notes, from_version=1)
+def _notes_v1(fields: dict[str, Any]) -> dict[str, Any]:
+    fields["name"] = fields.pop("title")
+    fields["lang"] = "en"
+    return fields
+"""
+
+
+def record_notes(tmp_path: Path) -> Path:
+    """A run of the state model's version 1 that died after writing its state twice."""
+    db = tmp_path / "runs.db"
+    dies(_write(tmp_path / "n1", MODULE, NOTES_V1), RECORD, db, "old", "hi")
+    return db
+
+
+def records_of(db: Path, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        rows = con.execute(
+            "SELECT kind, payload FROM records WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+        return [(k, json.loads(p)) for k, p in rows]
+
+
+async def test_an_old_state_model_version_upcasts_on_read_resume_and_fork(tmp_path: Path) -> None:
+    db = record_notes(tmp_path)
+    before = stored_payloads(db)
+    started = records_of(db, "old")[0][1]
+    assert started["state"] == "deployflow:Notes"  # version 1: no suffix
+    root = _write(tmp_path / "n2", MODULE, NOTES_V2.format(upcaster=NOTES_UPCASTER))
+    with loaded(root) as mod:
+        wf = mod.Flow(store=str(db))
+        # Read before any newer code resumed it: upcast as it is decoded.
+        assert dict(wf.state_at("old").context) == {"name": "hi", "items": ["a", "b"], "lang": "en"}
+        shown = CliRunner().invoke(
+            cli, ["state", str(db), "old", "--workflow", f"{MODULE}:Flow", "--json"]
+        )
+        assert shown.exit_code == 0, shown.output
+        assert json.loads(shown.output)["context"]["name"] == "hi", shown.output
+        cp = next(c for c in wf.checkpoints("old", step="more") if c.kind == "step_finished")
+        assert await wf.resume("old") == "hi:a,b,c:en"
+        assert await wf.run_from(cp) == "hi:a,b,c:en"
+        done = await Actions(wf, execute=False).fork("old", cp.seq, {})  # the web UI's
+        assert await wf.resume(done.run_id) == "hi:a,b,c:en"
+        assert await wf.run(topic="new") == "new:a,b,c:"  # a new run is version 2 from its start
+    assert stored_payloads(db)[: len(before)] == before  # the log is never rewritten
+    # The resume's commit names version 2 and writes what changed, whole; the patch after it
+    # is version 2's, applied to version 2's value.
+    kinds = records_of(db, "old")
+    i = next(n for n, (k, _) in enumerate(kinds) if k == "run_resumed")
+    assert kinds[i][1]["state"] == "deployflow:Notes@2"
+    written = {p["key"]: p.get("value") for k, p in kinds[i + 1 : i + 4] if k == "state_set"}
+    assert written == {"name": "hi", "lang": "en"}
+    assert ("state_deleted", {"key": "title"}) in kinds[i + 1 : i + 4]
+    from eventstore import EventStore
+    from tests.test_page import page_fold, python_fold
+    from workflow._read import fold_run
+    from workflow.cli._inspect import Viewer
+    from workflow.cli._timeline import timeline_data
+
+    view = Viewer()
+    with EventStore(db, readonly=True) as store:
+        # Without the code, the log alone folds to version 2's keys.
+        assert sorted(fold_run(store, "old", cached=False).context) == ["items", "lang", "name"]
+        got = page_fold(timeline_data(store, "old", view), tmp_path)
+        assert got["states"] == python_fold(store, "old", view)
+
+
+async def test_without_a_state_upcaster_resume_refuses_and_names_it(tmp_path: Path) -> None:
+    db = record_notes(tmp_path)
+    before = stored_payloads(db)
+    with loaded(_write(tmp_path / "n2", MODULE, NOTES_V2.format(upcaster=""))) as mod:
+        wf = mod.Flow(store=str(db))
+        with pytest.raises(WorkflowChangedError) as err:
+            wf.resume("old")
+        text = str(err.value)
+        assert "state model deployflow:Notes" in text
+        assert "stored at version 1" in text
+        assert "@upcaster(Notes, from_version=1)" in text
+        assert "allow_stranded" not in text  # no work could be left undone: nothing runs
+        cp = wf.checkpoints("old")[-1]
+        with pytest.raises(WorkflowChangedError, match="no upcaster turns version 1"):
+            wf.run_from(cp)
+        context = wf.state_at("old").context
+        assert sorted(context) == ["items", "title"]  # the keys as stored
+        with pytest.raises(LogCorruptedError, match="no upcaster turns version 1") as state_err:
+            context["items"]
+        assert isinstance(state_err.value.__cause__, UpcastError)
+        problems = verify(wf).problems
+        assert any("@upcaster(Notes, from_version=1)" in p.message for p in problems), problems
+        found = {r.run_id: r for r in await wf.recover(compatible_only=True)}
+        assert found["old"].outcome == "incompatible"
+    assert stored_payloads(db) == before

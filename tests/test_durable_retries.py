@@ -1,6 +1,6 @@
 """Durable retries: a backoff survives the process, and ``ctx.retry_info()`` reads the log.
 
-The crash tests kill a real process (tests/retry_proc.py) with SIGKILL while its step sleeps
+The crash tests kill a real process (tests/support/retry_proc.py) with SIGKILL while its step sleeps
 in a backoff, then resume the run here, in another process, on the same SQLite file.
 """
 
@@ -51,7 +51,7 @@ from workflow.retry_policy import (
 )
 
 ROOT: Final = Path(__file__).resolve().parent.parent
-# Set in the process the crash tests kill (tests/retry_proc.py).
+# Set in the process the crash tests kill (tests/support/retry_proc.py).
 DYING: Final = threading.Event()
 
 
@@ -99,12 +99,12 @@ def killed(
     db: Path | str, flow: str, run_id: str, until: str, *, lease_ttl: float | None = None
 ) -> Iterator[None]:
     """A real process running ``flow``, killed with SIGKILL once its run is ``until``
-    (tests/retry_proc.py says how); ``lease_ttl`` for a PostgreSQL store's lease."""
+    (tests/support/retry_proc.py says how); ``lease_ttl`` for a PostgreSQL store's lease."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if lease_ttl is not None:
         env["RETRY_PROC_LEASE_TTL"] = str(lease_ttl)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.retry_proc", str(db), flow, run_id, until],
+        [sys.executable, "-m", "tests.support.retry_proc", str(db), flow, run_id, until],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

@@ -32,9 +32,9 @@ from eventstore import (
     load_key_file,
     sealed_key_id,
 )
-from tests.memo_flows import calls
+from tests.support.memo_flows import calls
+from tests.support.ui_server import get, serving
 from tests.test_cli import invoke, ok
-from tests.ui_server import get, serving
 from workflow import Context, Event, HumanResponseEvent, StartEvent, StopEvent, Workflow, step
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -281,7 +281,15 @@ def test_crash_and_resume_with_encryption(tmp_path: Path) -> None:
     add_key(keys)
     env = {**os.environ, "WORKFLOW_KEY_FILE": str(keys), "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.memo_proc", str(db), "crash", str(counters), "between"],
+        [
+            sys.executable,
+            "-m",
+            "tests.support.memo_proc",
+            str(db),
+            "crash",
+            str(counters),
+            "between",
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -294,7 +302,7 @@ def test_crash_and_resume_with_encryption(tmp_path: Path) -> None:
     assert len(memo) == 1
     assert sealed_key_id(memo[0][0]) == "k1"
     assert "llamas" not in memo[0][0]
-    from tests.memo_flows import FLOWS
+    from tests.support.memo_flows import FLOWS
 
     async def resume() -> Any:
         with EventStore(db, payload_codec=load_key_file(keys)) as store:

@@ -143,3 +143,75 @@ def test_fold_refuses_bad_records_naming_the_seq(record: StoredRecord, match: st
     """A malformed or unknown record stops the fold with an error naming its seq."""
     with pytest.raises(LogCorruptedError, match=match):
         fold(Folded("r"), [record])
+
+
+def _fold_log(*records: tuple[str, str | None, dict[str, Any]]) -> Folded:
+    """The fold of a log of (kind, step, payload), one record a commit, seqs from 1."""
+    import json
+
+    return fold(
+        Folded("r"), [_rec(i, k, json.dumps(p), s) for i, (k, s, p) in enumerate(records, 1)]
+    )
+
+
+def test_the_fold_keeps_each_inputs_first_start_and_the_sessions() -> None:
+    """An input's first start survives its later attempts and waits; a resume begins a
+    session; a finished input leaves no start behind; the cached form keeps them."""
+    ev = {"c": "m:E", "v": {}}
+    s = _fold_log(
+        ("run_started", None, {"workflow": "w", "fingerprint": "f", "start": None, "parent": None}),
+        ("enqueued", "a", {"id": 1, "event": ev, "src": "start"}),
+        ("enqueued", "b", {"id": 2, "event": ev, "src": "start"}),
+        ("dequeued", "a", {"id": 1, "worker": 0}),
+        ("step_started", "a", {"id": 1, "attempt": 1}),
+        ("run_resumed", None, {"epoch": 2, "previous": "interrupted", "state": "m:S@2"}),
+        ("step_started", "a", {"id": 1, "attempt": 2}),
+        ("dequeued", "b", {"id": 2, "worker": 0}),
+        ("step_started", "b", {"id": 2, "attempt": 1}),
+        ("step_finished", "b", {"id": 2, "attempt": 1, "emitted": [], "base": 0}),
+    )
+    assert (s.session, s.started, s.state) == (6, {"a": {1: 5}}, "m:S@2")
+    assert dump_folded(load_folded(dump_folded(s))) == dump_folded(s)
+
+
+def test_renames_move_work_memos_starts_and_buffers() -> None:
+    """A resume's renames move an old step's queue, memoized calls, first starts and
+    collect buffers to the new names."""
+    ev = {"c": "m:Left", "v": {}}
+    s = _fold_log(
+        ("run_started", None, {"workflow": "w", "fingerprint": "f", "start": None, "parent": None}),
+        ("enqueued", "old", {"id": 1, "event": ev, "src": "start"}),
+        ("dequeued", "old", {"id": 1, "worker": 0}),
+        ("step_started", "old", {"id": 1, "attempt": 1}),
+        ("collected", "old", {"buf": "k", "put": {"id": 1, "event": ev}, "take": None, "v": 2}),
+        (
+            "run_resumed",
+            None,
+            {
+                "epoch": 2,
+                "previous": "interrupted",
+                "renamed": {"old": "new"},
+                "buffers": {"old:k": "new:k2"},
+            },
+        ),
+    )
+    assert list(s.in_progress) == ["new"]
+    assert s.started == {"new": {1: 4}}
+    assert list(s.buffers) == ["new:k2"]
+    assert [e.id for e in s.buffers["new:k2"]["Left"]] == [1]
+
+
+def test_a_renamed_steps_default_buffer_id_is_found_again() -> None:
+    """The digest id of a renamed step's buffer is recomputed under the new name, for the
+    classes it was made of in their order; an id the code gave is kept."""
+    from workflow._buffers import default_buffer_id
+    from workflow._renames import Renames, moves_for
+
+    old_id = default_buffer_id("gather", ["B", "A"])
+    s = Folded("r")
+    s.buffers = {f"gather:{old_id}": {"A": []}, "gather:mine": {"A": []}, "other:x": {"A": []}}
+    moves = moves_for(s, Renames({"gather": "join"}, {"join": ["A", "B", "C"]}))
+    assert moves == {
+        f"gather:{old_id}": f"join:{default_buffer_id('join', ['B', 'A'])}",
+        "gather:mine": "join:mine",
+    }

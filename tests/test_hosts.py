@@ -11,7 +11,7 @@ run waiting on another (LISTEN/NOTIFY), with its latency printed.
 
 Needs root (``ip netns``, as CI runs) and the PostgreSQL server programs
 (``bash .ci/postgres-up`` installs them); nothing of the machine's own network or
-database service is touched (see ``tests/hosts.py``).
+database service is touched (see ``tests/support/hosts.py``).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.hosts import Cluster, Mark, Network, hosts, install_trail, read_trail
-from tests.hosts_flow import Ask, Chores, read_effects
+from tests.support.hosts import Cluster, Mark, Network, hosts, install_trail, read_trail
+from tests.support.hosts_flow import Ask, Chores, read_effects
 
 pytestmark = pytest.mark.postgres
 
@@ -90,7 +90,12 @@ class Site:
         }
         cli = Path(sys.executable).with_name("workflow")
         argv = [str(cli), "worker", "--store", self.cluster.host_url(host, self.schema)]
-        argv += ["--workflow", f"tests.hosts_flow:{flow}", "--concurrency", str(concurrency)]
+        argv += [
+            "--workflow",
+            f"tests.support.hosts_flow:{flow}",
+            "--concurrency",
+            str(concurrency),
+        ]
         argv += ["--poll", "0.1"]
         self.logs[host] = self.tmp / f"{host}.log"
         with self.logs[host].open("wb") as out:
@@ -423,7 +428,9 @@ def test_an_answer_sent_on_one_host_wakes_a_run_waiting_on_another(
         site.worker("h2", "Ask", concurrency=count)
         url = site.cluster.host_url("h3", site.schema)
         sender = subprocess.run(
-            site.net.argv("h3", [sys.executable, "-m", "tests.hosts_flow", "answer", url, *ids]),
+            site.net.argv(
+                "h3", [sys.executable, "-m", "tests.support.hosts_flow", "answer", url, *ids]
+            ),
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT), "DW_LEASE_TTL": str(TTL_S)},
             capture_output=True,

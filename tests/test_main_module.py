@@ -2,7 +2,7 @@
 
 A script run as ``python mainflow.py`` records its classes as ``__main__:X``; a test, a
 service or ``workflow ... --workflow mainflow:Flow`` imports them as ``mainflow:X``. Each
-test runs the script (tests/main_module_script.py, copied to a temp directory) in a real
+test runs the script (tests/support/main_module_script.py, copied to a temp directory) in a real
 subprocess that dies or fails mid-run, and continues the run from the other side.
 """
 
@@ -39,7 +39,7 @@ from workflow import (
 from workflow._fold import Folded, fold
 from workflow._snapshot import dump_folded, load_folded
 
-SCRIPT = Path(__file__).with_name("main_module_script.py")
+SCRIPT = Path(__file__).parent / "support" / "main_module_script.py"
 OLD_LOG = Path(__file__).with_name("main_module_old_log.json")
 MODULE = "mainflow"
 EXPECTED = {"total": 303, "marks": [1, 2], "note": "right 2"}

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from eventstore import EncodeError
-from tests.memo_flows import FLOWS, calls
+from tests.support.memo_flows import FLOWS, calls
 from workflow import (
     Context,
     Event,
@@ -46,7 +46,7 @@ def killed_run(tmp_path: Path, flow: str, kill: str = "between") -> tuple[Path, 
     db, counters = tmp_path / "runs.db", tmp_path / "counters"
     counters.mkdir()
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.memo_proc", str(db), flow, str(counters), kill],
+        [sys.executable, "-m", "tests.support.memo_proc", str(db), flow, str(counters), kill],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -511,7 +511,7 @@ def test_a_child_run_survives_its_parents_crash_and_is_not_duplicated(tmp_path: 
 
 
 def test_cancelling_the_parent_cancels_the_child(tmp_path: Path) -> None:
-    from tests.memo_flows import ParentFlow
+    from tests.support.memo_flows import ParentFlow
 
     async def go() -> None:
         counters = tmp_path / "c"
@@ -557,7 +557,7 @@ def test_workflow_runs_shows_the_child_under_its_parent(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_memoized_calls_and_child_runs_on_postgres(tmp_path: Path) -> None:
     from tests.conftest import postgres_store
-    from tests.memo_flows import ParentFlow
+    from tests.support.memo_flows import ParentFlow
 
     PAID.clear()
 

@@ -25,7 +25,7 @@ from eventstore import EventStore, StoreUnavailableError
 from eventstore._postgres import _split, _where
 from workflow import StartEvent, StopEvent, Workflow, step
 
-from .hosts import PG_USER, pg_bindir
+from .support.hosts import PG_USER, pg_bindir
 
 # A password with every character a URL reserves or libpq could misread.
 PASSWORD = "p+w@r/d%25 x:y?z&q='\\"

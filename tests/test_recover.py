@@ -1,6 +1,6 @@
 """recover(): what a service's startup does with the runs a dead process left behind.
 
-The runs are left by a real process (tests/recover_proc.py) killed with SIGKILL in the
+The runs are left by a real process (tests/support/recover_proc.py) killed with SIGKILL in the
 middle of a step, on a real SQLite file; ``workflow recover`` is tested here too.
 """
 
@@ -107,7 +107,7 @@ def left_behind(db: Path, *modes: str, kill: bool = True) -> Iterator[subprocess
     """A real process that leaves runs in the middle of a step; SIGKILLed (unless told not
     to), then the steps it held are let go for whoever resumes them."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.recover_proc", str(db), *modes],
+        [sys.executable, "-m", "tests.support.recover_proc", str(db), *modes],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

@@ -1,6 +1,6 @@
 """Reliability under faults: SIGKILL loops, several processes on one file, a full disk, readers.
 
-Every test drives real subprocesses (``tests/reliability_worker.py``) against a real file
+Every test drives real subprocesses (``tests/support/reliability_worker.py``) against a real file
 and then checks the store as a user would: the result of an uninterrupted run, context
 effects and emitted events exactly once, every acknowledged commit present, and SQLite's
 own integrity check.
@@ -28,7 +28,7 @@ import pytest
 
 import eventstore._sqlite as _sqlite
 from eventstore import Commit, EventStore, NewRun, Record, WriterFailedError
-from tests.reliability_worker import Bulky, Counter, Flaky, read_effects
+from tests.support.reliability_worker import Bulky, Counter, Flaky, read_effects
 from workflow import RunOwnedError, RunState, WorkflowCancelledError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,13 +40,13 @@ MAX_KILL_DELAY_S = 0.3  # a kill lands this long at most after the worker's STAR
 
 
 def spawn(*args: str | Path) -> subprocess.Popen[bytes]:
-    """Starts ``python -m tests.reliability_worker ARGS`` with pipes for its output.
+    """Starts ``python -m tests.support.reliability_worker ARGS`` with pipes for its output.
 
     The pipes are unbuffered: :func:`wait_line` must not read ahead of the line it wants,
     or :func:`finish` (``communicate``, which reads the raw pipe) would miss those lines.
     """
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.reliability_worker", *map(str, args)],
+        [sys.executable, "-m", "tests.support.reliability_worker", *map(str, args)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from eventstore import EventStore
-from tests.seed_halves import seed_source
+from tests.support.seed_halves import seed_source
 from workflow import Workflow
 
 ROOT = Path(__file__).parent.parent
@@ -144,12 +144,12 @@ def test_context_seed_dict_written_by_one_process_restored_by_another(
     """The dict one process wrote restores in another on its own in-memory store: its
     state is imported as a new run, where only ``finish`` runs."""
     file = tmp_path / "ctx.json"
-    out = _python(["-m", "tests.seed_halves", "write", str(file), variant])
+    out = _python(["-m", "tests.support.seed_halves", "write", str(file), variant])
     assert out == FIRST_HALF_OUT
     data = json.loads(file.read_text("utf-8"))
     assert data["status"] == "failed"
     assert [s for s, progs in data["run"]["in_progress"].items() if progs] == ["finish"]
-    out = _python(["-m", "tests.seed_halves", "read", str(file), variant])
+    out = _python(["-m", "tests.support.seed_halves", "read", str(file), variant])
     assert out == SECOND_HALF_OUT
 
 
@@ -157,8 +157,8 @@ def test_context_seed_across_processes_on_a_shared_store(tmp_path: Path) -> None
     """With a shared store file the second process binds to the failed run itself and
     resumes it: ``finish`` runs again, with the update recorded first."""
     file, db = tmp_path / "ctx.json", tmp_path / "shared.db"
-    assert _python(["-m", "tests.seed_halves", "write", str(file)], db) == FIRST_HALF_OUT
-    assert _python(["-m", "tests.seed_halves", "read", str(file)], db) == SECOND_HALF_OUT
+    assert _python(["-m", "tests.support.seed_halves", "write", str(file)], db) == FIRST_HALF_OUT
+    assert _python(["-m", "tests.support.seed_halves", "read", str(file)], db) == SECOND_HALF_OUT
     run_id = json.loads(file.read_text("utf-8"))["run_id"]
     with EventStore(db, readonly=True) as es:
         (run,) = es.runs()
@@ -229,4 +229,4 @@ def test_a_context_dict_written_by_an_earlier_version_restores() -> None:
     fixture = ROOT / "tests" / "fixtures" / "seed_context_dict_v1.json"
     data = json.loads(fixture.read_text("utf-8"))
     assert (data["format"], data["version"]) == ("durable-workflows.context", 1)
-    assert _python(["-m", "tests.seed_halves", "read", str(fixture)]) == SECOND_HALF_OUT
+    assert _python(["-m", "tests.support.seed_halves", "read", str(fixture)]) == SECOND_HALF_OUT

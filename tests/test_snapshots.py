@@ -26,9 +26,9 @@ import pytest
 from hypothesis import given, settings
 
 from eventstore import Commit, EventStore, NewRun, Record, Snapshot
-from tests import workflow_gen as gen
 from tests.conftest import postgres_store
-from tests.workflow_gen import Plan
+from tests.support import workflow_gen as gen
+from tests.support.workflow_gen import Plan
 from workflow import (
     Context,
     Event,

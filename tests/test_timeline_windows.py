@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from eventstore import EventStore
+from tests.support.ui_server import get, serving
 from tests.test_timeline import Ticker, settle
-from tests.ui_server import get, serving
 from workflow.cli._timeline import timeline_data
 
 

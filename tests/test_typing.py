@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import llama_spelling
+from tests.support import llama_spelling
 from workflow import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ def _user_files(tmp_path: Path) -> list[str]:
     names = ["quickstart.py"] + [f"readme_block{i}.py" for i in range(1, len(blocks))]
     for name, code in zip(names, blocks, strict=True):
         (tmp_path / name).write_text(code, encoding="utf-8")
-    shutil.copy(ROOT / "tests" / "llama_spelling.py", tmp_path / "llama_spelling.py")
+    shutil.copy(ROOT / "tests" / "support" / "llama_spelling.py", tmp_path / "llama_spelling.py")
     return [*names, "llama_spelling.py"]
 
 

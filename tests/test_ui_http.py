@@ -18,8 +18,16 @@ import pytest
 
 from tests.conftest import POSTGRES_URL
 from tests.flows import Asker, ReportFlow
+from tests.support.ui_server import (
+    get,
+    post,
+    server,
+    serving,
+    status_of,
+    wait_for,
+    waiting_asker,
+)
 from tests.test_cli import invoke, run_to_end
-from tests.ui_server import get, post, server, serving, status_of, wait_for, waiting_asker
 from workflow import HumanResponseEvent, Worker
 
 

@@ -42,7 +42,7 @@ def start_workers(store: str, n: int, *extra: str) -> list[subprocess.Popen[str]
     procs = []
     for _ in range(n):
         p = subprocess.Popen(
-            [sys.executable, "-m", "tests.worker_proc", store, *extra],
+            [sys.executable, "-m", "tests.support.worker_proc", store, *extra],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             text=True,

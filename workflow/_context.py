@@ -25,6 +25,7 @@ from ._collect_call import CollectHost, collect
 from ._context_store import ContextStore, StoreHost
 from ._errors import ContextStateError, WorkflowRuntimeError, WorkflowTimeoutError
 from ._events import Event
+from ._patches import ctx_deprecate_patch, ctx_patched
 from .retry_policy import RetryInfo
 
 if TYPE_CHECKING:
@@ -63,8 +64,7 @@ current_context: contextvars.ContextVar[Context[Any] | None] = contextvars.Conte
 
 
 class RunHost(StoreHost, CollectHost, Protocol):
-    """What a bound context uses of the executor running its run (``_runner.Executor``,
-    or ``verify``'s stand-in for one): the run's parts a step reaches through ``ctx``."""
+    """What a bound context uses of the executor running its run (or verify's stand-in)."""
 
     run_id: str
     ctx: Context[Any]
@@ -104,8 +104,7 @@ class IdleHost(Protocol):
 
 
 class ContextServices(Protocol):
-    """What a context asks of the modules above it, which its workflow hands it: its idle
-    state, ``from_dict``/``to_dict``, liveness, idle sends, child runs (``_context_services``)."""
+    """What a context asks of the modules above it, via its workflow (_context_services)."""
 
     def idle(self, ctx: Context[Any]) -> IdleHost: ...
 
@@ -123,8 +122,7 @@ class ContextServices(Protocol):
 
 
 class ContextOwner(Protocol):
-    """What a context and its lifecycle use of the workflow it runs with (``Workflow``):
-    its ``__context_services__`` (the mark of a workflow), codec, store and owners."""
+    """What a context and its lifecycle use of its workflow (``Workflow``)."""
 
     @property
     def __context_services__(self) -> ContextServices: ...
@@ -441,6 +439,8 @@ class Context(Generic[S]):
             reuse_on_retry=reuse_on_retry,
             retry_policy=retry_policy,
         )
+
+    patched, deprecate_patch = ctx_patched, ctx_deprecate_patch  # see workflow._patches
 
     async def run_workflow(self, flow: Any, /, **start_kwargs: Any) -> Any:
         """Runs ``flow`` (a Workflow class or instance) as a child run and returns its result.

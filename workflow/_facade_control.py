@@ -20,6 +20,7 @@ from ._live_runs import live_executor, register
 from ._read import refuse_cut
 from ._renames import moves_for
 from ._state import TERMINAL, Checkpoint
+from ._state_versions import resume_upcast
 
 if TYPE_CHECKING:
     from eventstore import EventStore
@@ -84,6 +85,7 @@ def resume_run(
     renamed = moves_for(folded, wf._renames)
     rename_steps(folded, renamed)  # recorded by the resume's run_resumed record
     wf._check_stranded(run_id, folded, allow_stranded)
+    upcast = resume_upcast(run_id, folded, wf._codec, wf._state_type)
     wf._owners.acquire(run_id, info.rid)
     try:
         executor = wf._executor(run_id, folded, info.rid, 0)
@@ -93,7 +95,7 @@ def resume_run(
     register(wf._store, run_id, executor)
     recorded = wf._recorded_stream(folded)
     handler = WorkflowHandler(wf, run_id, executor.done, executor, recorded)
-    executor.resume(copy.deepcopy(folded), updates, renamed=renamed, deletes=deletes)
+    executor.resume(copy.deepcopy(folded), updates, renamed=renamed, deletes=deletes, upcast=upcast)
     return handler
 
 
@@ -114,7 +116,10 @@ def fork_run(
     else:
         parent_id, seq = checkpoint
     folded = wf._fold(parent_id, seq)
+    renamed = moves_for(folded, wf._renames)
+    rename_steps(folded, renamed)  # recorded by the fork's run_started record
     wf._check_stranded(parent_id, folded, False)
+    upcast = resume_upcast(parent_id, folded, wf._codec, wf._state_type)
     run_id = uuid.uuid4().hex
     at = folded.seq
     folded.run_id = run_id
@@ -122,7 +127,7 @@ def fork_run(
     folded.records = 0
     executor = wf._executor(run_id, folded)
     handler = WorkflowHandler(wf, run_id, executor.done, executor)
-    executor.fork(folded, (parent_id, at), updates, deletes)
+    executor.fork(folded, (parent_id, at), updates, deletes, renamed=renamed, upcast=upcast)
     return handler
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._graph import Graph
     from ._handler import WorkflowHandler
     from ._read import RunSummary
+    from ._renames import Renames
     from ._run_config import RunConfig
     from ._runner import Executor
     from ._state import Checkpoint
@@ -39,7 +40,7 @@ class Facade(ContextOwner, HandlerOwner, Protocol):
     """A workflow as the modules below its facade see it."""
 
     _graph: Graph
-    _renames: dict[str, str]
+    _renames: Renames
     _timeout: float | None
     _resource_manager: ResourceManager
     _script_runs: dict[str, bool]

@@ -1,8 +1,9 @@
 """The fold: records -> the state of a run. Pure: no I/O, no clock, no randomness.
 
-``fold(state, records)`` applies records in order to a :class:`Folded` state, which keeps
-events and context values in their JSON form and decodes nothing; :func:`to_run_state`
-turns it into a typed :class:`RunState` at the end, which decodes only what is read.
+``fold(state, records)`` applies records in order to a :class:`Folded` state (``_folded``),
+which keeps events and context values in their JSON form and decodes nothing;
+:func:`to_run_state` turns it into a typed :class:`RunState` at the end, which decodes only
+what is read.
 
 One function a record kind, each reading its kind's payload type (``_journal``) in every
 shape the log has written; ``_snapshot`` caches a folded state in the store.
@@ -10,8 +11,7 @@ shape the log has written; ``_snapshot`` caches a folded state in the store.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import orjson
@@ -22,8 +22,20 @@ from eventstore._encryption import encrypted_error
 from . import _journal as J
 from ._buffers import class_qualname, collect_key, taken
 from ._events import StopEvent
+from ._folded import (
+    Ev,
+    Failure,
+    Folded,
+    MemoRec,
+    Prog,
+    WaitRec,
+    drop_input,
+    payload_of,
+    rename_steps,
+)
 from ._keylog import KeyLog
 from ._state import TERMINAL, InProgress, LazyDict, LazyList, RunState, Waiter
+from ._state_versions import upcast_values
 
 __all__ = [
     "APPLY",
@@ -38,6 +50,7 @@ __all__ = [
     "fold",
     "is_terminal",
     "payload_of",
+    "rename_steps",
     "result_of",
     "to_run_state",
 ]
@@ -47,151 +60,9 @@ __all__ = [
 # it and is trusted only by this one: raise it whenever a change here would fold some log
 # differently, so that the snapshots written before are ignored.
 # 2: steps in progress keep their latest failure (durable retries) and events their
-# lineage's @catch_error recovery counts.
-FOLD_VERSION: Final = 2
-
-
-@dataclass(slots=True)
-class Ev:
-    """An event as the log holds it: its id and codec dump."""
-
-    id: int
-    dump: Any
-    seq: int = 0  # the record it came from: errors about it name this
-
-    @property
-    def type(self) -> str:
-        d = self.dump
-        # The class name without the version a tag may carry ("mod:Cls@2").
-        return str(d.get("c", "")).partition("@")[0] if isinstance(d, dict) else ""
-
-
-@dataclass(slots=True)
-class Failure:
-    """The latest failure of an event in progress, as its ``step_failed`` record says.
-
-    ``retry_at`` is when the next attempt is due (None: at once, or not retried),
-    ``elapsed`` the seconds since the first attempt began (None: a record written before
-    it was recorded), ``failed_at`` when it failed (seconds since the epoch).
-    """
-
-    retry_at: float | None
-    elapsed: float | None
-    failed_at: float
-    error: str  # the exception class's qualified name
-    module: str
-    message: str
-
-
-@dataclass(slots=True)
-class Prog:
-    ev: Ev
-    attempt: int = 0
-    failures: int = 0
-    conflicts: int = 0
-    failure: Failure | None = None
-
-    @property
-    def crashes(self) -> int:
-        """Attempts started that ended in neither a failure nor a conflict: the process died."""
-        return self.attempt - self.failures - self.conflicts
-
-
-@dataclass(slots=True)
-class WaitRec:
-    waiter_id: str
-    step: str
-    ev: Ev
-    awaited: str
-    requirements: Any
-    deadline: float | None
-    waiter_event: Any
-
-
-@dataclass(slots=True)
-class MemoRec:
-    """A memoized call's recorded outcome, for the attempts at its input that follow.
-
-    ``retried``: a retry policy re-ran the step since it was recorded, so only a call with
-    ``reuse_on_retry=True`` reuses it.
-    """
-
-    digest: str
-    result: Any  # the result's codec dump (None with an error)
-    error: dict[str, str] | None
-    attempt: int
-    seq: int
-    retried: bool = False
-
-
-@dataclass(slots=True)
-class Folded:
-    """A run's state in JSON form, as the fold builds it."""
-
-    run_id: str
-    seq: int = 0
-    first_seq: int | None = None
-    status: str = "running"
-    workflow: str = ""
-    fingerprint: str = ""
-    parent: tuple[str, int] | None = None
-    result: Any = None  # the StopEvent's dump
-    error: dict[str, Any] | None = None
-    queues: dict[str, dict[int, Ev]] = field(default_factory=dict)
-    in_progress: dict[str, dict[int, Prog]] = field(default_factory=dict)
-    context: dict[str, KeyLog] = field(default_factory=dict)
-    buffers: dict[str, dict[str, list[Ev]]] = field(default_factory=dict)
-    waiters: dict[str, WaitRec] = field(default_factory=dict)
-    answers: dict[str, Ev | None] = field(default_factory=dict)
-    unclaimed: dict[int, Ev] = field(default_factory=dict)
-    stream: list[Ev] = field(default_factory=list)
-    # Event id -> how often each @catch_error handler took over along its lineage.
-    recoveries: dict[int, dict[str, int]] = field(default_factory=dict)
-    # Memoized calls of inputs not yet done: step -> event id -> key -> outcome.
-    memos: dict[str, dict[int, dict[str, MemoRec]]] = field(default_factory=dict)
-    next_id: int = 1
-    exec_us: int = 0
-    _prev_ts: int | None = None
-    _paused: bool = False
-    records: int = 0  # how many of the run's own records were folded in (a fork's: its own)
-
-    def events(self, *, stream: bool = True) -> Iterator[Ev]:
-        """Every event the state holds: queued, in progress, waiting, buffered, unclaimed,
-        answers and (unless ``stream`` is False) the stream, whose ids are those of the
-        streaming attempts' input events, not their own."""
-        for q in self.queues.values():
-            yield from q.values()
-        for ps in self.in_progress.values():
-            for p in ps.values():
-                yield p.ev
-        for w in self.waiters.values():
-            yield w.ev
-        for d in self.buffers.values():
-            for es in d.values():
-                yield from es
-        yield from self.unclaimed.values()
-        for a in self.answers.values():
-            if a is not None:
-                yield a
-        if stream:
-            yield from self.stream
-
-    def only_waiters(self) -> bool:
-        """Nothing queued or running, and someone waits: the run's clock is stopped."""
-        return (
-            bool(self.waiters)
-            and not any(self.queues.values())
-            and not any(self.in_progress.values())
-        )
-
-
-def payload_of(r: StoredRecord) -> Any:
-    """A record's payload parsed, or :class:`LogCorruptedError` naming its seq."""
-    try:
-        return orjson.loads(r.payload)
-    except orjson.JSONDecodeError as exc:
-        msg = f"record seq {r.seq} ({r.kind}) of run {r.run_id!r} has a malformed payload: {exc}"
-        raise LogCorruptedError(msg, seq=r.seq) from exc
+# lineage's @catch_error recovery counts. 3: the session's start and each input's first
+# start (``ctx.patched``), and the typed state model's version.
+FOLD_VERSION: Final = 3
 
 
 def _run_started(s: Folded, r: StoredRecord, p: J.RunStarted) -> None:
@@ -201,12 +72,15 @@ def _run_started(s: Folded, r: StoredRecord, p: J.RunStarted) -> None:
     s.error = None
     s.workflow = p.get("workflow", "")
     s.fingerprint = p.get("fingerprint", "")
+    s.session = r.seq
+    s.state = p.get("state", s.state)  # a fork keeps its parent's unless it names one
     parent = p.get("parent")
     if parent:
         s.parent = (parent["run_id"], parent["seq"])
     start = p.get("start")
     if start:
         s.next_id = max(s.next_id, start["id"] + 1)
+    _moves(s, p)
 
 
 def _enqueued(s: Folded, r: StoredRecord, p: J.Enqueued) -> None:
@@ -259,6 +133,7 @@ def _prog(
 def _step_started(s: Folded, r: StoredRecord, p: J.StepStarted) -> None:
     prog = _prog(s, r, p)
     prog.attempt = p["attempt"]
+    s.started.setdefault(_step_of(r), {}).setdefault(p["id"], r.seq)
     if prog.failure is not None:
         prog.failure.retry_at = None  # the retry began: a resume does not wait for it again
 
@@ -269,14 +144,7 @@ def _step_finished(s: Folded, r: StoredRecord, p: J.StepFinished) -> None:
     del s.in_progress[step][p["id"]]
     for wid in p.get("answers", ()):
         s.answers.pop(wid, None)
-    _drop_memos(s, step, p["id"])
-
-
-def _drop_memos(s: Folded, step: str, event_id: int) -> None:
-    """An input is done: its memoized calls are never asked for again."""
-    by_event = s.memos.get(step)
-    if by_event is not None and by_event.pop(event_id, None) is not None and not by_event:
-        del s.memos[step]
+    drop_input(s, step, p["id"])
 
 
 def _step_failed(s: Folded, r: StoredRecord, p: J.StepFailed) -> None:
@@ -375,6 +243,7 @@ def _run_finished(s: Folded, r: StoredRecord, p: J.RunFinished) -> None:
     s.result = p["result"]
     s.in_progress.clear()
     s.memos.clear()
+    s.started.clear()
 
 
 def _run_failed(s: Folded, r: StoredRecord, p: J.RunFailed) -> None:
@@ -391,28 +260,20 @@ def _status(status: str) -> Callable[[Folded, StoredRecord, Any], None]:
     return apply
 
 
-def rename_steps(s: Folded, renamed: Mapping[str, str]) -> None:
-    """Moves pending work (queued, in progress, waiting) from steps' old names to new ones."""
-    for old, new in renamed.items():
-        if old == new:
-            continue
-        for part in (s.queues, s.in_progress):
-            moved: Any = part.pop(old, None)
-            if moved:
-                part.setdefault(new, {}).update(moved)
-        for w in s.waiters.values():
-            if w.step == old:
-                w.step = new
-
-
 def _run_resumed(s: Folded, r: StoredRecord, p: J.RunResumed) -> None:
     s.status = "running"
+    s.session = r.seq
+    s.state = p.get("state", s.state)
     s.error = None
     if p.get("previous") == "timed_out":
         s.exec_us = 0  # resuming a timed-out run starts a fresh timeout budget
-    renamed = p.get("renamed")
-    if renamed:
-        rename_steps(s, renamed)
+    _moves(s, p)
+
+
+def _moves(s: Folded, p: J.RunResumed | J.RunStarted) -> None:
+    renamed, buffers = p.get("renamed"), p.get("buffers")
+    if renamed or buffers:
+        rename_steps(s, {**(renamed or {}), **(buffers or {})})
 
 
 # What each record kind does to the state: one entry per kind of ``_journal.PAYLOADS``.
@@ -566,7 +427,7 @@ def to_run_state(s: Folded, codec: Codec, status: str | None = None) -> RunState
                 for p in v
             ],
         ),
-        context=LazyDict(s.context, lambda k, v: _value(s, codec, k, v)),
+        context=_context(s, codec),
         collected=LazyDict(
             {b: {t: list(es) for t, es in d.items()} for b, d in s.buffers.items()},
             lambda _, d: {t: [ev(e) for e in es] for t, es in d.items()},
@@ -591,6 +452,28 @@ def _decoder(s: Folded, codec: Codec) -> Callable[[Ev], Any]:
             raise LogCorruptedError(msg, seq=e.seq) from exc
 
     return load
+
+
+def _context(s: Folded, codec: Codec) -> LazyDict[str, Any]:
+    """The context as read: decoded when read, or upcast first when it is in an older
+    version of the typed state model than this program's (``_state_versions``)."""
+    try:
+        values = upcast_values(s, codec)
+    except CodecError as exc:
+        msg = (
+            f"run {s.run_id!r} at seq {s.seq}: its context (state model {s.state}) cannot be"
+            f" decoded: {exc}"
+        )
+        error = LogCorruptedError(msg, seq=s.seq)
+        error.__cause__ = exc
+
+        def refuse(key: str, entry: KeyLog) -> Any:
+            raise error
+
+        return LazyDict(s.context, refuse)  # its keys list; its values say why they cannot
+    if values is None:
+        return LazyDict(s.context, lambda k, v: _value(s, codec, k, v))
+    return LazyDict(values, lambda k, v: v)
 
 
 def _value(s: Folded, codec: Codec, key: str, entry: KeyLog) -> Any:

@@ -37,6 +37,7 @@ from ._live_runs import live_executor
 from ._names import same_name
 from ._read import fold_run
 from ._state import TERMINAL
+from ._state_versions import upcast_state
 
 if TYPE_CHECKING:
     from eventstore import Codec
@@ -141,7 +142,10 @@ def point_of(ctx: Context[Any]) -> Folded:
         return host.folded  # the state this process ran it to (read, never changed here)
     if ctx._run is None:
         return Folded("")
-    return fold_run(ctx._wf._store, ctx._run, idle.seq)
+    f = fold_run(ctx._wf._store, ctx._run, idle.seq)
+    # A run of an older state model version: its values as this code's version has them.
+    upcast_state(f, ctx._wf._codec, ctx._wf._state_type)
+    return f
 
 
 def base_values(ctx: Context[Any]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from ._errors import MemoizedError, WorkflowRuntimeError
 from .retry_policy import RetryPolicy, _ask, _derive
 
 if TYPE_CHECKING:
-    from ._fold import MemoRec
+    from ._fold import Folded, MemoRec
 
 __all__ = ["MemoHost", "call_memoized", "memoized"]
 
@@ -54,6 +54,10 @@ class MemoHost(Protocol):
 
     def memos_of(self, step: str, event_id: int) -> Mapping[str, MemoRec]:
         """The recorded memoized calls of ``step``'s input ``event_id``, by key."""
+        ...
+
+    def folded_state(self) -> Folded:
+        """The run's folded state (``ctx.patched`` reads its starts; never when replaying)."""
         ...
 
     async def append(self, records: list[Any], **kw: Any) -> int: ...

@@ -7,19 +7,45 @@ the log records it) to the class that replaces it. A resume moves the run's pend
 an old step name to the new one and records the move in its ``run_resumed`` record
 (``renamed``), so every later fold, in any process and on the command line, sees the work
 under the new name; the log's earlier records keep the names they were written with.
+
+A renamed step's collect buffers (``collect_events``) move with it: a buffer's key is
+``step:id`` and a default id is a digest of the step's name and the expected classes'
+qualified names (``_buffers``), so the move recomputes it under the new name for the
+classes whose digest under the old name it is (the classes the step accepts, and those in
+the buffer, in every order); an id given as ``buffer_id=`` is kept as it is. The moves go
+in the same mapping as the steps' (a buffer key has a colon, a step name none) and are
+recorded with them. A fork (``run_from``) at a seq whose work is under old names records
+the same moves in its ``run_started``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from eventstore import Codec
 
+from ._buffers import buffer_key, class_qualname, default_buffer_id
 from ._errors import WorkflowValidationError
 from ._fold import Folded
 
-__all__ = ["class_aliases", "moves_for", "step_renames"]
+__all__ = ["Renames", "class_aliases", "moves_for", "step_renames"]
+
+# How many classes a buffer's expected list is searched over (every order of every subset):
+# 8 classes are about 110,000 digests, a tenth of a second, paid once per resume.
+_MAX_CLASSES: Final = 8
+
+
+class Renames(dict[str, str]):
+    """Step renames, old name -> new, with the qualified names of the classes each new step
+    accepts (``accepts``), from which a renamed step's buffer keys are found again."""
+
+    def __init__(
+        self, renames: Mapping[str, str], accepts: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
+        super().__init__(renames)
+        self.accepts: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in (accepts or {}).items()}
 
 
 def _declared(cls: type) -> Mapping[str, Any]:
@@ -30,7 +56,7 @@ def _declared(cls: type) -> Mapping[str, Any]:
     return renamed
 
 
-def step_renames(cls: type, steps: Mapping[str, object]) -> dict[str, str]:
+def step_renames(cls: type, steps: Mapping[str, object]) -> Renames:
     """The step renames ``cls.renamed`` declares, each old name resolved to a step of now.
 
     Chains (``a`` -> ``b`` -> ``c``, over several deploys) resolve to their last name.
@@ -61,7 +87,11 @@ def step_renames(cls: type, steps: Mapping[str, object]) -> dict[str, str]:
             )
             raise WorkflowValidationError(msg)
         out[old] = new
-    return out
+    accepts = {
+        new: [c.__qualname__ for c in getattr(steps[new], "accepted", ())]
+        for new in set(out.values())
+    }
+    return Renames(out, accepts)
 
 
 def class_aliases(cls: type, codec: Codec) -> None:
@@ -81,10 +111,30 @@ def class_aliases(cls: type, codec: Codec) -> None:
 
 
 def moves_for(folded: Folded, renames: Mapping[str, str]) -> dict[str, str]:
-    """The renames that concern ``folded``: old step names it still holds work under."""
+    """The renames that concern ``folded``: old step names it still holds work under, and
+    the keys of their collect buffers (old key -> new key)."""
     if not renames:
         return {}
     held = {s for s, q in folded.queues.items() if q}
     held |= {s for s, ps in folded.in_progress.items() if ps}
     held |= {w.step for w in folded.waiters.values()}
-    return {old: new for old, new in renames.items() if old in held}
+    out = {old: new for old, new in renames.items() if old in held}
+    accepts = getattr(renames, "accepts", {})
+    for key, buf in folded.buffers.items():
+        old, _, bid = key.partition(":")
+        new = renames.get(old)
+        if new is not None and new != old:
+            names = [*accepts.get(new, ()), *(class_qualname(t) for t in buf)]
+            out[key] = buffer_key(new, _buffer_id(old, new, bid, names))
+    return out
+
+
+def _buffer_id(old: str, new: str, bid: str, names: Sequence[str]) -> str:
+    """The id under step ``new`` of step ``old``'s buffer ``bid``: a default id (a digest of
+    ``old`` and some order of some of ``names``) made again for ``new``, else ``bid``."""
+    names = list(dict.fromkeys(names))[:_MAX_CLASSES]
+    for n in range(1, len(names) + 1):
+        for order in itertools.permutations(names, n):
+            if default_buffer_id(old, order) == bid:
+                return default_buffer_id(new, order)
+    return bid  # not a digest of these classes: a buffer_id= the code gave

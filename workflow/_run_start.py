@@ -20,6 +20,7 @@ from ._events import StartEvent, StopEvent
 from ._fold import Folded, rename_steps, to_run_state
 from ._read import fold_run
 from ._renames import moves_for
+from ._state_versions import resume_upcast, state_tag
 from ._waits import Delivery
 
 if TYPE_CHECKING:
@@ -157,8 +158,11 @@ async def fork_run(
     parent: tuple[str, int],
     updates: dict[str, Any] | None,
     deletes: list[str] | None,
+    renamed: dict[str, str] | None = None,
+    upcast: list[Record] | None = None,
 ) -> None:
-    """A fork: its first commit names its parent; it goes on from the parent's state."""
+    """A fork: its first commit names its parent; it goes on from the parent's state (with
+    the moves of renamed steps and the upcast context ``folded`` had applied, recorded)."""
     config = executor.config
     # Read before the fork's first commit is folded into the same state.
     ended = folded.result if folded.status == "finished" else None
@@ -172,7 +176,10 @@ async def fork_run(
                 parent,
                 executor.codec,
                 executor.graph.describe(),
-            )
+                renamed=renamed,
+                state=state_tag(config.state_type),
+            ),
+            *(upcast or ()),
         ],
         create=NewRun(
             meta={"workflow": config.name},
@@ -201,8 +208,10 @@ async def resume_run(
     updates: dict[str, Any] | None,
     renamed: dict[str, str] | None,
     deletes: list[str] | None,
+    upcast: list[Record] | None = None,
 ) -> None:
-    """A resume: the claim fences any previous owner, then ``run_resumed`` is recorded."""
+    """A resume: the claim fences any previous owner, then ``run_resumed`` is recorded
+    (with the upcast context of a newer state model version, ``_state_versions``)."""
     executor.log.epoch = await executor.store.claim(executor.run_id)
     executor.ready.set()
     # The log as read before the claim may have grown since: a previous owner that
@@ -211,14 +220,15 @@ async def resume_run(
         folded = fold_run(executor.store, executor.run_id, None)
         renamed = moves_for(folded, executor.config.renames)
         rename_steps(folded, renamed)
+        upcast = resume_upcast(executor.run_id, folded, executor.codec, executor.config.state_type)
         executor.reload(folded)
         folded = copy.deepcopy(folded)
         if folded.status == "finished":
             executor.close(result=to_run_state(folded, executor.codec).result)
             return
-    await executor.append(
-        [journal.run_resumed(executor.log.epoch, folded.status, renamed)], status="running"
-    )
+    tag = state_tag(executor.config.state_type)
+    resumed = journal.run_resumed(executor.log.epoch, folded.status, renamed, state=tag)
+    await executor.append([resumed, *(upcast or ())], status="running")
     if folded.status == "timed_out":
         executor.reset_budget()  # a fresh timeout budget (the fold resets it too)
     await go_on(executor, folded, updates, resumed=True, deletes=deletes)

@@ -226,6 +226,10 @@ class Executor:
         """The memoized calls recorded for ``step``'s input ``event_id`` (the live fold's)."""
         return self.folded.memos.get(step, {}).get(event_id, {})
 
+    def folded_state(self) -> Folded:
+        """The folded state of the run's durable commits (``_patches`` reads its starts)."""
+        return self.folded
+
     def new_event_id(self) -> int:
         self.next_id += 1
         return self.next_id - 1
@@ -279,9 +283,14 @@ class Executor:
         parent: tuple[str, int],
         updates: dict[str, Any] | None,
         deletes: list[str] | None = None,
+        *,
+        renamed: dict[str, str] | None = None,
+        upcast: list[Record] | None = None,
     ) -> None:
-        """Starts a fork of ``parent`` (run id, seq) whose state there is ``folded``."""
-        self._spawn(fork_run(self, folded, parent, updates, deletes))
+        """Starts a fork of ``parent`` (run id, seq) whose state there is ``folded``, with
+        the moves of renamed steps (``_renames``) and the upcast context
+        (``_state_versions``) that ``folded`` had applied, recorded in its first commit."""
+        self._spawn(fork_run(self, folded, parent, updates, deletes, renamed, upcast))
 
     def resume(
         self,
@@ -290,10 +299,11 @@ class Executor:
         *,
         renamed: dict[str, str] | None = None,
         deletes: list[str] | None = None,
+        upcast: list[Record] | None = None,
     ) -> None:
         """Continues the run from ``folded``, the fold of its log (its owner lock is held):
         claims it (fencing any previous owner), records the resume, and goes on."""
-        self._spawn(resume_run(self, folded, updates, renamed, deletes))
+        self._spawn(resume_run(self, folded, updates, renamed, deletes, upcast))
 
     def reset_budget(self) -> None:
         """A fresh timeout budget (a timed-out run resumed; the fold resets it too)."""

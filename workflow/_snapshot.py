@@ -21,11 +21,13 @@ __all__ = ["SNAPSHOT_FORMAT", "SnapshotError", "dump_folded", "load_folded"]
 # The "v" of dump_folded's output; 3: buffers keyed by buffer_key; 4: steps in progress
 # carry their latest failure (durable retries), and the lineages' recovery counts; 5: the
 # memoized calls of inputs not yet done; 6: context values' full-write seqs, and values
-# built by patches kept by reference to the log.
-SNAPSHOT_FORMAT: Final = 6
+# built by patches kept by reference to the log; 7: the session's start, inputs' first
+# starts and the typed state model's version.
+SNAPSHOT_FORMAT: Final = 7
 # Older formats still read: 2 (buffers keyed by module names, converted as they load), 3,
-# 4 (no memoized calls: the code that wrote them recorded none), 5.
-_READ_FORMATS: Final = frozenset({2, 3, 4, 5, SNAPSHOT_FORMAT})
+# 4 (no memoized calls: the code that wrote them recorded none), 5, 6 (no session or first
+# starts: written by fold version 2, whose snapshots fold version 3 does not trust anyway).
+_READ_FORMATS: Final = frozenset({2, 3, 4, 5, 6, SNAPSHOT_FORMAT})
 
 # A context value is kept by reference to the log (its last full write and the patches
 # since, in the run's own log) once those records weigh REF_MIN_BYTES and at most
@@ -105,6 +107,9 @@ def dump_folded(s: Folded) -> bytes:
                 }
                 for step, by_event in s.memos.items()
             },
+            "session": s.session,
+            "state": s.state,
+            "started": {step: {str(i): q for i, q in by.items()} for step, by in s.started.items()},
             "next_id": s.next_id,
             "exec_us": s.exec_us,
             "prev_ts": s._prev_ts,
@@ -224,6 +229,13 @@ def _load(d: dict[str, Any]) -> Folded:
                 for i in by_event
             }
             for step, by_event in _items(d, "memos", dict)
+        }
+    if d["v"] >= 7:
+        s.session = _typed(d, "session", int)
+        s.state = _typed(d, "state", str, none=True)
+        s.started = {
+            step: {_event_id(i): _typed(by, i, int) for i in by}
+            for step, by in _items(d, "started", dict)
         }
     s.next_id = _typed(d, "next_id", int)
     s.exec_us = _typed(d, "exec_us", int)

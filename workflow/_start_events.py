@@ -85,10 +85,20 @@ def run_started_record(
     start_id: int,
     start: Any,
     previous: tuple[str, int] | None = None,
+    state: str | None = None,
 ) -> Record:
-    """The ``run_started`` record of a new run of the workflow ``name``."""
+    """The ``run_started`` record of a new run of the workflow ``name`` (``state``: its
+    typed state model's tag, ``_state_versions.state_tag``)."""
     return journal.run_started(
-        name, graph.fingerprint(), start_id, start, None, codec, graph.describe(), previous
+        name,
+        graph.fingerprint(),
+        start_id,
+        start,
+        None,
+        codec,
+        graph.describe(),
+        previous,
+        state=state,
     )
 
 
@@ -99,6 +109,7 @@ def first_records(
     start_event: StartEvent,
     context: Iterable[Record] = (),
     previous: tuple[str, int] | None = None,
+    state: str | None = None,
 ) -> list[Record]:
     """A new run's first commit: run_started, its ``context`` records (a run from a
     context, linked to the ``previous`` run), and the start event for its steps.
@@ -108,7 +119,7 @@ def first_records(
     dump = orjson.Fragment(codec.encode(start_event, name=type(start_event).__name__))
     targets = graph.route(type(start_event))
     return [
-        run_started_record(name, graph, codec, 1, dump, previous),
+        run_started_record(name, graph, codec, 1, dump, previous, state),
         *context,
         *(journal.enqueued(t, 1, dump, journal.SRC_START) for t in targets),
     ]

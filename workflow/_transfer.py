@@ -184,4 +184,11 @@ def _shift(s: Folded, offset: int) -> Folded:
         entry.seq += offset
         if entry.full_seq is not None:
             entry.full_seq += offset
+    for by_event in s.memos.values():
+        for by_key in by_event.values():
+            for m in by_key.values():
+                m.seq += offset
+    if s.session:
+        s.session += offset
+    s.started = {k: {i: q + offset for i, q in by.items()} for k, by in s.started.items()}
     return s

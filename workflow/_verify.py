@@ -14,13 +14,10 @@ import asyncio
 import concurrent.futures
 import copy
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from eventstore import StoredRecord, UnknownClassError, class_name
+from eventstore import CodecError, EncodeError, StoredRecord, UnknownClassError, class_name
 
 from . import _journal as J
 from ._attempt import Attempt, current_attempt
@@ -31,79 +28,13 @@ from ._events import Event
 from ._fold import Folded, MemoRec, fold
 from ._read import commits, fold_run, run_info, start_state
 from ._retry import RetryClock
+from ._state_versions import upcast_values
+from ._verify_report import Problem, VerifyReport
 
 if TYPE_CHECKING:
     from ._facade_protocol import Facade
 
 __all__ = ["Problem", "VerifyReport", "verify"]
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing in a recorded run that today's code would not reproduce or read."""
-
-    run_id: str
-    seq: int | None
-    step: str | None
-    kind: str  # decode, route, output, graph, divergence
-    message: str
-    # A divergence, side by side (JSON-native): what the log recorded and what today's
-    # code did, each with the record kind, the step, the input event's type and the events
-    # emitted (``type`` and ``fields``), or the context key and value written.
-    expected: dict[str, Any] | None = None
-    actual: dict[str, Any] | None = None
-
-    def __str__(self) -> str:
-        where = f"seq {self.seq}" if self.seq is not None else "run"
-        step = f" step {self.step!r}" if self.step else ""
-        text = f"{self.run_id} {where}{step}: [{self.kind}] {self.message}"
-        if self.expected is not None or self.actual is not None:
-            text += f"\n    recorded: {_side(self.expected)}\n    now:      {_side(self.actual)}"
-        return text
-
-
-def _side(side: dict[str, Any] | None) -> str:
-    """One side of a divergence as a line: ``step_finished, step 'x', input A -> B(...)``."""
-    if side is None:
-        return "-"
-    parts = [str(side.get("record", "?"))]
-    if side.get("step"):
-        parts.append(f"step {side['step']!r}")
-    if side.get("input"):
-        parts.append(f"input {side['input']}")
-    if "raised" in side:
-        parts.append(f"raised {side['raised']}")
-    if "emitted" in side:
-        shown = [f"{e['type']}({_short(e['fields'])})" for e in side["emitted"]]
-        parts.append("emitted " + (", ".join(shown) or "nothing"))
-    if "key" in side:
-        value = "not written" if "value" not in side else _short(side["value"])
-        parts.append(f"{side['key']!r} = {value}")
-    return ", ".join(parts)
-
-
-def _short(value: Any, limit: int = 200) -> str:
-    text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-@dataclass(slots=True)
-class VerifyReport:
-    """What :func:`verify` found: ``ok`` when no problem was found in any run."""
-
-    runs: list[str] = field(default_factory=list)
-    records: int = 0
-    attempts_reexecuted: int = 0
-    problems: list[Problem] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    @property
-    def first_divergence(self) -> Problem | None:
-        """The earliest divergence re-execution found (by run, then seq), or None."""
-        return next((p for p in self.problems if p.kind == "divergence"), None)
 
 
 def _payload_values(r: StoredRecord) -> Iterable[tuple[str, J.Dump]]:
@@ -246,6 +177,11 @@ def verify(
                         )
                         problems.append(Problem(run_id, r.seq, head.step, "output", msg))
         latest = fold_run(store, run_id)
+        try:  # a resume, a fork or a next turn reads the context in today's state model
+            upcast_values(latest, wf._codec, wf._state_type)
+        except Exception as exc:  # every failure is a finding
+            msg = f"the context (state model {latest.state or '?'}) no longer decodes: {exc}"
+            problems.append(Problem(run_id, latest.seq, None, "decode", msg))
         for recorded_step, ev_dump, ev_id, what in _pending(latest):
             step = wf._renames.get(recorded_step, recorded_step)  # a resume moves its work
             if step not in steps:
@@ -406,7 +342,8 @@ def _replay_one(
             {**side, "record": J.STEP_FAILED, "raised": repr(exc)},
         )
     got_events = [dump(e) for e, _ in att.sent] + ([dump(result)] if result is not None else [])
-    want_events = _emitted_dumps(commit)
+    # Recorded events of an older version are compared as today's code reads them: upcast.
+    want_events = [_as_now(wf, d) for d in _emitted_dumps(commit)]
     if sorted(map(repr, got_events)) != sorted(map(repr, want_events)):
         msg = f"emitted {_names(got_events)}, recorded {_names(want_events)}"
         return Problem(
@@ -477,6 +414,15 @@ def _emitted_dumps(commit: list[StoredRecord]) -> list[Any]:
             seen.add(ev_id)
             out.append(ev_dump)
     return out
+
+
+def _as_now(wf: Facade, d: Any) -> Any:
+    """A recorded dump as today's classes write it (an older version upcast), else as is."""
+    codec = wf._codec
+    try:
+        return codec.dump(codec.load(d))
+    except (CodecError, EncodeError):
+        return d
 
 
 def _events(dumps: list[Any]) -> list[dict[str, Any]]:

@@ -50,6 +50,7 @@ from ._start_events import (
     run_started_record,
 )
 from ._state import Checkpoint, RunState
+from ._state_versions import state_tag
 from ._step import (
     GRAPH_CHECKS,
     graph_checks,
@@ -230,12 +231,18 @@ class Workflow(WorkflowSteps):
         previous: tuple[str, int] | None = None,
     ) -> list[Record]:
         """A new run's first commit (:func:`~workflow._start_events.first_records`)."""
-        return first_records(self._name, self._graph, self._codec, start_event, context, previous)
+        state = state_tag(self._state_type)
+        return first_records(
+            self._name, self._graph, self._codec, start_event, context, previous, state
+        )
 
     def _run_started(
         self, start_id: int, start: Any, previous: tuple[str, int] | None = None
     ) -> Record:
-        return run_started_record(self._name, self._graph, self._codec, start_id, start, previous)
+        state = state_tag(self._state_type)
+        return run_started_record(
+            self._name, self._graph, self._codec, start_id, start, previous, state
+        )
 
     def _run_config(self) -> RunConfig:
         """This workflow's settings as a run started now sees them."""

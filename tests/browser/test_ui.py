@@ -17,11 +17,11 @@ from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwr
 
 from eventstore import add_key
 from tests.flows import Asker, ReportFlow
+from tests.support.ui_server import ROOT, serving, wait_for, waiting_asker
 from tests.test_cli import run_to_end
 from tests.test_encryption import SECRET, sealed_secretive
 from tests.test_timeline import fan
 from tests.test_ui_http import fork_of
-from tests.ui_server import ROOT, serving, wait_for, waiting_asker
 
 DOCS = ROOT / "docs"
 SIZE: ViewportSize = {"width": 1280, "height": 820}
@@ -140,7 +140,7 @@ def test_a_live_run_advances_without_reload(tmp_path: Path, page: Page) -> None:
     db = tmp_path / "live.db"
     gate = Path(str(db) + ".gate")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.live_flow", str(db), "live", "3"],
+        [sys.executable, "-m", "tests.support.live_flow", str(db), "live", "3"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

@@ -16,8 +16,8 @@ from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwr
 from eventstore import EventStore
 from tests.browser.conftest import Chromium
 from tests.browser.test_pages import body_attrs, element, text
+from tests.support.ui_server import serving
 from tests.test_timeline import Ticker, settle
-from tests.ui_server import serving
 from workflow.cli import cli
 
 SIZE: ViewportSize = {"width": 1280, "height": 820}

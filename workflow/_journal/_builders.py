@@ -114,12 +114,17 @@ def run_started(
     codec: Codec,
     graph: dict[str, StepShape] | None = None,
     previous: tuple[str, int] | None = None,
+    renamed: dict[str, str] | None = None,
+    *,
+    state: str | None = None,
 ) -> Record:
     """The first record of a run (or of a fork, which names its parent and seq).
 
     It carries the step graph, so that ``verify`` can say how today's steps differ.
     ``start_event`` may be given already encoded (an ``orjson.Fragment``). ``previous``
     names the run and seq whose context a new run started from (written only then).
+    ``renamed``: a fork's moves of work under renamed steps, as ``run_resumed``'s;
+    ``state``: the typed state model's tag, as ``run_resumed``'s.
     """
     payload: RunStarted = {
         "workflow": workflow,
@@ -137,6 +142,9 @@ def run_started(
     }
     if previous is not None:
         payload["previous"] = {"run_id": previous[0], "seq": previous[1]}
+    _moves(payload, renamed)
+    if state is not None:
+        payload["state"] = state
     return _rec(RUN_STARTED, None, payload)
 
 
@@ -328,11 +336,29 @@ def run_cancelled() -> Record:
     return _rec(RUN_CANCELLED, None, payload)
 
 
-def run_resumed(epoch: int, previous: str, renamed: dict[str, str] | None = None) -> Record:
+def run_resumed(
+    epoch: int, previous: str, renamed: dict[str, str] | None = None, *, state: str | None = None
+) -> Record:
+    """A resume; ``renamed`` holds the moves of renamed steps (``_renames.moves_for``),
+    ``state`` the typed state model's tag (``_state_versions.state_tag``)."""
     payload: RunResumed = {"epoch": epoch, "previous": previous}
-    if renamed:
-        payload["renamed"] = renamed
+    _moves(payload, renamed)
+    if state is not None:
+        payload["state"] = state
     return _rec(RUN_RESUMED, None, payload)
+
+
+def _moves(payload: RunResumed | RunStarted, renamed: dict[str, str] | None) -> None:
+    """Writes renamed steps' moves: step names in ``renamed``, buffer keys (a colon, which
+    no step name has) in ``buffers``."""
+    if not renamed:
+        return
+    steps = {k: v for k, v in renamed.items() if ":" not in k}
+    buffers = {k: v for k, v in renamed.items() if ":" in k}
+    if steps:
+        payload["renamed"] = steps
+    if buffers:
+        payload["buffers"] = buffers
 
 
 def run_timed_out(elapsed: float) -> Record:

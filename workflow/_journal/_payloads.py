@@ -136,6 +136,13 @@ class RunStarted(TypedDict):
     # The run whose context this run started from (a chat turn, an imported context dict):
     # a link only; the fold starts this run from its own records. Since issue 14.
     previous: NotRequired[ParentRef]
+    # A fork's moves of work under steps renamed since its parent's seq, as a resume
+    # records them (``RunResumed``). Since issue 21.
+    renamed: NotRequired[dict[str, str]]
+    buffers: NotRequired[dict[str, str]]
+    # The typed state model the code writes the context in, with its version ("mod:S@2";
+    # version 1 has no suffix): records after it are in that version. Since issue 21.
+    state: NotRequired[str]
 
 
 class Enqueued(TypedDict):
@@ -321,12 +328,17 @@ class RunResumed(TypedDict):
     """An executor took the run over with ``epoch``; its status had been ``previous``.
 
     ``renamed`` (old step name -> new) moves the run's pending work of steps renamed since
-    (``Workflow.renamed``) to their new names, for this fold and every later one.
+    (``Workflow.renamed``) to their new names, for this fold and every later one, and
+    ``buffers`` (old buffer key -> new) those steps' collect buffers. ``state``: as
+    ``RunStarted``'s; a resume by code of a newer version writes the context's upcast values
+    in the same commit.
     """
 
     epoch: int
     previous: str
     renamed: NotRequired[dict[str, str]]
+    buffers: NotRequired[dict[str, str]]
+    state: NotRequired[str]
 
 
 class RunTimedOut(TypedDict):

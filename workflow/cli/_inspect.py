@@ -132,7 +132,13 @@ def _run_started(payload: journal.RunStarted, show: Show, limit: int) -> str:
     previous = payload.get("previous")
     if previous:  # a run from a context: a link, not a parent
         text += f" context of {previous.get('run_id')} at seq {previous.get('seq')}"
-    return text
+    return text + _state_of(payload)
+
+
+def _state_of(payload: journal.RunStarted | journal.RunResumed) -> str:
+    """The typed state model (and version) a session writes the context in, if it names one."""
+    state = payload.get("state")
+    return f", state {state}" if state else ""
 
 
 @_line(journal.ENQUEUED)
@@ -242,7 +248,7 @@ def _run_failed(payload: journal.RunFailed, show: Show, limit: int) -> str:
 
 @_line(journal.RUN_RESUMED)
 def _run_resumed(payload: journal.RunResumed, show: Show, limit: int) -> str:
-    return f"epoch {payload.get('epoch')}, was {payload.get('previous')}"
+    return f"epoch {payload.get('epoch')}, was {payload.get('previous')}" + _state_of(payload)
 
 
 def describe(record: StoredRecord, payload: Any, view: Viewer, limit: int = 200) -> str:

@@ -41,10 +41,34 @@ function baseState() {
 function prog(st, s, id) { const m = st.p.get(s); return m ? m.get(id) : undefined; }
 // A key's text after the commit (none: the commit deleted it).
 function setKey(st, s, a) { if (a[1] == null) st.ctx.delete(a[0]); else st.ctx.set(a[0], a[1]); }
+// Steps renamed since (a resume's or a fork's moves): their work moves to the new names
+// (a[0]: pairs of step indexes) and so do their collect buffers (a[1]: pairs of keys).
+function moveWork(st, a) {
+  for (const [o, n] of a[0] || []) {
+    const old = S[o], now = S[n];
+    if (old === now) continue;
+    const q = st.q.get(old);
+    if (q) { st.q.delete(old); st.q.set(now, (st.q.get(now) || []).concat(q)); }
+    const m = st.p.get(old);
+    if (m) { st.p.delete(old); st.p.set(now, new Map([...(st.p.get(now) || []), ...m])); }
+    for (const w of st.w.values()) if (w.s === old) w.s = now;
+  }
+  for (const [old, now] of a[1] || []) {
+    const b = st.b.get(old);
+    if (!b || old === now) continue;
+    st.b.delete(old);
+    const into = st.b.get(now) || new Map();
+    for (const [t, ids] of b) into.set(t, (into.get(t) || []).concat(ids));
+    st.b.set(now, into);
+  }
+}
 // What each record kind does to the state, from its step s and its arguments a (built by
 // _timeline.py): one entry per record kind of the journal, also for those it ignores.
 const APPLY = {
-  run_started(st, s, a) { st.status = "running"; st.result = null; st.error = null; },
+  run_started(st, s, a) {
+    st.status = "running"; st.result = null; st.error = null;
+    moveWork(st, a);  // a fork of work under steps renamed since
+  },
   enqueued(st, s, a) {
     if (s === null) st.u.push(a[0]);
     else { if (!st.q.has(s)) st.q.set(s, []); st.q.get(s).push(a[0]); }
@@ -90,18 +114,7 @@ const APPLY = {
   run_failed(st, s, a) { st.status = "failed"; st.error = a[0]; },
   run_cancelled(st, s, a) { st.status = "cancelled"; },
   run_timed_out(st, s, a) { st.status = "timed_out"; },
-  run_resumed(st, s, a) {
-    st.status = "running"; st.error = null;
-    for (const [o, n] of a[0] || []) {  // steps renamed since: their work moves to the new name
-      const old = S[o], now = S[n];
-      if (old === now) continue;
-      const q = st.q.get(old);
-      if (q) { st.q.delete(old); st.q.set(now, (st.q.get(now) || []).concat(q)); }
-      const m = st.p.get(old);
-      if (m) { st.p.delete(old); st.p.set(now, new Map([...(st.p.get(now) || []), ...m])); }
-      for (const w of st.w.values()) if (w.s === old) w.s = now;
-    }
-  },
+  run_resumed(st, s, a) { st.status = "running"; st.error = null; moveWork(st, a); },
   run_suspended(st, s, a) { st.status = "waiting"; },
 };
 function apply(st, i) {

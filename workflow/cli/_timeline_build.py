@@ -174,6 +174,14 @@ class Builder:
         for key in list(self._open):
             self._close(key, ci, outcome)
 
+    def _moves(self, p: J.RunResumed | J.RunStarted) -> list[Any]:
+        """A resume's or a fork's moves of renamed steps' work: step pairs, buffer pairs."""
+        renamed, buffers = p.get("renamed") or {}, p.get("buffers") or {}
+        return [
+            [[self.step(old), self.step(new)] for old, new in renamed.items()],
+            [[old, new] for old, new in buffers.items()],
+        ]
+
     def record(self, r: Any, p: Any, ci: int, t0: int) -> list[Any]:
         """Adds a record's columns and follows attempts and waits; returns its arguments."""
         k, step = r.kind, r.step
@@ -252,6 +260,7 @@ class Builder:
             start = run_started.get("start")
             if start:
                 self.event(start["id"], start["event"])
+            args = self._moves(run_started)
         elif k == J.RUN_FINISHED:
             finished_run: J.RunFinished = p
             args = [self.view.show(finished_run.get("result"), TEXT)]
@@ -260,8 +269,7 @@ class Builder:
             args = [f"{failed_run.get('error')}: {failed_run.get('message')}"]
         elif k == J.RUN_RESUMED:
             resumed: J.RunResumed = p
-            renamed = resumed.get("renamed") or {}
-            args = [[[self.step(old), self.step(new)] for old, new in renamed.items()]]
+            args = self._moves(resumed)
         if k in _ENDS_RUN:
             self._close_all(ci, CANCELLED)
         elif k == J.RUN_RESUMED:

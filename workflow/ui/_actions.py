@@ -22,10 +22,13 @@ from eventstore import Commit, NewRun
 from .. import _journal as J
 from .._errors import WorkflowError, WorkflowRuntimeError
 from .._events import Event
+from .._fold import rename_steps
 from .._handler import WorkflowHandler, executor_of
 from .._ownership import probe_owners
 from .._read import check_seq, fold_run, run_info
+from .._renames import moves_for
 from .._state import TERMINAL
+from .._state_versions import resume_upcast, state_tag
 from .._workflow import Workflow
 from ..cli._common import import_object
 from ..cli._operator import cancel_run
@@ -171,14 +174,25 @@ class Actions:
         any run whose executor went away (``Workflow.run_from`` without running it)."""
         wf = self.wf
         folded = fold_run(wf.store, run_id, seq)
+        renamed = moves_for(folded, wf._renames)  # work under steps renamed since: routed
+        rename_steps(folded, renamed)
         try:
             wf._check_stranded(run_id, folded, False)
+            upcast = resume_upcast(run_id, folded, wf._codec, wf._state_type)
         except WorkflowError as exc:
             raise ActionError(409, str(exc)) from None
         new_id = uuid.uuid4().hex
         parent = (run_id, folded.seq)
-        record = J.run_started(
-            wf._name, wf._graph.fingerprint(), 0, None, parent, wf._codec, wf._graph.describe()
+        started = J.run_started(
+            wf._name,
+            wf._graph.fingerprint(),
+            0,
+            None,
+            parent,
+            wf._codec,
+            wf._graph.describe(),
+            renamed=renamed,
+            state=state_tag(wf._state_type),
         )
         create = NewRun(
             meta={"workflow": wf._name, "submitted": True},
@@ -186,7 +200,7 @@ class Actions:
             parent_seq=parent[1],
             status="running",
         )
-        wf.store.append_sync(Commit(new_id, [record], epoch=1, create=create))
+        wf.store.append_sync(Commit(new_id, [started, *upcast], epoch=1, create=create))
         return new_id
 
     async def send(self, run_id: str, event_spec: Any, data: Any) -> Done:

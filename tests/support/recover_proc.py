@@ -1,4 +1,4 @@
-"""Leaves runs for the recover tests to find: ``python -m tests.recover_proc DB MODE...``.
+"""Leaves runs for the recover tests to find: ``python -m tests.support.recover_proc DB MODE...``.
 
 Starts ``run-0``, ``run-1`` and ``run-2`` of ``tests.test_recover:Pipeline``, held in their
 second step while ``DB.hold`` exists. Each extra MODE adds a run: ``ask`` one (``ask``)

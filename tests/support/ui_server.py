@@ -19,7 +19,7 @@ import pytest
 
 from tests.flows import Asker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 @contextlib.contextmanager

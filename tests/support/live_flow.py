@@ -1,5 +1,5 @@
 """A run that advances only when the test says so, for watching a live run in the web UI:
-``python -m tests.live_flow DB RUN_ID N``. Tick ``i`` waits until the file ``DB.gate`` holds
+``python -m tests.support.live_flow DB RUN_ID N``. Tick ``i`` waits until the file ``DB.gate`` holds
 a number of at least ``i``, then records it and goes on; after ``N`` ticks the run ends."""
 
 from __future__ import annotations

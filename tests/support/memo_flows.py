@@ -2,7 +2,7 @@
 
 Each paid call appends a line to a counter file (``COUNTERS/<name>``), so a test counts the
 calls made in every process. ``kill`` names the point at which the process kills itself
-with SIGKILL (the flows are run so by ``tests.memo_proc``); the test process passes None.
+with SIGKILL (the flows are run so by ``tests.support.memo_proc``); the test process passes None.
 """
 
 from __future__ import annotations

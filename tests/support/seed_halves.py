@@ -1,6 +1,6 @@
 """Runs one half of the context seed (``tests/seeds/seed_context.py``) in this process.
 
-``python -m tests.seed_halves write FILE`` runs the seed's statements up to its
+``python -m tests.support.seed_halves write FILE`` runs the seed's statements up to its
 ``json.dumps(ctx.to_dict(...))`` and writes that text to FILE; ``read FILE`` runs the seed's
 first statement (the workflow) and its statements from ``Context.from_dict`` on, with ``ctx``
 read from FILE. The statements are the seed's own, taken from its source, so the dict is
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SEEDS = Path(__file__).parent / "seeds"
+SEEDS = Path(__file__).resolve().parent.parent / "seeds"
 
 
 def seed_source(variant: str = "") -> str:

@@ -1,5 +1,6 @@
-"""Runs a flow of tests/memo_flows.py until it kills itself: ``python -m tests.memo_proc
-DB FLOW COUNTERS KILL`` (KILL: ``between``, or ``waiting``: once the run waits)."""
+"""Runs a flow of tests/support/memo_flows.py until it kills itself:
+``python -m tests.support.memo_proc DB FLOW COUNTERS KILL`` (KILL: ``between``, or
+``waiting``: once the run waits)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from tests.memo_flows import FLOWS
+from tests.support.memo_flows import FLOWS
 
 
 async def main(db: str, flow: str, counters: str, kill: str) -> None:

@@ -1,4 +1,4 @@
-"""A worker process for the worker tests: ``python -m tests.worker_proc STORE [TTL]``."""
+"""A worker process for the worker tests: ``python -m tests.support.worker_proc STORE [TTL]``."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ real step would send its e-mail): the test reads the lines back to tell which ho
 and how often. ``DW_HOST`` names the host, ``DW_LEASE_TTL`` shortens the lease so a cut-off
 host's runs lapse within seconds (no public setting exists for it yet).
 
-``python -m tests.hosts_flow answer STORE RUN_ID...`` is the other host's human: for each
+``python -m tests.support.hosts_flow answer STORE RUN_ID...`` is the other host's human: for each
 run in turn it waits until the run waits, sends the answer, prints ``{"run", "sent"}``
 and waits until the run has finished before the next.
 """
@@ -127,5 +127,5 @@ def answer_all(store: str, run_ids: list[str], timeout: float = 60) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) < 3 or sys.argv[1] != "answer":
-        sys.exit("usage: python -m tests.hosts_flow answer STORE RUN_ID...")
+        sys.exit("usage: python -m tests.support.hosts_flow answer STORE RUN_ID...")
     answer_all(sys.argv[2], sys.argv[3:])

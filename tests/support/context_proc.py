@@ -1,6 +1,6 @@
 """A process that runs a question-asking workflow and holds its run while it waits.
 
-``python -m tests.context_proc hold DB FILE``: runs :class:`Ask` on the store DB; when the
+``python -m tests.support.context_proc hold DB FILE``: runs :class:`Ask` on the store DB; when the
 question is asked it writes ``handler.ctx.to_dict()`` to FILE and waits for the answer (the
 test kills it). ``... dict-memory FILE``: the same on a private in-memory store, then cancels
 the run and exits (LlamaIndex's pause-and-resume pattern, first half).

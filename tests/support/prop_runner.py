@@ -1,7 +1,7 @@
-"""Runs a generated workflow in a subprocess, to be killed: ``python -m tests.prop_runner``.
+"""Runs a generated workflow in a subprocess, to be killed: ``python -m tests.support.prop_runner``.
 
 Arguments: MODULE FILE DB RUN_ID SEED PACE [LEASE]. MODULE and FILE name the generated
-module (``tests.workflow_gen.module_file``); PACE is how long every step sleeps first, so
+module (``tests.support.workflow_gen.module_file``); PACE is how long every step sleeps first, so
 that a SIGKILL at a random moment lands in the middle of the run; LEASE, the seconds a
 PostgreSQL lease lasts (what a test resuming the killed run waits for).
 """
@@ -12,7 +12,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from tests import workflow_gen as gen
+from tests.support import workflow_gen as gen
 
 
 async def _main(argv: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""Dies in the middle of a run: ``python -m tests.retry_proc DB FLOW RUN_ID UNTIL``.
+"""Dies in the middle of a run: ``python -m tests.support.retry_proc DB FLOW RUN_ID UNTIL``.
 
 Starts run ``RUN_ID`` of ``FLOW`` (a workflow class of ``tests.test_durable_retries`` or
 ``tests.test_catch_error``) and prints ``READY`` once the log says the run is where the

@@ -1,4 +1,5 @@
-"""The subprocess side of the reliability tests: ``python -m tests.reliability_worker MODE ...``.
+"""The subprocess side of the reliability tests:
+``python -m tests.support.reliability_worker MODE ...``.
 
 Modes (each prints one line per fact the test checks, flushed at once, so that what a
 killed process printed is still readable):

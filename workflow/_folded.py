@@ -1,0 +1,213 @@
+"""What the fold builds: a run's state in JSON form, with events and values undecoded.
+
+:class:`Folded` holds the queues, steps in progress, context, collect buffers, waiters and
+stream of a run as the log's JSON says them; ``_fold`` applies records to it, ``_snapshot``
+caches it, and ``_fold.to_run_state`` turns it into the typed :class:`RunState` readers see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from eventstore import LogCorruptedError, StoredRecord
+
+from ._keylog import KeyLog
+
+__all__ = [
+    "Ev",
+    "Failure",
+    "Folded",
+    "KeyLog",
+    "MemoRec",
+    "Prog",
+    "WaitRec",
+    "drop_input",
+    "payload_of",
+    "rename_steps",
+]
+
+
+@dataclass(slots=True)
+class Ev:
+    """An event as the log holds it: its id and codec dump."""
+
+    id: int
+    dump: Any
+    seq: int = 0  # the record it came from: errors about it name this
+
+    @property
+    def type(self) -> str:
+        d = self.dump
+        # The class name without the version a tag may carry ("mod:Cls@2").
+        return str(d.get("c", "")).partition("@")[0] if isinstance(d, dict) else ""
+
+
+@dataclass(slots=True)
+class Failure:
+    """The latest failure of an event in progress, as its ``step_failed`` record says.
+
+    ``retry_at`` is when the next attempt is due (None: at once, or not retried),
+    ``elapsed`` the seconds since the first attempt began (None: a record written before
+    it was recorded), ``failed_at`` when it failed (seconds since the epoch).
+    """
+
+    retry_at: float | None
+    elapsed: float | None
+    failed_at: float
+    error: str  # the exception class's qualified name
+    module: str
+    message: str
+
+
+@dataclass(slots=True)
+class Prog:
+    ev: Ev
+    attempt: int = 0
+    failures: int = 0
+    conflicts: int = 0
+    failure: Failure | None = None
+
+    @property
+    def crashes(self) -> int:
+        """Attempts started that ended in neither a failure nor a conflict: the process died."""
+        return self.attempt - self.failures - self.conflicts
+
+
+@dataclass(slots=True)
+class WaitRec:
+    waiter_id: str
+    step: str
+    ev: Ev
+    awaited: str
+    requirements: Any
+    deadline: float | None
+    waiter_event: Any
+
+
+@dataclass(slots=True)
+class MemoRec:
+    """A memoized call's recorded outcome, for the attempts at its input that follow.
+
+    ``retried``: a retry policy re-ran the step since it was recorded, so only a call with
+    ``reuse_on_retry=True`` reuses it.
+    """
+
+    digest: str
+    result: Any  # the result's codec dump (None with an error)
+    error: dict[str, str] | None
+    attempt: int
+    seq: int
+    retried: bool = False
+
+
+@dataclass(slots=True)
+class Folded:
+    """A run's state in JSON form, as the fold builds it."""
+
+    run_id: str
+    seq: int = 0
+    first_seq: int | None = None
+    status: str = "running"
+    workflow: str = ""
+    fingerprint: str = ""
+    parent: tuple[str, int] | None = None
+    result: Any = None  # the StopEvent's dump
+    error: dict[str, Any] | None = None
+    queues: dict[str, dict[int, Ev]] = field(default_factory=dict)
+    in_progress: dict[str, dict[int, Prog]] = field(default_factory=dict)
+    context: dict[str, KeyLog] = field(default_factory=dict)
+    buffers: dict[str, dict[str, list[Ev]]] = field(default_factory=dict)
+    waiters: dict[str, WaitRec] = field(default_factory=dict)
+    answers: dict[str, Ev | None] = field(default_factory=dict)
+    unclaimed: dict[int, Ev] = field(default_factory=dict)
+    stream: list[Ev] = field(default_factory=list)
+    # Event id -> how often each @catch_error handler took over along its lineage.
+    recoveries: dict[int, dict[str, int]] = field(default_factory=dict)
+    # Memoized calls of inputs not yet done: step -> event id -> key -> outcome.
+    memos: dict[str, dict[int, dict[str, MemoRec]]] = field(default_factory=dict)
+    # Where the run's latest session began (its run_started or run_resumed record), and the
+    # seq of each unfinished input's first step_started (step -> event id -> seq): an input
+    # first started before the session may have run older code (``ctx.patched``).
+    session: int = 0
+    started: dict[str, dict[int, int]] = field(default_factory=dict)
+    # The typed state model (and its version) the context's values are in, as the latest
+    # session start that names one says (``"mod:MyState@2"``); None: none named.
+    state: str | None = None
+    next_id: int = 1
+    exec_us: int = 0
+    _prev_ts: int | None = None
+    _paused: bool = False
+    records: int = 0  # how many of the run's own records were folded in (a fork's: its own)
+
+    def events(self, *, stream: bool = True) -> Iterator[Ev]:
+        """Every event the state holds: queued, in progress, waiting, buffered, unclaimed,
+        answers and (unless ``stream`` is False) the stream, whose ids are those of the
+        streaming attempts' input events, not their own."""
+        for q in self.queues.values():
+            yield from q.values()
+        for ps in self.in_progress.values():
+            for p in ps.values():
+                yield p.ev
+        for w in self.waiters.values():
+            yield w.ev
+        for d in self.buffers.values():
+            for es in d.values():
+                yield from es
+        yield from self.unclaimed.values()
+        for a in self.answers.values():
+            if a is not None:
+                yield a
+        if stream:
+            yield from self.stream
+
+    def only_waiters(self) -> bool:
+        """Nothing queued or running, and someone waits: the run's clock is stopped."""
+        return (
+            bool(self.waiters)
+            and not any(self.queues.values())
+            and not any(self.in_progress.values())
+        )
+
+
+def payload_of(r: StoredRecord) -> Any:
+    """A record's payload parsed, or :class:`LogCorruptedError` naming its seq."""
+    try:
+        return orjson.loads(r.payload)
+    except orjson.JSONDecodeError as exc:
+        msg = f"record seq {r.seq} ({r.kind}) of run {r.run_id!r} has a malformed payload: {exc}"
+        raise LogCorruptedError(msg, seq=r.seq) from exc
+
+
+def rename_steps(s: Folded, renamed: Mapping[str, str]) -> None:
+    """Moves pending work (queued, in progress, waiting, with its inputs' memoized calls and
+    first starts) from steps' old names to new ones, and collect buffers from old keys to
+    new ones (``renamed``'s entries with a colon, which no step name has: ``_renames``)."""
+    for old, new in renamed.items():
+        if old == new:
+            continue
+        if ":" in old:
+            buf = s.buffers.pop(old, None)
+            if buf:
+                into = s.buffers.setdefault(new, {})
+                for t, es in buf.items():
+                    into.setdefault(t, []).extend(es)
+            continue
+        for part in (s.queues, s.in_progress, s.memos, s.started):
+            moved: Any = part.pop(old, None)
+            if moved:
+                part.setdefault(new, {}).update(moved)
+        for w in s.waiters.values():
+            if w.step == old:
+                w.step = new
+
+
+def drop_input(s: Folded, step: str, event_id: int) -> None:
+    """An input is done: its memoized calls and first start are never asked for again."""
+    for part in (s.memos, s.started):
+        by_event: Any = part.get(step)
+        if by_event is not None and by_event.pop(event_id, None) is not None and not by_event:
+            del part[step]

@@ -1,0 +1,153 @@
+"""Patches for changed step code: ``ctx.patched("id")`` picks the branch an input keeps.
+
+A deploy that changes what a step does while runs are in flight guards the change::
+
+    if await ctx.patched("send-receipt"):
+        ...  # the new code
+    else:
+        ...  # the code the runs already in flight started with
+
+The answer is decided once per step input and recorded, so every later attempt at that
+input (after a crash, a retry, a conflict, a wait, in any process) and ``workflow verify
+--reexecute`` take the same branch:
+
+- the first ``patched("id")`` call of an input records the answer as a ``memoized`` record
+  (key ``patched:id``, result True or False), durable before the call returns, inside the
+  attempt as memoized calls are (``_memo``);
+- the answer is True iff the input had no ``step_started`` before the start of the session
+  that asks (the ``run_started`` or ``run_resumed`` record of the executor running code
+  with the patch): every attempt at it ran this code. An input that started before it may
+  have run the old code (and done the old code's effects), so it gets False — also when it
+  failed, waited or crashed and runs again now;
+- a recorded attempt without such a record ran code that did not ask: re-executed by
+  ``verify``, it takes the old branch, as it did.
+
+``ctx.deprecate_patch("id")`` is the step after, once no run that could take the old branch
+is left: the ``if`` is gone and the new code runs alone; the call records nothing and
+refuses (:class:`WorkflowRuntimeError`) only an input whose recorded answer was False, which
+the code that would finish it no longer has.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+import orjson
+
+from . import _journal as J
+from ._errors import WorkflowRuntimeError
+
+if TYPE_CHECKING:
+    from ._folded import Folded
+
+__all__ = [
+    "PATCH_KEY",
+    "Attempt",
+    "began_in_session",
+    "ctx_deprecate_patch",
+    "ctx_patched",
+    "deprecate_patch",
+    "patched",
+]
+
+# The memoized key of a patch's answer: a colon is in no function's qualified name, so it
+# never meets a memoized call's default key.
+PATCH_KEY: Final = "patched:{}"
+_NAME: Final = "patched"
+_DIGEST: Final = "-"  # a patch has no arguments to compare
+
+
+class Attempt(Protocol):
+    """What a patch needs of the attempt asking (``_attempt.Attempt``): its input and run."""
+
+    step: str
+    event_id: int
+    attempt: int
+    host: Any  # the run's executor, or verify's replay (``_memo.MemoHost``)
+
+
+def _key(patch_id: str) -> str:
+    if not isinstance(patch_id, str) or not patch_id:
+        msg = f"a patch id must be a non-empty str, not {patch_id!r}"
+        raise WorkflowRuntimeError(msg)
+    return PATCH_KEY.format(patch_id)
+
+
+def began_in_session(folded: Folded, step: str, event_id: int) -> bool:
+    """Whether ``step``'s input ``event_id`` first started in the run's latest session.
+
+    An input whose first ``step_started`` is not folded yet started now (a first attempt's
+    start may ride with the next commit): only a resume re-delivers older inputs, and it
+    makes their starts durable before they run.
+    """
+    first = folded.started.get(step, {}).get(event_id)
+    return first is None or first > folded.session
+
+
+async def patched(att: Attempt | None, patch_id: str) -> bool:
+    """This input's branch of patch ``patch_id``: True for the new code (module docstring).
+
+    :raises WorkflowRuntimeError: called outside a step, or with an id that is not a str.
+    """
+    key = _key(patch_id)
+    if att is None or att.host is None:
+        msg = "ctx.patched() works inside a step: the answer is kept per step input"
+        raise WorkflowRuntimeError(msg)
+    host = att.host
+    rec = host.memos_of(att.step, att.event_id).get(key)
+    if rec is not None:
+        return rec.result is True
+    if host.replaying:
+        return False  # the recorded attempt ran code that did not ask: the old branch
+    answer = began_in_session(host.folded_state(), att.step, att.event_id)
+    text = b"true" if answer else b"false"
+    record = J.memoized(
+        att.step,
+        att.event_id,
+        att.attempt,
+        key,
+        _NAME,
+        _DIGEST,
+        orjson.Fragment(text),
+        None,
+        0.0,
+        0,
+    )
+    await host.append([record])
+    return answer
+
+
+def deprecate_patch(att: Attempt | None, patch_id: str) -> None:
+    """Says the old branch of ``patch_id`` is gone: refuses an input that recorded it.
+
+    :raises WorkflowRuntimeError: this input recorded False for the patch (it ran the old
+        code, which this code no longer has: keep ``patched`` until such runs are done);
+        called outside a step, or with an id that is not a str.
+    """
+    key = _key(patch_id)
+    if att is None or att.host is None:
+        msg = "ctx.deprecate_patch() works inside a step"
+        raise WorkflowRuntimeError(msg)
+    rec = att.host.memos_of(att.step, att.event_id).get(key)
+    if rec is not None and rec.result is not True:
+        msg = (
+            f"step {att.step!r}, event {att.event_id}: patch {patch_id!r} is deprecated, but"
+            " this input recorded its old branch (ctx.patched() returned False); keep"
+            f" `if await ctx.patched({patch_id!r}):` and its old branch until such runs are done"
+        )
+        raise WorkflowRuntimeError(msg)
+
+
+# Context's methods (``Context.patched`` is this function): the attempt is the caller's.
+
+
+async def ctx_patched(ctx: Any, patch_id: str) -> bool:
+    """Whether this step input runs the new code of patch ``patch_id`` (True) or keeps the
+    code it started with (False): decided once per input and recorded, so every attempt at
+    it takes the same branch (see :mod:`workflow._patches`)."""
+    return await patched(ctx._attempt("patched"), patch_id)
+
+
+def ctx_deprecate_patch(ctx: Any, patch_id: str) -> None:
+    """Says patch ``patch_id``'s old branch is gone (see :mod:`workflow._patches`)."""
+    deprecate_patch(ctx._attempt("deprecate_patch"), patch_id)
