@@ -153,9 +153,9 @@ class EventStore:
         return self._closed
 
     @property
-    def _failed(self) -> WriterFailedError | None:
-        # The writer's failure, once the database failed (read by workflow, which opens
-        # a new store object on the same file then).
+    def failed(self) -> WriterFailedError | None:
+        """The writer's failure once the database failed (None while it works): the store
+        takes no more writes, and a new store object on the same file is needed."""
         return self._committer.failed
 
     # ------------------------------------------------------------------ writing

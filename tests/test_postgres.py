@@ -305,7 +305,7 @@ def test_the_writer_connects_again_after_its_connection_is_lost(pg: EventStore) 
     with pytest.raises(StoreUnavailableError, match="connection to the database was lost"):
         pg.append_sync(Commit("r1", [Record("b", None, "{}")], epoch=0))
     res = pg.append_sync(Commit("r1", [Record("c", None, "{}")], epoch=0))
-    assert pg._failed is None
+    assert pg.failed is None
     assert [r.kind for r in pg.records("r1")] == ["a", "c"]
     assert res.last_seq == 2
 

@@ -14,18 +14,19 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Container, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ._attempt import Attempt
 from ._errors import WorkflowRuntimeError
+from ._facade_protocol import is_workflow
 
 if TYPE_CHECKING:
-    from ._workflow import Workflow
+    from ._facade_protocol import Facade
 
 __all__ = ["child_run_id", "parent_of", "run_child", "tree_order"]
 
 # Each parent workflow's instances of its children's classes, made once.
-_instances: weakref.WeakKeyDictionary[Workflow, dict[type, Workflow]] = weakref.WeakKeyDictionary()
+_instances: weakref.WeakKeyDictionary[Facade, dict[type, Facade]] = weakref.WeakKeyDictionary()
 
 
 def child_run_id(parent_run_id: str, step: str, event_id: int, n: int) -> str:
@@ -61,10 +62,10 @@ def tree_order(run_ids: Sequence[str]) -> list[tuple[str, int]]:
     return out
 
 
-def _child_workflow(parent: Workflow, flow: type[Workflow] | Workflow) -> Workflow:
-    from ._workflow import Workflow
-
-    if isinstance(flow, Workflow):
+def _child_workflow(parent: Facade, flow: Any) -> Facade:
+    """The workflow a child run of ``flow`` (a workflow class or instance) runs with: the
+    instance, or one instance of the class per parent (in the parent's store)."""
+    if not isinstance(flow, type) and is_workflow(flow):
         if flow.store is not parent.store:
             msg = (
                 f"ctx.run_workflow({type(flow).__name__} instance): a child run is kept in"
@@ -72,14 +73,14 @@ def _child_workflow(parent: Workflow, flow: type[Workflow] | Workflow) -> Workfl
                 " the class"
             )
             raise WorkflowRuntimeError(msg)
-        return flow
-    if not (isinstance(flow, type) and issubclass(flow, Workflow)):
+        return cast("Facade", flow)
+    if not (isinstance(flow, type) and is_workflow(flow)):
         msg = f"ctx.run_workflow() takes a Workflow class or instance, not {flow!r}"
         raise WorkflowRuntimeError(msg)
     made = _instances.setdefault(parent, {})
     wf = made.get(flow)
     if wf is None:
-        wf = made[flow] = flow(store=parent.store, timeout=parent._timeout)
+        wf = made[flow] = cast("Facade", flow(store=parent.store, timeout=parent._timeout))
     return wf
 
 
@@ -89,9 +90,7 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-async def run_child(
-    host: Any, att: Attempt, flow: type[Workflow] | Workflow, start_kwargs: dict[str, Any]
-) -> Any:
+async def run_child(host: Any, att: Attempt, flow: Any, start_kwargs: dict[str, Any]) -> Any:
     """Starts (or re-attaches to) a child run and returns its result (module docstring)."""
     from ._memo import call_memoized
 

@@ -11,18 +11,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, cast
 
 import orjson
 from typing_extensions import TypeVar
 
-from eventstore import EncodeError, class_name
+from eventstore import EncodeError
 
 from ._attempt import MISSING, Attempt, WaitRequest, WaitSuspend, current_attempt
-from ._buffers import buffer_key, default_buffer_id
-from ._changes import refused
+from ._changes import Encoded, refused
+from ._collect_call import CollectHost, collect
 from ._context_store import ContextStore, StoreHost
 from ._errors import ContextStateError, WorkflowRuntimeError, WorkflowTimeoutError
 from ._events import Event
@@ -30,16 +29,28 @@ from ._patches import ctx_deprecate_patch, ctx_patched
 from .retry_policy import RetryInfo
 
 if TYPE_CHECKING:
+    from eventstore import Codec, EventStore
+
     from ._fold import Folded
     from ._graph import Graph
+    from ._ownership import LeaseOwners, Owners
     from ._run_config import RunConfig
-    from ._workflow import Workflow
     from .context.serializers import BaseSerializer
     from .retry_policy import RetryPolicy
 
 # Attempt, WaitSuspend, current_attempt and ContextStore are named here too, where they
 # were first defined.
-__all__ = ["Attempt", "Context", "ContextStore", "RunHost", "WaitSuspend", "current_attempt"]
+__all__ = [
+    "Attempt",
+    "Context",
+    "ContextOwner",
+    "ContextServices",
+    "ContextStore",
+    "IdleHost",
+    "RunHost",
+    "WaitSuspend",
+    "current_attempt",
+]
 
 # The typed state of Context[MyState]; a bare ``Context`` (LlamaIndex's usual spelling) is
 # Context[Any] under mypy --strict too, by PEP 696's default.
@@ -52,9 +63,8 @@ current_context: contextvars.ContextVar[Context[Any] | None] = contextvars.Conte
 )
 
 
-class RunHost(StoreHost, Protocol):
-    """What a bound context uses of the executor running its run (``_runner.Executor``,
-    or ``verify``'s stand-in for one): the run's parts a step reaches through ``ctx``."""
+class RunHost(StoreHost, CollectHost, Protocol):
+    """What a bound context uses of the executor running its run (or verify's stand-in)."""
 
     run_id: str
     ctx: Context[Any]
@@ -81,13 +91,52 @@ class RunHost(StoreHost, Protocol):
 
     def send_external_nowait(self, event: Event) -> None: ...
 
-    def new_event_id(self) -> int: ...
 
-    def live_buffer(self, buf_key: str) -> dict[str, list[tuple[int, Event]]]: ...
+class IdleHost(Protocol):
+    """An idle context's state (``_lifecycle.Idle``): where it points, its writes since."""
 
-    def collect_put(self, att: Attempt, buf_key: str, entry: tuple[int, Event]) -> None: ...
+    seq: int | None
+    imported: Folded | None
+    origin: tuple[str, int] | None
+    pending: dict[str, Encoded]
+    deleted: set[str]
 
-    def collect_take(self, att: Attempt, buf_key: str, taken: list[tuple[int, Event]]) -> None: ...
+
+class ContextServices(Protocol):
+    """What a context asks of the modules above it, via its workflow (_context_services)."""
+
+    def idle(self, ctx: Context[Any]) -> IdleHost: ...
+
+    def restore_into(self, ctx: Context[Any], data: Any, serializer: Any) -> None: ...
+
+    def context_dict(self, ctx: Context[Any], serializer: Any, state: bool) -> dict[str, Any]: ...
+
+    def run_is_live(self, ctx: Context[Any]) -> bool: ...
+
+    def send_idle(self, ctx: Context[Any], event: Event) -> None: ...
+
+    async def run_child(
+        self, host: RunHost | None, att: Attempt, flow: Any, kwargs: Any
+    ) -> Any: ...
+
+
+class ContextOwner(Protocol):
+    """What a context and its lifecycle use of its workflow (``Workflow``)."""
+
+    @property
+    def __context_services__(self) -> ContextServices: ...
+
+    _codec: Codec
+    _name: str
+    _state_type: type | None
+
+    @property
+    def _store(self) -> EventStore: ...
+
+    @property
+    def _owners(self) -> Owners | LeaseOwners: ...
+
+    def send(self, run_id: str, event: Event, idempotency_key: str | None = None) -> int: ...
 
 
 class Context(Generic[S]):
@@ -106,43 +155,38 @@ class Context(Generic[S]):
 
     def __init__(
         self,
-        workflow: Workflow,
+        workflow: ContextOwner,
         previous_context: dict[str, Any] | None = None,
         serializer: BaseSerializer | None = None,
     ) -> None:
-        from ._context_dict import restore_into
-        from ._lifecycle import Idle
-        from ._workflow import Workflow
-
-        if not isinstance(workflow, Workflow):
+        services = getattr(workflow, "__context_services__", None)
+        if services is None or isinstance(workflow, type):
             msg = f"Context() takes the workflow it runs with, not {type(workflow).__name__}"
             raise WorkflowRuntimeError(msg)
-        self._wf = workflow
+        self._wf: ContextOwner = workflow
         self._host: RunHost | None = None
         self._run: str | None = None
         self.store: ContextStore[S] = ContextStore(cast("StoreHost", None), workflow._state_type)
-        self._idle = Idle(self)
+        self._idle: IdleHost = services.idle(self)
         self._go_idle()
         if previous_context is not None:
-            restore_into(self, previous_context, serializer)
+            services.restore_into(self, previous_context, serializer)
 
     @classmethod
     def _bound(
-        cls, executor: RunHost, workflow: Workflow, state_type: type[Any] | None
+        cls, executor: RunHost, workflow: ContextOwner, state_type: type[Any] | None
     ) -> Context[Any]:
         """The context of a run this process executes (its steps' ``ctx``)."""
-        from ._lifecycle import Idle
-
         ctx: Context[Any] = object.__new__(cls)
         ctx._wf = workflow
         ctx._host = executor
         ctx._run = executor.run_id
         ctx.store = ContextStore(executor, state_type)
-        ctx._idle = Idle(ctx)
+        ctx._idle = workflow.__context_services__.idle(ctx)
         return ctx
 
     @classmethod
-    def _at(cls, workflow: Workflow, run_id: str, seq: int) -> Context[Any]:
+    def _at(cls, workflow: ContextOwner, run_id: str, seq: int) -> Context[Any]:
         """An idle context of ``workflow`` pointing at ``seq`` of its run ``run_id``."""
         ctx: Context[Any] = cls(workflow)
         ctx._run = run_id
@@ -154,14 +198,12 @@ class Context(Generic[S]):
 
     def _bind(self, executor: RunHost) -> None:
         """Binds this context to the run ``executor`` runs (a run started from it)."""
-        from ._lifecycle import Idle
-
         executor.ctx = self
         self._wf = executor.config.instance
         self._host = executor
         self._run = executor.run_id
         self.store.bind(executor)
-        self._idle = Idle(self)
+        self._idle = self._wf.__context_services__.idle(self)
 
     def _ended(self, executor: RunHost) -> None:
         """The run ``executor`` ran has ended: the context is idle, at the run's end."""
@@ -182,9 +224,7 @@ class Context(Generic[S]):
     @property
     def is_running(self) -> bool:
         """Whether this context's run is being executed (here, or by another process)."""
-        from ._lifecycle import run_is_live
-
-        return run_is_live(self)
+        return self._wf.__context_services__.run_is_live(self)
 
     def _live(self) -> RunHost | None:
         """The executor running this context's run in this process, if it still runs it."""
@@ -272,9 +312,7 @@ class Context(Generic[S]):
         host = self._host
         if att is None:
             if self._live() is None:
-                from ._context_run import send_idle
-
-                send_idle(self, event)
+                self._wf.__context_services__.send_idle(self, event)
                 return
             assert host is not None
             self._encode_event(event, "handler.ctx.send_event")  # refused here, not later
@@ -318,46 +356,9 @@ class Context(Generic[S]):
         buffers: one per ``buffer_id``, or without it one per list of expected classes.
         """
         att = self._attempt("collect_events")
-        return self._on_loop(lambda: self._collect(att, event, expected, buffer_id))
-
-    def _collect(
-        self, att: Attempt, event: Event, expected: list[type[Event]], buffer_id: str | None
-    ) -> list[Event] | None:
-        if not expected:
-            return []
-        names = [t.__qualname__ for t in expected]
-        if len(set(names)) != len(set(expected)):
-            clash = sorted(class_name(t) for t in set(expected) if names.count(t.__qualname__) > 1)
-            msg = f"collect_events: {', '.join(clash)} have the same name; rename one of them"
-            raise WorkflowRuntimeError(msg)
-        if type(event) not in expected:
-            return None
-        # Ids name no module: a run of `python app.py` (classes of __main__) continues in a
-        # program that imports app.
-        bid = default_buffer_id(att.step, names) if buffer_id is None else buffer_id
-        key = buffer_key(att.step, bid)
-        host = cast("RunHost", self._host)  # inside an attempt: the executor running it
-        # The live buffer changes now, atomically on the event loop (no other attempt can
-        # see it half done); not an OCC key, so collectors never conflict. The change is
-        # undone if this attempt does not commit.
-        buf = host.live_buffer(key)
-        ev_id = att.event_id if event is att.event else host.new_event_id()
-        entry = (ev_id, event)
-        buf.setdefault(type(event).__qualname__, []).append(entry)
-        att.collects.append((key, bid, entry, None))
-        host.collect_put(att, key, entry)
-        need = Counter(names)
-        if any(len(buf.get(n, ())) < k for n, k in need.items()):
-            return None
-        taken = []
-        for n in names:
-            events = buf[n]
-            taken.append(events.pop(0))
-            if not events:
-                del buf[n]
-        att.collects.append((key, bid, None, names))
-        host.collect_take(att, key, taken)
-        return [ev for _, ev in taken]
+        # Inside an attempt: the executor running it is the context's host.
+        host = cast("RunHost", self._host)
+        return self._on_loop(lambda: collect(host, att, event, expected, buffer_id))
 
     async def wait_for_event(
         self,
@@ -449,9 +450,9 @@ class Context(Generic[S]):
         child has finished its result comes from this run's log. Cancelling this run
         while it awaits the child cancels the child.
         """
-        from ._children import run_child
-
-        return await run_child(self._host, self._attempt("run_workflow"), flow, start_kwargs)
+        return await self._wf.__context_services__.run_child(
+            self._host, self._attempt("run_workflow"), flow, start_kwargs
+        )
 
     async def sleep(self, seconds: float) -> None:
         """Sleeps ``seconds``, durably when it is at least the workflow's ``sleep_threshold``.
@@ -472,20 +473,17 @@ class Context(Generic[S]):
 
         The state (context values, queues, in-progress events, waiters, collect buffers) is
         in the codec's typed JSON; ``include_state=False`` leaves the context values out:
-        restored where the store has the run, the values are the log's (the log is the
-        truth); imported into a store without it, the run starts with none (LlamaIndex's
-        meaning of a stateless dict). ``serializer`` turns each value into its text
+        restored where the store has the run they are the log's; imported into a store
+        without it, the run starts with none. ``serializer`` turns each value into its text
         instead (:mod:`workflow.context.serializers`). Restore it with :meth:`from_dict`,
         here or in another process.
         """
-        from ._context_dict import context_dict
-
-        return context_dict(self, serializer, include_state)
+        return self._wf.__context_services__.context_dict(self, serializer, include_state)
 
     @classmethod
     def from_dict(
         cls,
-        workflow: Workflow,
+        workflow: ContextOwner,
         data: dict[str, Any],
         serializer: BaseSerializer | None = None,
     ) -> Context[Any]:

@@ -24,8 +24,7 @@ from .context.serializers import BaseSerializer, JsonSerializer, PickleSerialize
 if TYPE_CHECKING:
     from eventstore import Codec
 
-    from ._context import Context
-    from ._workflow import Workflow
+    from ._context import Context, ContextOwner
 
 __all__ = ["FORMAT", "PICKLE", "VERSION", "context_dict", "restore_into"]
 
@@ -341,7 +340,7 @@ def _run_from_json(d: Any) -> Folded:
 
 
 def _state_from(
-    wf: Workflow, state: dict[str, Any], kind: Any, serializer: BaseSerializer | None
+    wf: ContextOwner, state: dict[str, Any], kind: Any, serializer: BaseSerializer | None
 ) -> dict[str, Any]:
     """The dict's values as the codec's JSON form (what the log holds)."""
     if kind in (JsonSerializer.kind, PICKLE):
@@ -365,7 +364,7 @@ def _state_from(
     return {k: orjson.loads(e.text) for k, e in encoded.items()}
 
 
-def _encoded(wf: Workflow, dumps: dict[str, Any]) -> dict[str, Encoded]:
+def _encoded(wf: ContextOwner, dumps: dict[str, Any]) -> dict[str, Encoded]:
     out = {}
     for k, d in dumps.items():
         text = orjson.dumps(d).decode()

@@ -22,14 +22,14 @@ from eventstore import Record
 from . import _journal as journal
 from ._errors import ContextStateError, WorkflowRuntimeError
 from ._fold import Folded
-from ._handler import WorkflowHandler
+from ._handler import WorkflowHandler, executor_of
 from ._lifecycle import point_of, run_is_live, same_workflow, state_dumps
 
 if TYPE_CHECKING:
     from ._context import Context
     from ._events import Event, StartEvent
+    from ._facade_protocol import Facade
     from ._runner import Executor
-    from ._workflow import Workflow
 
 __all__ = ["run_with_context", "send_idle"]
 
@@ -48,7 +48,7 @@ def send_idle(ctx: Context[Any], event: Event) -> None:
 
 
 def run_with_context(
-    wf: Workflow,
+    wf: Facade,
     ctx: Context[Any],
     start_event: StartEvent | None,
     fields: dict[str, Any],
@@ -103,7 +103,7 @@ def run_with_context(
                 handler = wf._run_from((run, at), updates, deletes)
             else:
                 handler = wf._resume(run, updates, cancelled=True, deletes=deletes)
-    executor = handler._executor
+    executor = executor_of(handler)
     if executor is None:  # a finished run's stored result (resume of a run that ended meanwhile)
         return handler
     ctx._bind(executor)
@@ -116,7 +116,7 @@ def _context_records(dumps: dict[str, Any]) -> list[Record]:
     ]
 
 
-def _new_executor(wf: Workflow, run_id: str | None) -> tuple[Executor, WorkflowHandler]:
+def _new_executor(wf: Facade, run_id: str | None) -> tuple[Executor, WorkflowHandler]:
     run_id = run_id or uuid.uuid4().hex
     if wf._store.get_run(run_id) is not None:
         msg = f"run {run_id!r} already exists; a run from a context starts a new run"
@@ -126,7 +126,7 @@ def _new_executor(wf: Workflow, run_id: str | None) -> tuple[Executor, WorkflowH
 
 
 def _run_linked(
-    wf: Workflow,
+    wf: Facade,
     dumps: dict[str, Any],
     start_event: StartEvent,
     previous: tuple[str, int] | None,
@@ -140,7 +140,7 @@ def _run_linked(
     return handler
 
 
-def _import_records(wf: Workflow, f: Folded, origin: tuple[str, int] | None) -> list[Record]:
+def _import_records(wf: Facade, f: Folded, origin: tuple[str, int] | None) -> list[Record]:
     """The first commit of a run whose state is ``f`` (a dict from another store).
 
     Queued and in-progress events are queued again, waits wait again, collect buffers and
@@ -182,7 +182,7 @@ def _import_records(wf: Workflow, f: Folded, origin: tuple[str, int] | None) -> 
 
 
 def _run_imported(
-    wf: Workflow,
+    wf: Facade,
     f: Folded,
     origin: tuple[str, int] | None,
     updates: dict[str, Any],

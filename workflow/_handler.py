@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import warnings
 from collections.abc import AsyncIterator, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._errors import (
     RunSuspendedError,
@@ -18,10 +18,22 @@ from ._events import Event, InternalDispatchEvent, StopEvent, WorkflowCancelledE
 
 if TYPE_CHECKING:
     from ._context import Context
+    from ._graph import Graph
     from ._runner import Executor
-    from ._workflow import Workflow
 
-__all__ = ["WorkflowHandler"]
+__all__ = ["HandlerOwner", "WorkflowHandler", "executor_of"]
+
+
+class HandlerOwner(Protocol):
+    """What a handler uses of the workflow that made it (``Workflow``): its name and step
+    graph, and how it posts an event to a run."""
+
+    _graph: Graph
+
+    @property
+    def workflow_name(self) -> str: ...
+
+    async def _post(self, run_id: str, event: Event, key: str | None) -> int: ...
 
 
 class WorkflowHandler:
@@ -33,7 +45,7 @@ class WorkflowHandler:
 
     def __init__(
         self,
-        wf: Workflow,
+        wf: HandlerOwner,
         run_id: str,
         future: asyncio.Future[Any],
         executor: Executor | None = None,
@@ -243,3 +255,9 @@ class WorkflowHandler:
 def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()  # marks the error as seen; awaiting the handler still raises it
+
+
+def executor_of(handler: WorkflowHandler) -> Executor | None:
+    """The executor running ``handler``'s run in this process (None: a handler of a run
+    that had ended), for the engine's modules: a handler keeps it private."""
+    return handler._executor

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from eventstore import Codec
 
     from ._context import Context, RunHost
-    from ._workflow import Workflow
 
 __all__ = [
     "Idle",
@@ -184,6 +183,6 @@ def run_is_live(ctx: Context[Any]) -> bool:
     return wf._owners.is_owned(run, info.rid)
 
 
-def same_workflow(recorded: str, wf: Workflow) -> bool:
+def same_workflow(recorded: str, wf: object) -> bool:
     # A script's class is recorded as __main__:X, the same class imported as app:X.
     return same_name(recorded, type(wf))

@@ -17,15 +17,16 @@ from eventstore import LogCorruptedError, UnknownClassError
 
 from ._errors import RunOwnedError, WorkflowChangedError
 from ._fold import payload_of
+from ._handler import executor_of
 from ._names import same_name
 from ._read import waits_of
 
 if TYPE_CHECKING:
+    from ._facade_protocol import Facade
     from ._handler import WorkflowHandler
     from ._journal import RunStarted
     from ._read import RunSummary
     from ._verify import Problem
-    from ._workflow import Workflow
 
 __all__ = [
     "Recoveries",
@@ -87,7 +88,7 @@ class Recovery:
     problems: tuple[Problem, ...] = ()  # ``incompatible``: what the static verify found
 
 
-def is_run_of(wf: Workflow, run: RunSummary) -> bool:
+def is_run_of(wf: Facade, run: RunSummary) -> bool:
     """Whether ``run`` is a run of ``wf``'s workflow: its class's module and qualified name.
 
     A script's run records its module as ``__main__``: such a run of the same qualified name
@@ -106,7 +107,7 @@ def is_run_of(wf: Workflow, run: RunSummary) -> bool:
     return known
 
 
-def _shares_a_step(wf: Workflow, run: RunSummary) -> bool:
+def _shares_a_step(wf: Facade, run: RunSummary) -> bool:
     """Whether the steps a run's first record lists meet ``wf``'s (True when it lists none)."""
     if run.first_seq is None:
         return True
@@ -146,7 +147,7 @@ class Recoveries(list[Recovery]):
         return self
 
 
-def has_work(wf: Workflow, run: RunSummary) -> bool:
+def has_work(wf: Facade, run: RunSummary) -> bool:
     """Whether a pending run needs an executor: it is interrupted, or it waits and an event
     is in its inbox or one of its waits' deadlines has passed. A run that only waits for an
     event nobody sent would be claimed, and the code before its wait run, for nothing."""
@@ -161,7 +162,7 @@ def has_work(wf: Workflow, run: RunSummary) -> bool:
     return any(deadline is not None and deadline <= now for _, deadline in waits_of(wf.store, info))
 
 
-def _recover_one(wf: Workflow, run_id: str) -> Recovery:
+def _recover_one(wf: Facade, run_id: str) -> Recovery:
     try:
         handler = wf.resume(run_id)
     except RunOwnedError as exc:  # another executor took it since it was listed
@@ -172,7 +173,7 @@ def _recover_one(wf: Workflow, run_id: str) -> Recovery:
         if _unresolved(exc):
             return Recovery(run_id, "stranded", error=exc)
         return Recovery(run_id, "failed", error=exc)
-    executor = handler._executor
+    executor = executor_of(handler)
     if executor is not None:
         # The resume ends such a run itself (once it holds it); say so now.
         limit = executor.recovery_limit()
@@ -205,7 +206,7 @@ def _text(exc: BaseException | None) -> str:
     return "" if exc is None else f"{type(exc).__name__}: {exc}"
 
 
-def _incompatible(wf: Workflow, run_id: str) -> Recovery | None:
+def _incompatible(wf: Facade, run_id: str) -> Recovery | None:
     """The ``incompatible`` outcome of a run that a static verify finds blocking problems
     in (None: it fits this code); nothing of the run is executed."""
     from ._verify import verify
@@ -223,7 +224,7 @@ def _incompatible(wf: Workflow, run_id: str) -> Recovery | None:
     return Recovery(run_id, "incompatible", error=error, problems=problems)
 
 
-def recover(wf: Workflow, *, compatible_only: bool = False) -> Recoveries:
+def recover(wf: Facade, *, compatible_only: bool = False) -> Recoveries:
     """Resumes every pending run of ``wf``; one :class:`Recovery` per run, each logged.
 
     With ``compatible_only`` a run is resumed only when a static verify (nothing executed)

@@ -525,7 +525,7 @@ class Executor:
                 w.timer.cancel()
         self.stream.end(None if exc is None else self._last_event(exc))
         try:
-            if self.log.unsnapshotted and not self.store._closed and self.store._failed is None:
+            if self.log.unsnapshotted and not self.store.closed and self.store.failed is None:
                 # The next reader of the latest state folds nothing. A cache is never worth
                 # failing the run's ending over.
                 with contextlib.suppress(EventStoreError):

@@ -36,7 +36,7 @@ def open_store(store: str | os.PathLike[str] | EventStore | None) -> EventStore:
     key = text if text.startswith(("postgresql://", "postgres://")) else str(Path(text).resolve())
     with _stores_lock:
         found = _stores.get(key)
-        if found is None or found._closed or found._failed is not None:
+        if found is None or found.closed or found.failed is not None:
             keys = os.environ.get(KEY_FILE_ENV) or None
             codec = None if keys is None else load_key_file(keys)
             found = _stores[key] = EventStore(store, payload_codec=codec)

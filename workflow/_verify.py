@@ -32,7 +32,7 @@ from ._state_versions import upcast_values
 from ._verify_report import Problem, VerifyReport
 
 if TYPE_CHECKING:
-    from ._workflow import Workflow
+    from ._facade_protocol import Facade
 
 __all__ = ["Problem", "VerifyReport", "verify"]
 
@@ -75,7 +75,7 @@ def _payload_values(r: StoredRecord) -> Iterable[tuple[str, J.Dump]]:
             yield "answer", resolved["event"]
 
 
-def _as_named_now(wf: Workflow, name: str) -> str:
+def _as_named_now(wf: Facade, name: str) -> str:
     """A recorded class name as this program names the class (``__main__:X`` is ``app:X``)."""
     try:
         return class_name(wf._codec.resolve(name))
@@ -83,7 +83,7 @@ def _as_named_now(wf: Workflow, name: str) -> str:
         return name
 
 
-def _graph_problems(run_id: str, recorded: dict[str, Any] | None, wf: Workflow) -> list[Problem]:
+def _graph_problems(run_id: str, recorded: dict[str, Any] | None, wf: Facade) -> list[Problem]:
     if not recorded:
         return []
     # A step renamed since (Workflow.renamed) is the same step under its new name.
@@ -108,7 +108,7 @@ def _graph_problems(run_id: str, recorded: dict[str, Any] | None, wf: Workflow) 
 
 
 def verify(
-    wf: Workflow,
+    wf: Facade,
     run_ids: Iterable[str] | None = None,
     *,
     reexecute: bool = False,
@@ -217,7 +217,7 @@ class _Replay:
     replaying = True  # memoized calls come from the log; one it lacks is a divergence
 
     def __init__(
-        self, wf: Workflow, context: dict[str, Any], memos: dict[int, dict[str, MemoRec]]
+        self, wf: Facade, context: dict[str, Any], memos: dict[int, dict[str, MemoRec]]
     ) -> None:
         from ._context import Context
 
@@ -263,7 +263,7 @@ class _Replay:
         raise WorkflowRuntimeError(msg)
 
 
-def _reexecute(wf: Workflow, run_id: str, report: VerifyReport) -> None:
+def _reexecute(wf: Facade, run_id: str, report: VerifyReport) -> None:
     """Runs each recorded successful attempt again and compares what it emits and writes."""
     store = wf.store
     load = wf._codec.load
@@ -295,7 +295,7 @@ def _reexecute(wf: Workflow, run_id: str, report: VerifyReport) -> None:
 
 
 def _replay_one(
-    wf: Workflow,
+    wf: Facade,
     run_id: str,
     head: StoredRecord,
     commit: list[StoredRecord],
@@ -391,7 +391,7 @@ def _run_isolated(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
-def _ops_from(patch: Any, wf: Workflow) -> list[Any]:
+def _ops_from(patch: Any, wf: Facade) -> list[Any]:
     from ._diff import ops_from_json
 
     return ops_from_json(patch, wf._codec)
@@ -416,7 +416,7 @@ def _emitted_dumps(commit: list[StoredRecord]) -> list[Any]:
     return out
 
 
-def _as_now(wf: Workflow, d: Any) -> Any:
+def _as_now(wf: Facade, d: Any) -> Any:
     """A recorded dump as today's classes write it (an older version upcast), else as is."""
     codec = wf._codec
     try:

@@ -15,6 +15,7 @@ import signal
 from typing import TYPE_CHECKING, Final
 
 from ._errors import RunAbandonedError, RunLostError, WorkflowError
+from ._handler import executor_of
 from ._recover import has_work
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ class Worker:
                 nudge.clear()
         finally:
             for handler in list(self._active.values()):
-                executor = handler._executor
+                executor = executor_of(handler)
                 if executor is not None:
                     executor.abandon()
             if tasks:

@@ -2,72 +2,66 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import copy
 import logging
 import os
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eventstore import (
-    Codec,
-    Commit,
     EventStore,
-    NewRun,
     Record,
     RunInfo,
     class_name,
 )
 
-from ._catch_error import catchers
-from ._changes import encode_updates
 from ._checkpoints import checkpoints
-from ._context_store import StateDict
-from ._diff import register_views
+from ._context_services import CONTEXT_SERVICES
 from ._errors import (
-    RunFinishedError,
     WorkflowRuntimeError,
     WorkflowValidationError,
 )
-from ._events import Event, StartEvent, StopEvent
-from ._fold import Folded, rename_steps, to_run_state
-from ._graph import Graph
+from ._events import Event, StartEvent
+from ._facade_build import RunSlots, owners_for, workflow_codec
+from ._facade_control import (
+    fork_run,
+    require_loop,
+    resume_run,
+    send_event,
+    start_run,
+    submit_run,
+    wake_owner,
+)
+from ._facade_steps import WorkflowSteps
+from ._fold import Folded, to_run_state
 from ._handler import WorkflowHandler
-from ._live_runs import live_executor, register
-from ._ownership import LEASE_TTL_S, LeaseOwners, Owners
+from ._live_runs import live_executor
 from ._prune import PruneReport, prune_runs
-from ._read import RunSummary, fold_run, refuse_cut, run_info, run_summaries, shown_status
+from ._read import RunSummary, fold_run, run_info, run_summaries, shown_status
 from ._recover import Recoveries, is_run_of
 from ._recover import recover as recover_runs
-from ._renames import class_aliases, moves_for, step_renames
+from ._renames import class_aliases, step_renames
 from ._run_config import DEFAULT_FAILURE_GRACE, RunConfig
 from ._runner import Executor
 from ._start_events import (
     checked_start_event,
     first_records,
     run_started_record,
-    start_event_of,
 )
-from ._state import TERMINAL, Checkpoint, RunState
-from ._state_versions import resume_upcast, state_tag
+from ._state import Checkpoint, RunState
+from ._state_versions import state_tag
 from ._step import (
     GRAPH_CHECKS,
-    STEP_ATTR,
-    collect_steps,
     graph_checks,
-    state_model,
-    step_functions,
 )
 from ._stores import open_store
 from ._stranded import check_stranded
 from ._timers import DEFAULT_SLEEP_THRESHOLD
-from .resource import ResourceManager, check_configs
+from .resource import ResourceManager
 
 if TYPE_CHECKING:
-    from ._context import Context
+    from ._context import Context, ContextServices
     from .context.serializers import BaseSerializer
 
 __all__ = ["RunSummary", "Workflow"]
@@ -75,7 +69,7 @@ __all__ = ["RunSummary", "Workflow"]
 _log = logging.getLogger("workflow")
 
 
-class Workflow:
+class Workflow(WorkflowSteps):
     """A set of steps that pass events; every run is journaled to an event store.
 
     :param store: a path to an SQLite file, a PostgreSQL URL, an :class:`EventStore`, or
@@ -115,18 +109,15 @@ class Workflow:
     # failure fails the run, so that a resume does not pay for them again (0: none).
     failure_grace: float = 2.0
 
-    # Free functions added as steps (``add_step``, ``@step(workflow=Cls)``), per class.
-    _step_functions: ClassVar[dict[str, Callable[..., Any]]] = {}
-
     renamed: ClassVar[Mapping[str, str | type]] = {}
     """Old names of renamed steps and moved event classes -> their new ones, so that runs
     recorded before a deploy continue: ``{"old_step": "new_step", "old.mod:Cls": Cls}``.
     A resume moves such a run's pending work to the new step names (and records the move);
     old class names decode as the new class. See ``workflow/_renames.py``."""
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls._step_functions = {}
+    # What its contexts reach their lifecycle through; also what marks an object as a
+    # workflow to the modules below this one (they cannot import this class).
+    __context_services__: ClassVar[ContextServices] = CONTEXT_SERVICES
 
     # A test hook: called with (executor, seq) after each commit that changed state took
     # effect in memory, to compare the live state with the fold of the log.
@@ -155,159 +146,32 @@ class Workflow:
         if num_concurrent_runs is not None and num_concurrent_runs < 1:
             msg = f"num_concurrent_runs must be at least 1 (or None), not {num_concurrent_runs}"
             raise WorkflowValidationError(msg)
-        self._skip_graph_checks = skips
-        self._disable_validation = disable_validation
-        self._workflow_name = workflow_name
         self._num_concurrent_runs = num_concurrent_runs
-        self._run_slots: dict[int, asyncio.Semaphore] = {}
-        self._graph = Graph(collect_steps(type(self)))
-        # Which @catch_error handler takes over which step once it is out of retries.
-        self._catchers = catchers(self._graph.steps, type(self).__name__)
-        self._validate()
+        self._slots = RunSlots(num_concurrent_runs)
+        self._init_steps(skips, disable_validation, workflow_name)
         # Resources are this object's, never the log's: a resume elsewhere builds its own.
         self._resource_manager = resource_manager or ResourceManager()
         self._store = open_store(store)
         self._timeout = timeout
         self._verbose = verbose
         self._max_recovery = max_recovery_attempts
-        self._codec = Codec(
-            allow_pickle=allow_pickle,
-            how_to_register="Workflow(types=[{name}])",
-            how_to_allow_pickle="Workflow(allow_pickle=True)",
-        )
-        self._codec.register(*self._graph.event_types(), *types)
-        # Views handed out by ctx.store.get are written as the value they show.
-        register_views(self._codec)
-        # The untyped state get_state() gives is a dict whose keys are also attributes.
-        self._codec.register_proxy(StateDict, dict)
-        self._state_type: type | None = state_model(self._graph.steps, type(self).__name__)
-        if self._state_type is not None:
-            self._codec.register(self._state_type)
-        # A run of `python flows.py` records this module's classes as __main__:X.
-        self._codec.alias_main(
-            *(
-                c.__module__
-                for c in type(self).__mro__
-                if issubclass(c, Workflow) and c is not Workflow
-            )
+        self._codec, self._state_type = workflow_codec(
+            type(self), Workflow, self._graph, types, allow_pickle=allow_pickle
         )
         self._renames = step_renames(type(self), self._graph.steps)
         class_aliases(type(self), self._codec)
-        # Kernel locks need a file (one machine); a shared PostgreSQL store needs leases.
-        self._owners: Owners | LeaseOwners
-        if self._store.kind == "postgres":
-            self._owners = LeaseOwners(self._store, lease_ttl or LEASE_TTL_S)
-        else:
-            sidecar = self._store.path if self._store.kind == "sqlite" else None
-            self._owners = Owners(sidecar, memory_key=str(id(self._store)))
+        self._owners = owners_for(self._store, lease_ttl)
         self._name = class_name(type(self))
         # Runs recorded under __main__ with this class's name: whether each is this one's.
         self._script_runs: dict[str, bool] = {}
         # On PostgreSQL an answer posted on any host wakes the run's owner at once (the
         # owner also polls, which is all SQLite needs).
-        self._store.on_post(self._posted)
+        self._store.on_post(partial(wake_owner, self._store))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} store={self._store!r}>"
 
     # ------------------------------------------------------------------ LlamaIndex's API
-
-    @classmethod
-    def add_step(cls, func: Callable[..., Any]) -> None:
-        """Adds a free function decorated with ``@step`` as a step of this class.
-
-        ``@step(workflow=Cls)`` calls this. Instances built afterwards have the step.
-
-        :raises WorkflowValidationError: ``func`` is not decorated with ``@step``, or the
-            class already has a step by that name.
-        """
-        name = getattr(func, "__name__", repr(func))
-        if not hasattr(func, STEP_ATTR):
-            msg = f"Step function {name} is missing the `@step` decorator."
-            raise WorkflowValidationError(msg)
-        if name in step_functions(cls):
-            msg = f"A step {name} is already part of this workflow, please choose another name."
-            raise WorkflowValidationError(msg)
-        cls._step_functions[name] = func
-
-    def _get_steps(self) -> dict[str, Callable[..., Any]]:
-        """Every step function, methods and added free functions, by name."""
-        return step_functions(type(self))
-
-    def _validate(self) -> bool:
-        """Checks the step graph (unless built with ``disable_validation=True``).
-
-        Returns whether the workflow asks humans (a step returns an InputRequiredEvent
-        or takes a HumanResponseEvent), as LlamaIndex's does.
-        """
-        if self._disable_validation:
-            return False
-        steps = collect_steps(type(self), self._get_steps())
-        graph = Graph(steps)
-        graph.validate(type(self).__name__, self._skip_graph_checks)
-        check_configs(
-            {n: sp.resources for n, sp in steps.items() if sp.resources}, type(self).__name__
-        )
-        from ._events import HumanResponseEvent, InputRequiredEvent
-
-        return any(
-            issubclass(t, InputRequiredEvent) for s in steps.values() for t in s.returns
-        ) or any(issubclass(t, HumanResponseEvent) for s in steps.values() for t in s.accepted)
-
-    def validate(self) -> bool:
-        """Checks the step graph even when built with ``disable_validation=True``."""
-        Graph(collect_steps(type(self), self._get_steps())).validate(
-            type(self).__name__, self._skip_graph_checks
-        )
-        return self._validate() if not self._disable_validation else False
-
-    @property
-    def workflow_name(self) -> str:
-        """The name given as ``workflow_name=``, else ``module.QualName`` of the class."""
-        if self._workflow_name is not None:
-            return self._workflow_name
-        cls = type(self)
-        return f"{cls.__module__}.{cls.__qualname__}"
-
-    @property
-    def start_event_class(self) -> type[StartEvent]:
-        """The StartEvent class the steps take."""
-        return self._graph.start_event_class()
-
-    @property
-    def _start_event_class(self) -> type[StartEvent]:
-        return self._start_override or self._graph.start_event_class()
-
-    @_start_event_class.setter
-    def _start_event_class(self, value: type[StartEvent]) -> None:
-        self._start_override = value
-
-    _start_override: type[StartEvent] | None = None
-
-    @property
-    def stop_event_class(self) -> type[StopEvent]:
-        """The StopEvent class the steps return."""
-        return self._graph.stop_event_class()
-
-    @property
-    def _stop_event_class(self) -> type[StopEvent]:
-        return self._graph.stop_event_class()
-
-    @property
-    def events(self) -> list[type[Event]]:
-        """Every event class the steps take or return."""
-        return sorted(self._graph.event_types(), key=lambda t: t.__qualname__)
-
-    def _get_start_event_instance(
-        self, start_event: StartEvent | None, **kwargs: Any
-    ) -> StartEvent:
-        """The start event of a run (LlamaIndex's helper): the one given (keyword arguments
-        beside it are ignored, with a warning), or the start class built from them.
-
-        :raises WorkflowRuntimeError: the keyword arguments do not make a start event.
-        """
-        return start_event_of(self._start_event_class, start_event, kwargs)
-
     @property
     def store(self) -> EventStore:
         """The event store this workflow journals to."""
@@ -342,21 +206,12 @@ class Workflow:
 
         :raises ContextStateError: the context's run is live (here or in another process).
         """
-        _require_loop("run")
+        require_loop("run")
         if ctx is not None:
             from ._context_run import run_with_context
 
             return run_with_context(self, ctx, start_event, kwargs, run_id)
-        start_event = self._start_event(start_event, kwargs)
-        run_id = run_id or uuid.uuid4().hex
-        if self._store.get_run(run_id) is not None:
-            return self.resume(run_id)
-        records = self._start_records(start_event)  # a start event the log cannot hold: here
-        executor = self._executor(run_id, None)
-        executor.next_id = 2
-        handler = WorkflowHandler(self, run_id, executor.done, executor)
-        executor.start(records, start_event)
-        return handler
+        return start_run(self, self._start_event(start_event, kwargs), run_id)
 
     def submit(
         self, *, start_event: StartEvent | None = None, run_id: str | None = None, **kwargs: Any
@@ -367,17 +222,7 @@ class Workflow:
         any other that shares the store) claims it. A ``run_id`` that exists is returned
         as it is (a run is submitted once).
         """
-        start_event = self._start_event(start_event, kwargs)
-        run_id = run_id or uuid.uuid4().hex
-        if self._store.get_run(run_id) is not None:
-            return run_id
-        # "submitted" in its row: listings tell it, until a worker claims it, from a run
-        # whose process died (its log looks the same).
-        create = NewRun(meta={"workflow": self._name, "submitted": True}, status="running")
-        self._store.append_sync(
-            Commit(run_id, self._start_records(start_event), epoch=1, create=create)
-        )
-        return run_id
+        return submit_run(self, self._start_event(start_event, kwargs), run_id)
 
     def _start_records(
         self,
@@ -399,9 +244,6 @@ class Workflow:
             self._name, self._graph, self._codec, start_id, start, previous, state
         )
 
-    def _new_run(self) -> NewRun:
-        return NewRun(meta={"workflow": self._name}, status="running")
-
     def _run_config(self) -> RunConfig:
         """This workflow's settings as a run started now sees them."""
         return RunConfig(
@@ -420,7 +262,7 @@ class Workflow:
             state_type=self._state_type,
             resources=self._resource_manager,
             instance=self,
-            slot=self._slot,
+            slot=self._slots.take,
             commit_hook=self._commit_hook,
         )
 
@@ -429,23 +271,6 @@ class Workflow:
     ) -> Executor:
         """An executor for ``run_id``, to go on from ``folded`` (None: a new run)."""
         return Executor(self._run_config(), run_id, rid, epoch, folded)
-
-    async def _slot(self, done: asyncio.Future[Any]) -> None:
-        """Waits until fewer than ``num_concurrent_runs`` runs of this instance execute."""
-        if self._num_concurrent_runs is None:
-            return
-        loop = asyncio.get_running_loop()
-        sem = self._run_slots.get(id(loop))
-        if sem is None:
-            sem = self._run_slots[id(loop)] = asyncio.Semaphore(self._num_concurrent_runs)
-        await sem.acquire()
-        done.add_done_callback(lambda _: sem.release())
-
-    def _posted(self, run_id: str) -> None:
-        live = live_executor(self._store, run_id)
-        if live is not None:
-            with contextlib.suppress(RuntimeError):  # its loop has closed
-                live.done.get_loop().call_soon_threadsafe(live.poke)
 
     # ------------------------------------------------------------------ resume and fork
 
@@ -482,43 +307,14 @@ class Workflow:
         allow_stranded: bool = False,
         deletes: list[str] | None = None,
     ) -> WorkflowHandler:
-        _require_loop("resume")
-        updates = encode_updates(self._codec, updates)  # refused before the run is claimed
-        live = live_executor(self._store, run_id)
-        if live is not None:
-            if updates:
-                live.launch(live.operator_update(updates))
-            return WorkflowHandler(self, run_id, live.done, live)
-        info = self._run_info(run_id)
-        refuse_cut(info)
-        folded = self._fold(run_id, None)
-        loop = asyncio.get_running_loop()
-        if folded.status == "finished":
-            if updates:
-                raise RunFinishedError(run_id)
-            fut = loop.create_future()
-            fut.set_result(to_run_state(folded, self._codec).result)
-            return WorkflowHandler(self, run_id, fut, None, self._recorded_stream(folded))
-        if folded.status == "cancelled" and not cancelled:
-            msg = f"run {run_id!r} was cancelled; resume(run_id, cancelled=True) continues it"
-            raise WorkflowRuntimeError(msg)
-        renamed = moves_for(folded, self._renames)
-        rename_steps(folded, renamed)  # recorded by the resume's run_resumed record
-        self._check_stranded(run_id, folded, allow_stranded)
-        upcast = resume_upcast(run_id, folded, self._codec, self._state_type)
-        self._owners.acquire(run_id, info.rid)
-        try:
-            executor = self._executor(run_id, folded, info.rid, 0)
-        except BaseException:
-            self._owners.release(run_id, info.rid)
-            raise
-        register(self._store, run_id, executor)
-        recorded = self._recorded_stream(folded)
-        handler = WorkflowHandler(self, run_id, executor.done, executor, recorded)
-        executor.resume(
-            copy.deepcopy(folded), updates, renamed=renamed, deletes=deletes, upcast=upcast
+        return resume_run(
+            self,
+            run_id,
+            updates,
+            cancelled=cancelled,
+            allow_stranded=allow_stranded,
+            deletes=deletes,
         )
-        return handler
 
     def run_from(
         self,
@@ -540,28 +336,7 @@ class Workflow:
         updates: dict[str, Any] | None,
         deletes: list[str] | None = None,
     ) -> WorkflowHandler:
-        _require_loop("run_from")
-        updates = encode_updates(self._codec, updates)  # refused before the fork begins
-        if isinstance(checkpoint, dict):
-            checkpoint = Checkpoint.model_validate(checkpoint)
-        if isinstance(checkpoint, Checkpoint):
-            parent_id, seq = checkpoint.run_id, checkpoint.seq
-        else:
-            parent_id, seq = checkpoint
-        folded = self._fold(parent_id, seq)
-        renamed = moves_for(folded, self._renames)
-        rename_steps(folded, renamed)  # recorded by the fork's run_started record
-        self._check_stranded(parent_id, folded, False)
-        upcast = resume_upcast(parent_id, folded, self._codec, self._state_type)
-        run_id = uuid.uuid4().hex
-        at = folded.seq
-        folded.run_id = run_id
-        folded.first_seq = None  # the fork's own records start it
-        folded.records = 0
-        executor = self._executor(run_id, folded)
-        handler = WorkflowHandler(self, run_id, executor.done, executor)
-        executor.fork(folded, (parent_id, at), updates, deletes, renamed=renamed, upcast=upcast)
-        return handler
+        return fork_run(self, checkpoint, updates, deletes)
 
     def _check_stranded(self, run_id: str, folded: Folded, allow: bool) -> None:
         check_stranded(
@@ -699,7 +474,7 @@ class Workflow:
         The others come back ``incompatible`` with verify's ``problems`` and are left
         untouched, so a deploy never half-runs a run its code cannot finish.
         """
-        _require_loop("recover")
+        require_loop("recover")
         return recover_runs(self, compatible_only=compatible_only)
 
     def send(self, run_id: str, event: Event, idempotency_key: str | None = None) -> int:
@@ -711,17 +486,7 @@ class Workflow:
         if not isinstance(event, Event):  # a dict would be parked, never meeting a wait
             msg = f"send takes an Event, not {type(event).__qualname__}"
             raise WorkflowRuntimeError(msg)
-        info = self._run_info(run_id)
-        if (info.status or "running") in TERMINAL:
-            msg = f"run {run_id!r} has {info.status}; nothing would take the event in"
-            raise WorkflowRuntimeError(msg)
-        text = self._codec.encode(event, name=type(event).__name__)
-        entry = self._store.post_sync(run_id, text, key=idempotency_key)
-        live = live_executor(self._store, run_id)
-        if live is not None:
-            loop = live.done.get_loop()
-            loop.call_soon_threadsafe(live.poke)
-        return entry
+        return send_event(self, run_id, event, idempotency_key)
 
     def _context_dict_at(
         self, run_id: str, seq: int, serializer: BaseSerializer | None
@@ -733,11 +498,3 @@ class Workflow:
 
     def _recorded_stream(self, folded: Folded) -> list[Event]:
         return [self._codec.load(e.dump) for e in folded.stream]
-
-
-def _require_loop(what: str) -> None:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        msg = f"wf.{what}() must be called inside async code (from a coroutine)"
-        raise WorkflowRuntimeError(msg) from None

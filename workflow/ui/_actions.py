@@ -23,7 +23,7 @@ from .. import _journal as J
 from .._errors import WorkflowError, WorkflowRuntimeError
 from .._events import Event
 from .._fold import rename_steps
-from .._handler import WorkflowHandler
+from .._handler import WorkflowHandler, executor_of
 from .._ownership import probe_owners
 from .._read import check_seq, fold_run, run_info
 from .._renames import moves_for
@@ -228,7 +228,7 @@ class Actions:
     def close(self) -> None:
         """Leaves the runs this process executes, cleanly: a worker or resume continues them."""
         for handler in list(self.handlers.values()):
-            executor = handler._executor
+            executor = executor_of(handler)
             if executor is not None:
                 with contextlib.suppress(Exception):
                     executor.abandon()

@@ -1,0 +1,77 @@
+"""``ctx.collect_events`` inside an attempt: the change to the step's live buffer.
+
+The buffer changes at once, on the event loop (no other attempt sees it half done); it is
+not an OCC key, so collectors never conflict. The attempt records each put and take, and
+the change is undone if it does not commit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Protocol
+
+from eventstore import class_name
+
+from ._attempt import Attempt
+from ._buffers import buffer_key, default_buffer_id
+from ._errors import WorkflowRuntimeError
+from ._events import Event
+
+__all__ = ["CollectHost", "collect"]
+
+
+class CollectHost(Protocol):
+    """What collecting uses of the executor running the attempt (``RunHost``)."""
+
+    def live_buffer(self, buf_key: str) -> dict[str, list[tuple[int, Event]]]: ...
+
+    def new_event_id(self) -> int: ...
+
+    def collect_put(self, att: Attempt, buf_key: str, entry: tuple[int, Event]) -> None: ...
+
+    def collect_take(self, att: Attempt, buf_key: str, taken: list[tuple[int, Event]]) -> None: ...
+
+
+def collect(
+    host: CollectHost,
+    att: Attempt,
+    event: Event,
+    expected: list[type[Event]],
+    buffer_id: str | None,
+) -> list[Event] | None:
+    """Buffers ``event`` for ``att``'s step; once one of each ``expected`` class is in,
+    takes them and returns them in that order (None until then).
+
+    :raises WorkflowRuntimeError: two expected classes have the same name.
+    """
+    if not expected:
+        return []
+    names = [t.__qualname__ for t in expected]
+    if len(set(names)) != len(set(expected)):
+        clash = sorted(class_name(t) for t in set(expected) if names.count(t.__qualname__) > 1)
+        msg = f"collect_events: {', '.join(clash)} have the same name; rename one of them"
+        raise WorkflowRuntimeError(msg)
+    if type(event) not in expected:
+        return None
+    # Ids name no module: a run of `python app.py` (classes of __main__) continues in a
+    # program that imports app.
+    bid = default_buffer_id(att.step, names) if buffer_id is None else buffer_id
+    key = buffer_key(att.step, bid)
+    buf = host.live_buffer(key)
+    ev_id = att.event_id if event is att.event else host.new_event_id()
+    entry = (ev_id, event)
+    buf.setdefault(type(event).__qualname__, []).append(entry)
+    att.collects.append((key, bid, entry, None))
+    host.collect_put(att, key, entry)
+    need = Counter(names)
+    if any(len(buf.get(n, ())) < k for n, k in need.items()):
+        return None
+    taken = []
+    for n in names:
+        events = buf[n]
+        taken.append(events.pop(0))
+        if not events:
+            del buf[n]
+    att.collects.append((key, bid, None, names))
+    host.collect_take(att, key, taken)
+    return [ev for _, ev in taken]
