@@ -412,3 +412,18 @@ def test_ui_without_and_with_the_key(
         code, data = get_json(base + "/runs/s/data")
         assert code == 200
         assert SECRET in orjson.dumps(data).decode()
+
+
+def test_trace_without_the_key_names_it(sealed_run: tuple[Path, Path], tmp_path: Path) -> None:
+    """``workflow trace`` of an encrypted run without the key says which key id it needs
+    (exit 1, no file written); with the key it writes the spans."""
+    db, keys = sealed_run
+    out = tmp_path / "t.json"
+    plain = invoke("trace", db, "s", "-o", out)
+    assert plain.exit_code == 1, plain.output
+    assert "is encrypted (key id 'k1')" in plain.stderr
+    assert "--key-file" in plain.stderr
+    assert "KeyError" not in plain.output
+    assert not out.exists()
+    ok("--key-file", keys, "trace", db, "s", "-o", out)
+    assert orjson.loads(out.read_text())["resourceSpans"]
