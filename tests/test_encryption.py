@@ -448,7 +448,7 @@ def test_check_without_the_key_checks_the_structure(
     keyed = invoke("--key-file", keys, "check", db)
     assert keyed.exit_code == 0, keyed.output
     assert "not checked" not in keyed.stderr
-    assert orjson.loads(ok("--key-file", keys, "check", "--json", db))["unchecked"] == []
+    assert "unchecked" not in orjson.loads(ok("--key-file", keys, "check", "--json", db))
     altered, bad_kind = tmp_path / "altered.db", tmp_path / "kind.db"
     for copy, sql in (
         (altered, "UPDATE log SET payload = (SELECT payload FROM log WHERE seq = 1) WHERE seq = 2"),

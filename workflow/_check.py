@@ -92,14 +92,17 @@ def check_store(store: EventStore, run_id: str | None = None) -> Report:
 
 def _sealed(store: EventStore, info: RunInfo) -> str | None:
     """The key id of the first encrypted payload of the run or of an ancestor its fork
-    folds (None: all plain), for a store opened without the key."""
+    folds (None: all plain, or unreadable), for a store opened without the key."""
     run: RunInfo | None = info
-    while run is not None:
-        for r in store.records(run.run_id):
-            if (kid := sealed_key_id(r.payload)) is not None:
-                return kid
-        parent = run.parent_run_id
-        run = None if parent is None else store.get_run(parent)
+    try:
+        while run is not None:
+            for r in store.records(run.run_id):
+                if (kid := sealed_key_id(r.payload)) is not None:
+                    return kid
+            parent = run.parent_run_id
+            run = None if parent is None else store.get_run(parent)
+    except EventStoreError:  # a record that cannot be read: the full check names it
+        return None
     return None
 
 

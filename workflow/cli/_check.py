@@ -30,6 +30,7 @@ def check(db: str, run: str | None, as_json: bool) -> None:
     store = open_store(db)
     report = check_store(store, run)
     if as_json:
+        unchecked = [{"run_id": r, "key_id": kid} for r, kid in report.unchecked.items()]
         emit_json(
             {
                 "ok": report.ok,
@@ -46,8 +47,9 @@ def check(db: str, run: str | None, as_json: bool) -> None:
                     }
                     for p in report.problems
                 ],
-                "unchecked": [{"run_id": r, "key_id": kid} for r, kid in report.unchecked.items()],
             }
+            # runs checked without their payloads' key: listed only when there are some
+            | ({"unchecked": unchecked} if unchecked else {})
         )
     else:
         for p in report.problems:
