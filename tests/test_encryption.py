@@ -412,3 +412,57 @@ def test_ui_without_and_with_the_key(
         code, data = get_json(base + "/runs/s/data")
         assert code == 200
         assert SECRET in orjson.dumps(data).decode()
+
+
+def test_trace_without_the_key_names_it(sealed_run: tuple[Path, Path], tmp_path: Path) -> None:
+    """``workflow trace`` of an encrypted run without the key says which key id it needs
+    (exit 1, no file written); with the key it writes the spans."""
+    db, keys = sealed_run
+    out = tmp_path / "t.json"
+    plain = invoke("trace", db, "s", "-o", out)
+    assert plain.exit_code == 1, plain.output
+    assert "is encrypted (key id 'k1')" in plain.stderr
+    assert "--key-file" in plain.stderr
+    assert "KeyError" not in plain.output
+    assert not out.exists()
+    ok("--key-file", keys, "trace", db, "s", "-o", out)
+    assert orjson.loads(out.read_text())["resourceSpans"]
+
+
+def test_check_without_the_key_checks_the_structure(
+    sealed_run: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``workflow check`` without the key checks what needs no values and names the key id
+    the payloads need (exit 0 on an intact store); a bad kind is still found without it; with
+    the key it checks the payloads too (an altered one is a problem)."""
+    db, keys = sealed_run
+    plain = invoke("check", db)
+    assert plain.exit_code == 0, plain.output
+    assert "run s: payloads not checked: encrypted with key id 'k1'" in plain.stderr
+    assert "--key-file" in plain.stderr
+    assert ": ok" in plain.stderr
+    report = orjson.loads(ok("check", "--json", db))
+    assert report["ok"] is True
+    assert report["records"] > 2
+    assert report["unchecked"] == [{"run_id": "s", "key_id": "k1"}]
+    keyed = invoke("--key-file", keys, "check", db)
+    assert keyed.exit_code == 0, keyed.output
+    assert "not checked" not in keyed.stderr
+    assert "unchecked" not in orjson.loads(ok("--key-file", keys, "check", "--json", db))
+    altered, bad_kind = tmp_path / "altered.db", tmp_path / "kind.db"
+    for copy, sql in (
+        (altered, "UPDATE log SET payload = (SELECT payload FROM log WHERE seq = 1) WHERE seq = 2"),
+        (bad_kind, "UPDATE log SET kind = 'no_such_kind' WHERE seq = 2"),
+    ):
+        copy.write_bytes(db.read_bytes())
+        conn = sqlite3.connect(copy)
+        with conn:
+            conn.execute(sql)
+        conn.close()
+    broken = invoke("check", bad_kind)
+    assert broken.exit_code == 1, broken.output
+    assert "unknown kind 'no_such_kind'" in broken.stdout
+    assert invoke("check", altered).exit_code == 0  # no key: the ciphertext is not opened
+    damaged = invoke("--key-file", keys, "check", altered)
+    assert damaged.exit_code == 1, damaged.output
+    assert "seq 2" in damaged.stdout

@@ -198,3 +198,46 @@ async def _grow(db: Path) -> None:
     """Gives a store a log longer than the export's, so that an import moves its seqs."""
     with EventStore(db) as store:
         await chat(store, 40)
+
+
+def test_export_of_an_encrypted_fork_without_the_key(tmp_path: Path) -> None:
+    """Without the key, an encrypted fork exports with its ancestor, payloads copied sealed
+    as they are (the cut needs only seqs, the ancestor's status only kinds): with the key the
+    export reads as the original. An import that must move seqs needs the key and says so."""
+    from eventstore import add_key, load_key_file
+
+    db, keys = tmp_path / "sealed.db", tmp_path / "keys.json"
+    add_key(keys)
+
+    async def go() -> tuple[str, str]:
+        store = EventStore(db, payload_codec=load_key_file(keys))
+        wf, parent = await chat(store, 40)
+        cps = wf.checkpoints(parent)
+        fork = wf.run_from(cps[len(cps) // 2])
+        assert await fork == 40
+        await store.flush()
+        store.close()
+        return parent, fork.run_id
+
+    parent, fork = asyncio.run(go())
+    plain, keyed = tmp_path / "plain.db", tmp_path / "keyed.db"
+    ok("export", db, fork, "-o", plain)
+    ok("--key-file", keys, "export", db, fork, "-o", keyed)
+    with EventStore(plain, readonly=True) as exported, EventStore(db, readonly=True) as prod:
+        assert [r.run_id for r in exported.runs()] == [parent, fork]
+        assert [tuple(r) for r in exported.records(fork)] == [tuple(r) for r in prod.records(fork)]
+    runs = {r["run_id"]: r for r in json.loads(ok("runs", "--json", plain))}
+    runs_keyed = {r["run_id"]: r for r in json.loads(ok("runs", "--json", keyed))}
+    assert runs == runs_keyed
+    assert runs[parent]["copied_upto"] == runs_keyed[parent]["copied_upto"]
+    with_key = ("--key-file", keys, "state", "--json")
+    assert json.loads(ok(*with_key, plain, fork)) == json.loads(ok(*with_key, db, fork))
+    assert ok("--key-file", keys, "check", plain).strip() == ""
+    target = tmp_path / "busy.db"
+    asyncio.run(chat(EventStore(target), 30))  # its seqs are where the export's would go
+    moved = invoke("import", target, plain)
+    assert moved.exit_code == 1, moved.output
+    assert "is encrypted (key id 'k1')" in moved.stderr
+    assert "--key-file" in moved.stderr
+    with EventStore(target, readonly=True) as busy:
+        assert len(busy.runs()) == 1  # refused before anything was written

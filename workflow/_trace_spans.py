@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from eventstore import EventStore, StoredRecord
+from eventstore._encryption import encrypted_error
 
 from . import _journal as journal
 from ._fold import payload_of
@@ -268,6 +269,8 @@ def run_trace(store: EventStore, run_id: str) -> Trace:
     """The run's spans as its log tells them (see the module's docstring).
 
     :raises RunNotFoundError: no such run.
+    :raises EncryptedPayloadError: the store was opened without the key of the run's
+        encrypted payloads (the error names the key id).
     """
     info = run_info(store, run_id)
     workflow = str(info.meta.get("workflow", "")) or "workflow"
@@ -284,6 +287,8 @@ def run_trace(store: EventStore, run_id: str) -> Trace:
     if upto:
         for batch in commits(store.records(run_id, upto=upto)):
             for record in batch:
+                if (sealed := encrypted_error(record)) is not None:  # read without the key
+                    raise sealed
                 builder.record(record, payload_of(record))
             builder.commit(batch)
     status = shown_status(store, fold_run(store, run_id, upto or None), probe_owners(store), None)

@@ -3,7 +3,8 @@
 ``workflow export DB RUN -o run.db`` writes the run into a new store file keeping every seq
 and time, so the export reads exactly as the original (its states, checkpoints, snapshots);
 ``workflow import DB FILE`` adds the runs of such a file to a store, their seqs moved past
-the store's last one when they would not fit after it. Needs no user code.
+the store's last one when they would not fit after it. Needs no user code, and no key for
+an encrypted run whose seqs need not move: its payloads are copied sealed, as they are.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import orjson
 
 from eventstore import Commit, EventStore, NewRun, Record, RunInfo, Snapshot, StoredRecord
+from eventstore._encryption import EncryptedPayloadError, encrypted_error
 
 from . import _journal as J
 from ._errors import WorkflowRuntimeError
@@ -77,6 +79,8 @@ def copy_runs(store: EventStore, parts: list[Part], target: EventStore) -> list[
     posted again.
 
     :raises WorkflowRuntimeError: a run of ``parts`` is already in the target.
+    :raises EncryptedPayloadError: seqs must move but a run's payloads are encrypted and
+        ``store`` was opened without the key.
     """
     for part in parts:
         if target.get_run(part.info.run_id) is not None:
@@ -85,6 +89,11 @@ def copy_runs(store: EventStore, parts: list[Part], target: EventStore) -> list[
     firsts = [p.info.first_seq for p in parts if p.info.first_seq is not None]
     head = target.head()
     offset = 0 if not firsts or min(firsts) > head else head + 1 - min(firsts)
+    if offset:  # moving seqs rewrites payloads that name them: said before anything is written
+        for part in parts:
+            first = next(iter(store.records(part.info.run_id)), None)
+            if first is not None and (sealed := encrypted_error(first)) is not None:
+                raise sealed
     streams = [_tagged(store, part) for part in parts]
     created: set[str] = set()
     by_id = {p.info.run_id: p for p in parts}
@@ -130,17 +139,48 @@ def _new_run(store: EventStore, part: Part, offset: int) -> NewRun:
     status = info.status
     if part.upto is not None:  # an ancestor, copied up to where its child forked
         meta["copied_upto"] = part.upto + offset
-        status = fold_run(store, info.run_id, part.upto).status
+        status = _status_at(store, part)
     elif offset and (upto := copied_upto(info)) is not None:  # an import of one: moved too
         meta["copied_upto"] = upto + offset
     parent_seq = None if info.parent_seq is None else info.parent_seq + offset
     return NewRun(meta, info.parent_run_id, parent_seq, status, info.created)
 
 
+# The status each kind of record leaves a run in, as the fold sets it (``_fold.APPLY``):
+# the status of a log read without its payloads' key. The other kinds leave it as it was.
+_STATUS_OF_KIND: dict[str, str] = {
+    J.RUN_STARTED: "running",
+    J.RUN_RESUMED: "running",
+    J.RUN_FINISHED: "finished",
+    J.RUN_FAILED: "failed",
+    J.RUN_CANCELLED: "cancelled",
+    J.RUN_TIMED_OUT: "timed_out",
+    J.RUN_SUSPENDED: "waiting",
+}
+
+
+def _status_at(store: EventStore, part: Part) -> str | None:
+    """The ancestor's status at the end of its copied part: its fold's, or, its payloads
+    encrypted and read without the key, the one its records' kinds set."""
+    try:
+        return fold_run(store, part.info.run_id, part.upto).status
+    except EncryptedPayloadError:
+        status = part.info.status
+        for r in records_upto(store, part.info.run_id, part.upto):
+            status = _STATUS_OF_KIND.get(r.kind, status)
+        return status
+
+
 def _moved(r: StoredRecord, offset: int) -> str:
-    """The record's payload, the seqs it names moved by ``offset``."""
+    """The record's payload, the seqs it names moved by ``offset``.
+
+    :raises EncryptedPayloadError: the payload names seqs to move but is encrypted and was
+        read without the key (the error names its key id).
+    """
     if not offset or r.kind not in (J.RUN_STARTED, J.STEP_FINISHED):
         return r.payload
+    if (sealed := encrypted_error(r)) is not None:
+        raise sealed
     p = orjson.loads(r.payload)
     if r.kind == J.RUN_STARTED:
         started: J.RunStarted = p
