@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -169,10 +170,18 @@ class Bumps(Workflow):
         ctx.send_event(Fan())
         return None
 
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.reads = 0
+        self.both_read = asyncio.Event()
+
     @step(num_workers=2)
     async def bump(self, ctx: Context[State], ev: Fan) -> StopEvent | None:
         n = await ctx.store.get("count")
-        await asyncio.sleep(0.05)  # both attempts read before either commits
+        self.reads += 1
+        if self.reads >= 2:
+            self.both_read.set()
+        await self.both_read.wait()  # both attempts read before either commits
         await ctx.store.set("count", n + 1)
         collected = ctx.collect_events(ev, [Fan, Fan])
         return None if collected is None else StopEvent(result="done")
