@@ -163,14 +163,33 @@ class ContextStore(Generic[S]):
         tracker = att.trackers[key] = Tracker(value)
         return tracker.view
 
+    def _field_default(self, key: str) -> Any:
+        """A fresh copy of the typed state model's default for field ``key``, or ``MISSING``
+        (no typed state, not a field, or a required field).
+
+        A field never written reads as its default, as ``get_state`` shows it and as
+        LlamaIndex's ``get`` returns it; the default is made here and is not logged."""
+        if self._state_type is None:
+            return MISSING
+        info = getattr(self._state_type, "model_fields", {}).get(key)
+        if info is None or info.is_required():
+            return MISSING
+        return info.get_default(call_default_factory=True)
+
     async def get(self, path: str, default: Any = MISSING) -> Any:
         """The value at ``path`` (``"key"`` or dotted ``"key.field.0"``), or ``default``.
+
+        With a typed state, a field that holds no value reads as the model's default for
+        it (a read of that key all the same: a later write of it conflicts); ``default``
+        applies to what is neither a value nor a field with a default.
 
         :raises ContextKeyError: the path does not exist and no default was given (a
             ``KeyError`` and a ``ValueError``, as LlamaIndex raises).
         """
         root_key, rest = _split(path)
         value = self._root(current_attempt.get(), root_key)
+        if value is MISSING:
+            value = self._field_default(root_key)
         try:
             if value is MISSING:
                 raise KeyError(root_key)
@@ -215,6 +234,8 @@ class ContextStore(Generic[S]):
                 except EncodeError as exc:
                     raise refused(exc, BY_SET.format(path)) from None
             root = self._root(att, root_key)
+            if root is MISSING:  # a typed field starts from its default, as in LlamaIndex
+                root = self._field_default(root_key)
             if root is MISSING:  # missing parents are created as dicts, as in LlamaIndex
                 root = {}
             parent = root
