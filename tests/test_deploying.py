@@ -912,7 +912,7 @@ NOTES_UPCASTER = """
 
 @upcaster(Notes, from_version=1)
 def _notes_v1(fields: dict[str, Any]) -> dict[str, Any]:
-    fields["name"] = fields.pop("title")
+    fields["name"] = fields.pop("title", "")  # none at a seq before the first write
     fields["lang"] = "en"
     return fields
 """
@@ -948,7 +948,22 @@ async def test_an_old_state_model_version_upcasts_on_read_resume_and_fork(tmp_pa
         )
         assert shown.exit_code == 0, shown.output
         assert json.loads(shown.output)["context"]["name"] == "hi", shown.output
+        # The text shows the same, upcast; the log's version 1 without the workflow.
+        flow = ["--workflow", f"{MODULE}:Flow"]
+        text = CliRunner().invoke(cli, ["state", str(db), "old", *flow])
+        assert text.exit_code == 0, text.output
+        context = text.output.partition("context:")[2].partition("waiters:")[0]
+        assert sorted(k for k in ("name", "lang", "title") if k in context) == ["lang", "name"]
+        raw = CliRunner().invoke(cli, ["state", str(db), "old"]).output
+        assert "title" in raw.partition("context:")[2].partition("waiters:")[0], raw
         cp = next(c for c in wf.checkpoints("old", step="more") if c.kind == "step_finished")
+        args = ["diff", str(db), "old", str(wf.checkpoints("old")[0].seq), str(cp.seq), *flow]
+        changed = CliRunner().invoke(cli, args)
+        assert changed.exit_code == 0, changed.output
+        assert "title" not in changed.output, changed.output
+        assert "'hi'" in changed.output, changed.output
+        raw = CliRunner().invoke(cli, args[:-2]).output
+        assert "title" in raw, raw
         assert await wf.resume("old") == "hi:a,b,c:en"
         assert await wf.run_from(cp) == "hi:a,b,c:en"
         done = await Actions(wf, execute=False).fork("old", cp.seq, {})  # the web UI's
