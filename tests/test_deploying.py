@@ -964,6 +964,10 @@ async def test_an_old_state_model_version_upcasts_on_read_resume_and_fork(tmp_pa
         assert "'hi'" in changed.output, changed.output
         raw = CliRunner().invoke(cli, args[:-2]).output
         assert "title" in raw, raw
+        # Re-executed, the recorded attempts write what the upcast model has them write.
+        report = verify(wf, ["old"], reexecute=True)
+        assert report.ok, report.problems
+        assert report.attempts_reexecuted == 2
         assert await wf.resume("old") == "hi:a,b,c:en"
         assert await wf.run_from(cp) == "hi:a,b,c:en"
         done = await Actions(wf, execute=False).fork("old", cp.seq, {})  # the web UI's
