@@ -736,6 +736,96 @@ async def test_a_renamed_steps_buffer_moves_with_it_on_resume_and_fork(
 RENAMED_GATHER = 'renamed = {"gather": "join"}'
 
 
+FAN_V1 = """
+import os
+
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
+
+
+class A(Event):
+    n: int
+
+
+async def _paid() -> int:
+    return 1
+
+
+class Flow(Workflow):
+    @step
+    async def split(self, ctx: Context, ev: StartEvent) -> A | None:
+        ctx.send_event(A(n=1))
+        ctx.send_event(A(n=2))
+
+    @step(num_workers=1)
+    async def gather(self, ctx: Context, ev: A) -> StopEvent | None:
+        if ev.n == 2:
+            await ctx.memo("paid", _paid)  # the put of A(n=1) is durable before this
+            os._exit(3)  # this version dies here, with 1 of 2 A in the buffer
+        got = ctx.collect_events(ev, [A, A])
+        return None if got is None else StopEvent(result="never")
+"""
+
+FAN_V2 = """
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
+
+
+class A(Event):
+    n: int
+
+
+class Flow(Workflow):
+    renamed = {"gather": "combine"}
+
+    @step
+    async def split(self, ctx: Context, ev: StartEvent) -> A | None:
+        ctx.send_event(A(n=1))
+        ctx.send_event(A(n=2))
+
+    @step(num_workers=1)
+    async def combine(self, ctx: Context, ev: A) -> StopEvent | None:  # was "gather"
+        got = ctx.collect_events(ev, [A, A])
+        return None if got is None else StopEvent(result=sum(e.n for e in got))
+"""
+
+
+def _cli(root: Path, *args: str) -> str:
+    """``workflow ARGS`` in a process of its own with the module in ``root``."""
+    env = {"PYTHONPATH": f"{root}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "workflow", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_a_renamed_steps_buffer_of_one_class_twice_moves_on_resume_and_fork(
+    tmp_path: Path,
+) -> None:
+    # The user's case: [A, A] names one class twice, a list no order of a subset of the
+    # step's classes spells; the move found no id and left the buffer, and the resume hung.
+    db = tmp_path / "fan.db"
+    dies(_write(tmp_path / "f1", MODULE, FAN_V1), RECORD, db, "f1", "x")
+    root = _write(tmp_path / "f2", MODULE, FAN_V2)
+    with loaded(root) as mod:
+        wf = mod.Flow(store=str(db))
+        cp = next(c for c in wf.checkpoints("f1", step="gather") if c.kind == "step_finished")
+        assert [k.partition(":")[0] for k in wf.state_at("f1").collected] == ["gather"]
+    flow = f"{MODULE}:Flow"
+    forked = _cli(root, "fork", str(db), "f1", "--at", str(cp.seq), "--workflow", flow)
+    assert forked.endswith(" finished: 3\n"), forked  # 1 + 2: the A held and the A queued
+    resumed = _cli(root, "resume", str(db), "f1", "--workflow", flow)
+    assert resumed == "run f1 finished: 3\n", resumed
+    with loaded(root) as mod:
+        wf = mod.Flow(store=str(db))
+        assert wf.state_at("f1").collected == {}  # one buffer, emptied: none left half full
+        assert [r.status for r in wf.runs()] == ["finished"] * 2
+
+
 async def test_a_fork_under_old_step_names_without_renames_is_refused(tmp_path: Path) -> None:
     db = record_gather(tmp_path, "")
     with loaded(_write(tmp_path / "g2", MODULE, GATHER_V2.format(renamed="", bid=""))) as mod:
@@ -822,7 +912,7 @@ NOTES_UPCASTER = """
 
 @upcaster(Notes, from_version=1)
 def _notes_v1(fields: dict[str, Any]) -> dict[str, Any]:
-    fields["name"] = fields.pop("title")
+    fields["name"] = fields.pop("title", "")  # none at a seq before the first write
     fields["lang"] = "en"
     return fields
 """
@@ -858,7 +948,26 @@ async def test_an_old_state_model_version_upcasts_on_read_resume_and_fork(tmp_pa
         )
         assert shown.exit_code == 0, shown.output
         assert json.loads(shown.output)["context"]["name"] == "hi", shown.output
+        # The text shows the same, upcast; the log's version 1 without the workflow.
+        flow = ["--workflow", f"{MODULE}:Flow"]
+        text = CliRunner().invoke(cli, ["state", str(db), "old", *flow])
+        assert text.exit_code == 0, text.output
+        context = text.output.partition("context:")[2].partition("waiters:")[0]
+        assert sorted(k for k in ("name", "lang", "title") if k in context) == ["lang", "name"]
+        raw = CliRunner().invoke(cli, ["state", str(db), "old"]).output
+        assert "title" in raw.partition("context:")[2].partition("waiters:")[0], raw
         cp = next(c for c in wf.checkpoints("old", step="more") if c.kind == "step_finished")
+        args = ["diff", str(db), "old", str(wf.checkpoints("old")[0].seq), str(cp.seq), *flow]
+        changed = CliRunner().invoke(cli, args)
+        assert changed.exit_code == 0, changed.output
+        assert "title" not in changed.output, changed.output
+        assert "'hi'" in changed.output, changed.output
+        raw = CliRunner().invoke(cli, args[:-2]).output
+        assert "title" in raw, raw
+        # Re-executed, the recorded attempts write what the upcast model has them write.
+        report = verify(wf, ["old"], reexecute=True)
+        assert report.ok, report.problems
+        assert report.attempts_reexecuted == 2
         assert await wf.resume("old") == "hi:a,b,c:en"
         assert await wf.run_from(cp) == "hi:a,b,c:en"
         done = await Actions(wf, execute=False).fork("old", cp.seq, {})  # the web UI's

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -67,11 +68,17 @@ def _context_bytes(s: Folded) -> dict[str, bytes]:
 
 
 def changes_between(
-    store: EventStore, run_id: str, a: int, b: int, wrap: Wrap | None = None
+    store: EventStore,
+    run_id: str,
+    a: int,
+    b: int,
+    wrap: Wrap | None = None,
+    shown: Callable[[Folded], Folded] | None = None,
 ) -> Change:
     """What changed in the run from its state at ``a`` to its state at ``b``.
 
-    ``wrap`` sees the records read (a progress bar).
+    ``wrap`` sees the records read (a progress bar); ``shown`` gives each side's state as
+    it is compared (the context upcast to the workflow's state model, ``upcast_shown``).
 
     :raises RunNotFoundError: no such run.
     :raises CheckpointNotFoundError: ``a`` is before the run's first record.
@@ -83,7 +90,7 @@ def changes_between(
     check_seq(store, run_id, b)
     check_seq(store, run_id, a)
     state = fold_run(store, run_id, a, wrap=wrap)
-    before = _context_bytes(state)
+    before = _context_bytes(state if shown is None else shown(state))
     old_status = state.status
     start = state.seq
     events: dict[int, Any] = {}
@@ -100,7 +107,7 @@ def changes_between(
             _note(out, r, p, events)
     out.end = state.seq
     out.status = (old_status, state.status)
-    after = {k: v.dump for k, v in state.context.items()}
+    after = {k: v.dump for k, v in (state if shown is None else shown(state)).context.items()}
     for k, v in after.items():
         if k not in before:
             out.added[k] = v

@@ -12,16 +12,16 @@ A renamed step's collect buffers (``collect_events``) move with it: a buffer's k
 ``step:id`` and a default id is a digest of the step's name and the expected classes'
 qualified names (``_buffers``), so the move recomputes it under the new name for the
 classes whose digest under the old name it is (the classes the step accepts, and those in
-the buffer, in every order); an id given as ``buffer_id=`` is kept as it is. The moves go
-in the same mapping as the steps' (a buffer key has a colon, a step name none) and are
-recorded with them. A fork (``run_from``) at a seq whose work is under old names records
-the same moves in its ``run_started``.
+the buffer, in every order, and lists naming a class more than once, as ``[A, A]``); an id
+given as ``buffer_id=`` is kept as it is. The moves go in the same mapping as the steps' (a
+buffer key has a colon, a step name none) and are recorded with them. A fork (``run_from``)
+at a seq whose work is under old names records the same moves in its ``run_started``.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from eventstore import Codec
@@ -35,6 +35,9 @@ __all__ = ["Renames", "class_aliases", "moves_for", "step_renames"]
 # How many classes a buffer's expected list is searched over (every order of every subset):
 # 8 classes are about 110,000 digests, a tenth of a second, paid once per resume.
 _MAX_CLASSES: Final = 8
+# Lists naming a class more than once (``[A, A]``) are searched up to this length and count.
+_MAX_LENGTH: Final = 16
+_MAX_REPEATED: Final = 100_000
 
 
 class Renames(dict[str, str]):
@@ -131,10 +134,25 @@ def moves_for(folded: Folded, renames: Mapping[str, str]) -> dict[str, str]:
 
 def _buffer_id(old: str, new: str, bid: str, names: Sequence[str]) -> str:
     """The id under step ``new`` of step ``old``'s buffer ``bid``: a default id (a digest of
-    ``old`` and some order of some of ``names``) made again for ``new``, else ``bid``."""
-    names = list(dict.fromkeys(names))[:_MAX_CLASSES]
-    for n in range(1, len(names) + 1):
-        for order in itertools.permutations(names, n):
-            if default_buffer_id(old, order) == bid:
-                return default_buffer_id(new, order)
+    ``old`` and some list of ``names``) made again for ``new``, else ``bid``."""
+    for order in _expected_lists(list(dict.fromkeys(names))[:_MAX_CLASSES]):
+        if default_buffer_id(old, order) == bid:
+            return default_buffer_id(new, order)
     return bid  # not a digest of these classes: a buffer_id= the code gave
+
+
+def _expected_lists(names: Sequence[str]) -> Iterator[Sequence[str]]:
+    """The expected lists a step collecting ``names`` may have given, shortest first: every
+    order of every subset, then lists naming a class more than once (``[A, A]``, as
+    ``collect_events`` keeps them), up to :data:`_MAX_REPEATED` of those."""
+    for n in range(1, len(names) + 1):
+        yield from itertools.permutations(names, n)
+    budget = _MAX_REPEATED
+    for n in range(2, _MAX_LENGTH + 1):
+        for order in itertools.product(names, repeat=n):
+            if len(set(order)) == n:
+                continue  # no class twice: an order of a subset, tried above
+            budget -= 1
+            if budget < 0:
+                return
+            yield order

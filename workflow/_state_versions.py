@@ -17,7 +17,8 @@ decoded values. Where a newer version first meets an older run, the context is u
   every patch in the version it was written in, the log is never rewritten, and the command
   line and the page read the move from the log alone;
 - a read of a run no newer code has resumed yet (``state_at``, the command line and the web
-  UI with ``--workflow``) upcasts the values as it decodes them (:func:`upcast_values`).
+  UI with ``--workflow``) upcasts the values as it decodes them (:func:`upcast_values`;
+  the text of ``workflow state`` and ``diff`` shows them so, :func:`upcast_shown`).
 
 A version with no chain of upcasters is refused as an event's is: :class:`UpcastError`
 naming the upcaster to register (a resume raises ``WorkflowChangedError`` with it).
@@ -25,6 +26,7 @@ naming the upcaster to register (a resume raises ``WorkflowChangedError`` with i
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import orjson
@@ -44,7 +46,7 @@ from . import _journal as J
 from ._errors import WorkflowChangedError
 from ._folded import Folded, KeyLog
 
-__all__ = ["resume_upcast", "state_tag", "upcast_state", "upcast_values"]
+__all__ = ["resume_upcast", "state_tag", "upcast_shown", "upcast_state", "upcast_values"]
 
 _RESERVED = "\x00"  # keys the engine keeps in the context for itself, never a model's field
 
@@ -87,6 +89,22 @@ def upcast_values(folded: Folded, codec: Codec, model: type | None = None) -> di
         k: codec.load(e.dump) for k, e in folded.context.items() if not k.startswith(_RESERVED)
     }
     return upcast(cls, stored, fields, name=name)
+
+
+def upcast_shown(folded: Folded, codec: Codec, model: type | None) -> Folded:
+    """``folded`` as a reader with the workflow shows it (``workflow state`` and ``diff``
+    as text): its context brought to ``model``'s current version, as ``state_at`` and
+    ``--json`` give it. A copy when it changes: ``folded`` itself is left as the log has it.
+
+    :raises UpcastError: no chain of upcasters from the stored version to the current one.
+    :raises CodecError: a value cannot be decoded, or an upcast one encoded.
+    """
+    if upcast_values(folded, codec, model) is None:
+        return folded
+    shown = copy.copy(folded)
+    shown.context = dict(folded.context)
+    upcast_state(shown, codec, model)
+    return shown
 
 
 def upcast_state(folded: Folded, codec: Codec, model: type | None) -> list[Record]:

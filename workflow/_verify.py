@@ -281,12 +281,20 @@ def _reexecute(wf: Facade, run_id: str, report: VerifyReport) -> None:
             prog = state.in_progress.get(head.step, {}).get(finished["id"])
             if prog is not None:
                 context = {k: load(copy.deepcopy(v.dump)) for k, v in state.context.items()}
+                # A context of an older state model version: the attempt runs on it upcast,
+                # as a resume gives it, and is compared with the recorded writes upcast.
+                now = upcast_values(state, wf._codec, wf._state_type)
+                writes = None if now is None else _upcast_writes(wf, state, commit, now)
+                if now is not None:  # the engine's own keys ("\x00...") are kept as they are
+                    context = {**{k: v for k, v in context.items() if k[:1] == "\x00"}, **now}
                 # The attempt sees the retries the log recorded before it (ctx.retry_info()).
                 clock = RetryClock.resume(prog.failures, prog.failure)
                 clock.retry_at = None
                 event = load(prog.ev.dump)
                 memos = state.memos.get(head.step, {})
-                problem = _replay_one(wf, run_id, head, commit, event, context, dump, clock, memos)
+                problem = _replay_one(
+                    wf, run_id, head, commit, event, context, dump, clock, memos, writes
+                )
                 report.attempts_reexecuted += 1
                 if problem is not None:
                     report.problems.append(problem)
@@ -304,6 +312,7 @@ def _replay_one(
     dump: Callable[[Any], Any],
     clock: RetryClock,
     memos: dict[int, dict[str, MemoRec]],
+    upcast_writes: dict[str, Any] | None = None,
 ) -> Problem | None:
     step = head.step or ""
     spec = wf._graph.steps[step]
@@ -355,30 +364,64 @@ def _replay_one(
             {**side, "emitted": _events(want_events)},
             {**side, "emitted": _events(got_events)},
         )
-    for r in commit[1:]:
-        if r.kind != J.STATE_SET:
-            continue
-        p: J.StateSet = r.data()
-        key = p["key"]
+    for seq, key, want in _recorded_writes(wf, head, commit, context, upcast_writes):
         w = att.writes.get(key)
-        want = (
-            p["value"]
-            if "value" in p
-            else dump(apply(copy.deepcopy(context[key]), _ops_from(p["patch"], wf)))
-        )
         recorded = {**side, "record": J.STATE_SET, "key": key, "value": want}
         if w is None:
             now = {**side, "record": J.STATE_SET, "key": key}
-            return Problem(
-                run_id, r.seq, step, "divergence", f"did not write {key!r}", recorded, now
-            )
+            return Problem(run_id, seq, step, "divergence", f"did not write {key!r}", recorded, now)
         new = w.tracker.view if w.tracker is not None else w.value
         got = dump(materialize(new))
         if got != want:
             msg = f"wrote {key!r} = {got!r}, recorded {want!r}"
             now = {**side, "record": J.STATE_SET, "key": key, "value": got}
-            return Problem(run_id, r.seq, step, "divergence", msg[:300], recorded, now)
+            return Problem(run_id, seq, step, "divergence", msg[:300], recorded, now)
     return None
+
+
+def _recorded_writes(
+    wf: Workflow,
+    head: StoredRecord,
+    commit: list[StoredRecord],
+    context: dict[str, Any],
+    upcast_writes: dict[str, Any] | None,
+) -> Iterable[tuple[int, str, Any]]:
+    """What the attempt's commit wrote, (seq, key, dump): its ``state_set`` records, or
+    the keys its writes changed once upcast (:func:`_upcast_writes`), at its head's seq."""
+    if upcast_writes is not None:
+        for key, want in upcast_writes.items():
+            yield head.seq, key, want
+        return
+    for r in commit[1:]:
+        if r.kind != J.STATE_SET:
+            continue
+        p: J.StateSet = r.data()
+        key = p["key"]
+        if "value" in p:
+            yield r.seq, key, p["value"]
+        else:
+            value = apply(copy.deepcopy(context[key]), _ops_from(p["patch"], wf))
+            yield r.seq, key, wf._codec.dump(value)
+
+
+def _upcast_writes(
+    wf: Workflow, state: Folded, commit: list[StoredRecord], before: dict[str, Any]
+) -> dict[str, Any]:
+    """The keys ``commit`` changed in ``state``'s context (of an older state model version)
+    as today's model has them: the context after it upcast, where it differs from
+    ``before`` (the context before it, upcast), as dumps."""
+    after = copy.deepcopy(state)
+    fold(after, commit)
+    codec = wf._codec
+    now = upcast_values(after, codec, wf._state_type)
+    if now is None:  # the commit is no longer of the old version: compared as it is
+        now = {k: codec.load(v.dump) for k, v in after.context.items()}
+    out: dict[str, Any] = {}
+    for key, value in now.items():
+        d = codec.dump(value)
+        if key not in before or codec.dump(before[key]) != d:
+            out[key] = d
+    return out
 
 
 def _run_isolated(coro: Any) -> Any:

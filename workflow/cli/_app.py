@@ -7,6 +7,7 @@ module:Class`` imports the user's workflow to show typed values instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -20,6 +21,8 @@ from .._fold import Folded, to_run_state
 from .._ownership import probe_owners
 from .._read import RunSummary, check_seq, fold_run, run_summaries, shown_status
 from .._state import LLAMA_FIELDS
+from .._state_versions import upcast_shown
+from .._workflow import Workflow
 from ._common import (
     CliGroup,
     emit_json,
@@ -269,9 +272,16 @@ def state(
     if as_json:
         emit_json(state_json(s, status, inbox, failed))
         return
+    if wf is not None:  # the context as --json and wf.state_at give it: upcast
+        s = upcast_shown(s, wf._codec, wf._state_type)
     click.echo(state_text(s, status, inbox, view))
     if show_tb:
         click.echo("\n" + failures_text(failed))
+
+
+def _upcast_for(wf: Workflow) -> Callable[[Folded], Folded]:
+    """A state as ``wf`` shows it: its context upcast to the state model's version."""
+    return lambda s: upcast_shown(s, wf._codec, wf._state_type)
 
 
 def _section(title: str, rows: list[tuple[Any, ...]], headers: list[str], none: str) -> str:
@@ -365,8 +375,9 @@ def failures_text(failed: list[dict[str, Any]]) -> str:
 @json_option
 def diff_cmd(db: str, run: str, a: int, b: int, workflow_spec: str | None, as_json: bool) -> None:
     """Show what changed in RUN from seq A to seq B: events, steps and context keys."""
-    store, view, _ = reader(db, workflow_spec)
-    change = changes_between(store, run, a, b, progress(store, run, "folding"))
+    store, view, wf = reader(db, workflow_spec)
+    shown = None if wf is None else _upcast_for(wf)
+    change = changes_between(store, run, a, b, progress(store, run, "folding"), shown)
     if as_json:
         emit_json(change.to_json())
         return
