@@ -380,7 +380,7 @@ def _replay_one(
 
 
 def _recorded_writes(
-    wf: Workflow,
+    wf: Facade,
     head: StoredRecord,
     commit: list[StoredRecord],
     context: dict[str, Any],
@@ -405,7 +405,7 @@ def _recorded_writes(
 
 
 def _upcast_writes(
-    wf: Workflow, state: Folded, commit: list[StoredRecord], before: dict[str, Any]
+    wf: Facade, state: Folded, commit: list[StoredRecord], before: dict[str, Any]
 ) -> dict[str, Any]:
     """The keys ``commit`` changed in ``state``'s context (of an older state model version)
     as today's model has them: the context after it upcast, where it differs from
