@@ -12,7 +12,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, Protocol, cast
 
 import orjson
 from typing_extensions import TypeVar
@@ -123,9 +123,7 @@ class ContextServices(Protocol):
 class ContextOwner(Protocol):
     """What a context and its lifecycle use of its workflow (``Workflow``)."""
 
-    @property
-    def __context_services__(self) -> ContextServices: ...
-
+    __context_services__: ClassVar[ContextServices]
     _codec: Codec
     _name: str
     _state_type: type | None
