@@ -609,6 +609,29 @@ async def test_deprecate_patch_refuses_an_input_that_recorded_the_old_branch(
         assert await wf.run(topic="new") == "please, new"
 
 
+async def test_deprecate_patch_refuses_an_input_begun_by_code_without_the_patch(
+    tmp_path: Path,
+) -> None:
+    # Version 1 has no patch at all and died in `answer` after a commit of that input: the
+    # deploy goes straight to code that deprecates the patch. patched() would answer False
+    # there (the input started before), so deprecate_patch refuses it as a recorded False.
+    db = record_old_run(tmp_path, "old", topic="paid")
+    record_old_run(tmp_path, "early", topic="early")  # died in `ask`: no Question yet
+    with loaded(_patched(tmp_path, DEPRECATED)) as mod:
+        wf = mod.Flow(store=str(db))
+        with pytest.raises(Exception, match="patch 'polite' is deprecated") as err:
+            await wf.resume("old")
+        text = str(err.value)
+        assert "run 'old', step 'answer', event " in text, text
+        assert "started before this code ran it" in text, text
+        assert "keep `if await ctx.patched('polite'):`" in text, text
+        # The Question of "early" is made and first started by the new code: it goes on.
+        assert await wf.resume("early") == "please, early"
+        assert await wf.run(topic="new") == "please, new"
+        assert verify(wf, ["early"], reexecute=True).ok
+    assert patch_answers(db, "old") == []  # deprecate_patch records nothing
+
+
 async def test_patched_outside_a_step_or_with_a_bad_id_is_refused() -> None:
     from workflow import Context, StartEvent, StopEvent, Workflow, WorkflowRuntimeError, step
 
@@ -994,6 +1017,43 @@ async def test_an_old_state_model_version_upcasts_on_read_resume_and_fork(tmp_pa
         assert sorted(fold_run(store, "old", cached=False).context) == ["items", "lang", "name"]
         got = page_fold(timeline_data(store, "old", view), tmp_path)
         assert got["states"] == python_fold(store, "old", view)
+
+
+STRICT_NOTES_UPCASTER = """
+
+@upcaster(Notes, from_version=1)
+def _notes_v1(fields: dict[str, Any]) -> dict[str, Any]:
+    fields["name"] = fields.pop("title")  # raises on a dict without it
+    fields["lang"] = "en"
+    return fields
+"""
+
+
+async def test_state_upcasters_are_called_only_on_recorded_fields(tmp_path: Path) -> None:
+    # An upcaster written as the README's, `fields.pop("title")`, is never handed an empty
+    # context: a read at a seq before the first write has no stored payload to upcast.
+    db = record_notes(tmp_path)
+    root = _write(tmp_path / "n2", MODULE, NOTES_V2.format(upcaster=STRICT_NOTES_UPCASTER))
+    flow = ["--workflow", f"{MODULE}:Flow"]
+    with loaded(root) as mod:
+        wf = mod.Flow(store=str(db))
+        first = wf.checkpoints("old")[0].seq
+        assert dict(wf.state_at("old", first).context) == {}
+        shown = CliRunner().invoke(
+            cli, ["state", str(db), "old", "--at", str(first), *flow, "--json"]
+        )
+        assert shown.exit_code == 0, shown.output
+        assert json.loads(shown.output)["context"] == {}, shown.output
+        last = wf.checkpoints("old")[-1].seq
+        args = ["diff", str(db), "old", str(first), str(last), *flow]
+        changed = CliRunner().invoke(cli, args)
+        assert changed.exit_code == 0, changed.output
+        assert "title" not in changed.output, changed.output
+        assert dict(wf.state_at("old").context) == {"name": "hi", "items": ["a", "b"], "lang": "en"}
+        assert verify(wf, ["old"], reexecute=True).ok
+        # A fork at the run's first seq has nothing to upcast: it runs from an empty state.
+        assert await wf.run_from(wf.checkpoints("old")[0]) == "hi:a,b,c:"
+        assert await wf.resume("old") == "hi:a,b,c:en"
 
 
 async def test_without_a_state_upcaster_resume_refuses_and_names_it(tmp_path: Path) -> None:

@@ -20,6 +20,9 @@ decoded values. Where a newer version first meets an older run, the context is u
   UI with ``--workflow``) upcasts the values as it decodes them (:func:`upcast_values`;
   the text of ``workflow state`` and ``diff`` shows them so, :func:`upcast_shown`).
 
+Upcasters get only the fields recorded: a context with nothing recorded yet (a read at a
+seq before the first write, a resume of a run that wrote none) calls none of them.
+
 A version with no chain of upcasters is refused as an event's is: :class:`UpcastError`
 naming the upcaster to register (a resume raises ``WorkflowChangedError`` with it).
 """
@@ -88,6 +91,11 @@ def upcast_values(folded: Folded, codec: Codec, model: type | None = None) -> di
     fields = {
         k: codec.load(e.dump) for k, e in folded.context.items() if not k.startswith(_RESERVED)
     }
+    if not fields:
+        # Nothing recorded (a read at a seq before the first write): no stored payload to
+        # upcast, so no upcaster is called (as eventsourcing calls them on stored payloads
+        # only), and one written as ``fields.pop("old")`` never meets an empty dict.
+        return {}
     return upcast(cls, stored, fields, name=name)
 
 

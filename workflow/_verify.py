@@ -293,7 +293,19 @@ def _reexecute(wf: Facade, run_id: str, report: VerifyReport) -> None:
                 event = load(prog.ev.dump)
                 memos = state.memos.get(head.step, {})
                 problem = _replay_one(
-                    wf, run_id, head, commit, event, context, dump, clock, memos, writes
+                    wf,
+                    run_id,
+                    head,
+                    commit,
+                    event,
+                    context,
+                    dump,
+                    clock,
+                    memos,
+                    writes,
+                    # Nothing recorded before it: no upcaster ran on the empty context, so
+                    # the fields an upcaster fills in (not this attempt's) may be unwritten.
+                    first_writer=now == {},
                 )
                 report.attempts_reexecuted += 1
                 if problem is not None:
@@ -313,6 +325,8 @@ def _replay_one(
     clock: RetryClock,
     memos: dict[int, dict[str, MemoRec]],
     upcast_writes: dict[str, Any] | None = None,
+    *,
+    first_writer: bool = False,
 ) -> Problem | None:
     step = head.step or ""
     spec = wf._graph.steps[step]
@@ -368,6 +382,8 @@ def _replay_one(
         w = att.writes.get(key)
         recorded = {**side, "record": J.STATE_SET, "key": key, "value": want}
         if w is None:
+            if first_writer:
+                continue  # a field the upcaster fills in from nothing the attempt wrote
             now = {**side, "record": J.STATE_SET, "key": key}
             return Problem(run_id, seq, step, "divergence", f"did not write {key!r}", recorded, now)
         new = w.tracker.view if w.tracker is not None else w.value
