@@ -24,8 +24,10 @@ input (after a crash, a retry, a conflict, a wait, in any process) and ``workflo
 
 ``ctx.deprecate_patch("id")`` is the step after, once no run that could take the old branch
 is left: the ``if`` is gone and the new code runs alone; the call records nothing and
-refuses (:class:`WorkflowRuntimeError`) only an input whose recorded answer was False, which
-the code that would finish it no longer has.
+refuses (:class:`WorkflowRuntimeError`) exactly the inputs ``patched("id")`` answers False
+(a recorded False, or an input that started before the session asking and never asked:
+a deploy straight from code without the patch), which the code that would finish them no
+longer has.
 """
 
 from __future__ import annotations
@@ -117,25 +119,54 @@ async def patched(att: Attempt | None, patch_id: str) -> bool:
     return answer
 
 
-def deprecate_patch(att: Attempt | None, patch_id: str) -> None:
-    """Says the old branch of ``patch_id`` is gone: refuses an input that recorded it.
+def _old_branch(att: Attempt, key: str) -> bool:
+    """Whether ``patched`` answers this input False (the old branch), asking nothing new:
+    its recorded answer, else what it would decide now (``verify``'s replay: the recorded
+    answer only)."""
+    host = att.host
+    rec = host.memos_of(att.step, att.event_id).get(key)
+    if rec is not None:
+        return rec.result is not True
+    if host.replaying:
+        # A recorded attempt without an answer ran code that did not ask: code without the
+        # patch, or code that deprecates it (which records nothing), so it cannot be told.
+        return False
+    return not began_in_session(host.folded_state(), att.step, att.event_id)
 
-    :raises WorkflowRuntimeError: this input recorded False for the patch (it ran the old
-        code, which this code no longer has: keep ``patched`` until such runs are done);
-        called outside a step, or with an id that is not a str.
+
+def deprecate_patch(att: Attempt | None, patch_id: str) -> None:
+    """Says the old branch of ``patch_id`` is gone: refuses exactly the inputs for which
+    ``patched(patch_id)`` answers False.
+
+    Those are the inputs that recorded False, and the inputs that never asked but started
+    before this session (a deploy straight from code without the patch: they may have run
+    the old code and done its effects). Nothing is recorded either way.
+
+    :raises WorkflowRuntimeError: this input's answer is the old branch, which this code no
+        longer has (keep ``patched`` until such runs are done); called outside a step, or
+        with an id that is not a str.
     """
     key = _key(patch_id)
     if att is None or att.host is None:
         msg = "ctx.deprecate_patch() works inside a step"
         raise WorkflowRuntimeError(msg)
+    if not _old_branch(att, key):
+        return
     rec = att.host.memos_of(att.step, att.event_id).get(key)
-    if rec is not None and rec.result is not True:
-        msg = (
-            f"step {att.step!r}, event {att.event_id}: patch {patch_id!r} is deprecated, but"
-            " this input recorded its old branch (ctx.patched() returned False); keep"
-            f" `if await ctx.patched({patch_id!r}):` and its old branch until such runs are done"
-        )
-        raise WorkflowRuntimeError(msg)
+    run = getattr(att.host, "run_id", None)
+    where = f"run {run!r}, " if isinstance(run, str) else ""
+    why = (
+        "this input recorded its old branch (ctx.patched() returned False)"
+        if rec is not None
+        else "this input started before this code ran it and never asked, so it may have run"
+        " the old code (ctx.patched() would return False)"
+    )
+    msg = (
+        f"{where}step {att.step!r}, event {att.event_id}: patch {patch_id!r} is deprecated,"
+        f" but {why}; keep `if await ctx.patched({patch_id!r}):` and its old branch until"
+        " such runs are done"
+    )
+    raise WorkflowRuntimeError(msg)
 
 
 # Context's methods (``Context.patched`` is this function): the attempt is the caller's.
