@@ -297,6 +297,8 @@ async def test_without_renames_the_refusal_names_the_old_step_and_class(tmp_path
             wf.resume("one")
         text = str(err.value)
         assert "'answer', which no longer exists" in text
+        # The event's class moved too, so no step of now takes it: the name is left to say.
+        assert "say so on the workflow class: Flow.renamed = {'answer': '<its new name>'}" in text
         problems = verify(wf).problems
         assert any("deployflow:Question" in p.message for p in problems), problems
         assert any(p.kind == "route" and p.step == "answer" for p in problems), problems
@@ -854,8 +856,32 @@ async def test_a_fork_under_old_step_names_without_renames_is_refused(tmp_path: 
     with loaded(_write(tmp_path / "g2", MODULE, GATHER_V2.format(renamed="", bid=""))) as mod:
         wf = mod.Flow(store=str(db))
         cp = next(c for c in wf.checkpoints("old", step="gather") if c.kind == "step_finished")
-        with pytest.raises(WorkflowChangedError, match="'gather', which no longer exists"):
+        with pytest.raises(WorkflowChangedError, match="'gather', which no longer exists") as err:
             wf.run_from(cp)
+        # Its events still decode and step "join" takes them: the refusal spells the mapping.
+        hint = "if it was renamed, say so on the workflow class: Flow.renamed = {'gather': 'join'}"
+        assert hint in str(err.value)
+        with pytest.raises(WorkflowChangedError, match="'gather', which no longer exists") as err:
+            wf.resume("old")
+        assert hint in str(err.value)
+        route = [p for p in verify(wf).problems if p.kind == "route"]
+        assert route, verify(wf).problems
+        assert all(hint in p.message for p in route), route
+
+
+def test_history_text_shows_the_moves_a_resume_recorded(tmp_path: Path) -> None:
+    db = record_gather(tmp_path, "")
+    root = _write(tmp_path / "g2", MODULE, GATHER_V2.format(renamed=RENAMED_GATHER, bid=""))
+    flow = f"{MODULE}:Flow"
+    assert _cli(root, "resume", str(db), "old", "--workflow", flow) == "run old finished: 'abAB'\n"
+    (resumed,) = [p for k, p in records_of(db, "old") if k == "run_resumed"]
+    ((old_key, new_key),) = resumed["buffers"].items()
+    assert old_key.startswith("gather:") and new_key.startswith("join:")
+    for args in ((), ("--workflow", flow)):  # with the code or without it
+        text = _cli(root, "history", str(db), "old", "--kind", "run_resumed", "--full", *args)
+        (line,) = [ln for ln in text.splitlines() if "run_resumed" in ln]
+        assert "moved steps gather -> join" in line, line
+        assert f"moved buffers {old_key} -> {new_key}" in line, line
 
 
 # -- typed state model versions ----------------------------------------------------------------

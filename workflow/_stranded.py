@@ -17,11 +17,16 @@ from ._folded import not_damage
 from ._graph import Graph
 from ._names import same_name
 
-__all__ = ["check_stranded", "stranded_work"]
+__all__ = ["check_stranded", "rename_hint", "stranded_work", "takers"]
 
 
-def stranded_work(run_id: str, folded: Folded, graph: Graph, codec: Codec) -> list[str]:
+def stranded_work(
+    run_id: str, folded: Folded, graph: Graph, codec: Codec, workflow: type | None = None
+) -> list[str]:
     """What of the run's pending work fits no step of ``graph`` now, one line an event.
+
+    Work for a step that no longer exists says how to route it, if the step was renamed:
+    the ``renamed`` mapping on ``workflow``'s class, with the steps that accept the event.
 
     :raises LogCorruptedError: a pending event's record is damaged (not a changed class).
     """
@@ -34,6 +39,7 @@ def stranded_work(run_id: str, folded: Folded, graph: Graph, codec: Codec) -> li
         if step not in steps:
             problems.append(
                 f"event {ev.id} ({ev.type}) is for step {step!r}, which no longer exists"
+                + rename_hint(step, takers(codec, ev.dump, graph), workflow)
             )
             continue
         try:
@@ -55,6 +61,28 @@ def stranded_work(run_id: str, folded: Folded, graph: Graph, codec: Codec) -> li
     return problems
 
 
+def rename_hint(old: str, takers: list[str], workflow: type | None) -> str:
+    """How to route stored work of a step that no longer exists, if it was renamed: the
+    ``renamed`` mapping on the workflow class, to each step that would take the work."""
+    owner = f"{workflow.__name__}.renamed" if workflow is not None else "renamed"
+    news = takers or ["<its new name>"]
+    maps = " or ".join("{" + f"{old!r}: {new!r}" + "}" for new in news)
+    return f"; if it was renamed, say so on the workflow class: {owner} = {maps}"
+
+
+def takers(codec: Codec, dump: object, graph: Graph) -> list[str]:
+    """The steps that accept the stored event ``dump`` now (none if it no longer decodes)."""
+    try:
+        event = codec.load(dump)
+    except CodecError:
+        return []
+    return sorted(
+        name
+        for name, spec in graph.steps.items()
+        if any(isinstance(event, t) for t in spec.accepted)
+    )
+
+
 def check_stranded(
     run_id: str,
     folded: Folded,
@@ -69,7 +97,7 @@ def check_stranded(
 
     :raises WorkflowChangedError: some of it does not fit, and ``allow`` is False.
     """
-    problems = stranded_work(run_id, folded, graph, codec)
+    problems = stranded_work(run_id, folded, graph, codec, workflow)
     if problems and not allow:
         if folded.workflow and not same_name(folded.workflow, workflow):
             # Not a changed version of this workflow: another one's run.

@@ -29,6 +29,7 @@ from ._fold import Folded, MemoRec, fold
 from ._read import commits, fold_run, run_info, start_state
 from ._retry import RetryClock
 from ._state_versions import upcast_values
+from ._stranded import rename_hint, takers
 from ._verify_report import Problem, VerifyReport
 
 if TYPE_CHECKING:
@@ -186,6 +187,7 @@ def verify(
             step = wf._renames.get(recorded_step, recorded_step)  # a resume moves its work
             if step not in steps:
                 msg = f"{what} event {ev_id} is for step {step!r}, which no longer exists"
+                msg += rename_hint(step, takers(wf._codec, ev_dump, wf._graph), type(wf))
                 problems.append(Problem(run_id, latest.seq, step, "route", msg))
                 continue
             try:
@@ -292,20 +294,11 @@ def _reexecute(wf: Facade, run_id: str, report: VerifyReport) -> None:
                 clock.retry_at = None
                 event = load(prog.ev.dump)
                 memos = state.memos.get(head.step, {})
+                # Nothing recorded before it: no upcaster ran on the empty context, so the
+                # fields an upcaster fills in (not this attempt's) may be left unwritten.
+                first = now == {}
                 problem = _replay_one(
-                    wf,
-                    run_id,
-                    head,
-                    commit,
-                    event,
-                    context,
-                    dump,
-                    clock,
-                    memos,
-                    writes,
-                    # Nothing recorded before it: no upcaster ran on the empty context, so
-                    # the fields an upcaster fills in (not this attempt's) may be unwritten.
-                    first_writer=now == {},
+                    wf, run_id, head, commit, event, context, dump, clock, memos, writes, first
                 )
                 report.attempts_reexecuted += 1
                 if problem is not None:
@@ -325,7 +318,6 @@ def _replay_one(
     clock: RetryClock,
     memos: dict[int, dict[str, MemoRec]],
     upcast_writes: dict[str, Any] | None = None,
-    *,
     first_writer: bool = False,
 ) -> Problem | None:
     step = head.step or ""

@@ -134,7 +134,20 @@ def _run_started(payload: journal.RunStarted, show: Show, limit: int) -> str:
     previous = payload.get("previous")
     if previous:  # a run from a context: a link, not a parent
         text += f" context of {previous.get('run_id')} at seq {previous.get('seq')}"
-    return text + _state_of(payload)
+    return text + _state_of(payload) + _moves_of(payload)
+
+
+def _moves_of(payload: journal.RunStarted | journal.RunResumed) -> str:
+    """The moves of work under renamed steps a resume or a fork recorded (``renamed`` for
+    steps, ``buffers`` for their collect buffers), old -> new."""
+    steps = payload.get("renamed") or {}
+    buffers = payload.get("buffers") or {}
+    text = ""
+    if steps:
+        text += ", moved steps " + ", ".join(f"{o} -> {n}" for o, n in steps.items())
+    if buffers:
+        text += ", moved buffers " + ", ".join(f"{o} -> {n}" for o, n in buffers.items())
+    return text
 
 
 def _state_of(payload: journal.RunStarted | journal.RunResumed) -> str:
@@ -250,7 +263,8 @@ def _run_failed(payload: journal.RunFailed, show: Show, limit: int) -> str:
 
 @_line(journal.RUN_RESUMED)
 def _run_resumed(payload: journal.RunResumed, show: Show, limit: int) -> str:
-    return f"epoch {payload.get('epoch')}, was {payload.get('previous')}" + _state_of(payload)
+    text = f"epoch {payload.get('epoch')}, was {payload.get('previous')}"
+    return text + _state_of(payload) + _moves_of(payload)
 
 
 def describe(record: StoredRecord, payload: Any, view: Viewer, limit: int = 200) -> str:
