@@ -178,6 +178,15 @@ function stateAt(ci) {
   }
   return cur.st;
 }
+// The state as the page shows it: a server that knows the workflow sends the context
+// upcast to today's state model where the log's is in an older version (D.uctx: [commit
+// index, texts or null] in order, -1 the window's base), as `workflow state --workflow`
+// shows it; the fold itself keeps the log's keys.
+function shown(st, ci) {
+  let texts = null;
+  for (const [c, t] of D.uctx || []) { if (c > ci) break; texts = t; }
+  return texts ? Object.assign({}, st, {ctx: new Map(Object.entries(texts)), upcast: true}) : st;
+}
 
 __DRAW__
 // ------------------------------------------------------------------ selection
@@ -240,8 +249,8 @@ function select(ci, scroll) {
   if (!N) return;
   ci = Math.max(0, Math.min(N - 1, ci));
   selected = ci;
-  const before = clone(stateAt(ci - 1));
-  const after = stateAt(ci);
+  const before = shown(clone(stateAt(ci - 1)), ci - 1);
+  const after = shown(stateAt(ci), ci);
   document.getElementById("state").innerHTML = stateHtml(after, ci);
   document.getElementById("diff").innerHTML = diffHtml(before, after, ci);
   seqInput.value = C.seq[ci];

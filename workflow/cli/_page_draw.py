@@ -231,7 +231,9 @@ function stateHtml(st, ci) {
   // The last failure of each step in progress, open once the run has failed of it.
   for (const [s, id, e] of p) if (e.tb >= 0) h += `<details class="traceback"${st.status === "failed" ? " open" : ""}><summary>traceback of ${esc(s)} #${id}: ${esc(e.err)}</summary>${tbHtml(e.tb)}</details>`;
   const ctx = [...st.ctx];
-  h += `<h3>Context</h3>` + tableOf(["key", "value"], ctx,
+  h += `<h3>Context</h3>`;
+  if (st.upcast) h += `<p class="meta" id="ctx-upcast">upcast to this workflow's state model (the log holds an older version)</p>`;
+  h += tableOf(["key", "value"], ctx,
     ([k, v]) => `<tr><td>${esc(k)}</td><td class="v">${esc(v)}</td></tr>`, "empty");
   h += `<h3>Waiters</h3>` + tableOf(["waiter", "step", "event", "awaits"], w,
     ([wid, e]) => `<tr><td>${esc(wid)}</td><td>${esc(e.s)}</td><td>#${e.id}</td><td>${esc(e.aw)}</td></tr>`, "none");
@@ -257,6 +259,10 @@ function diffHtml(before, after, ci) {
     const k = K[R.k[i]];
     if ((k === "state_set" || k === "state_deleted") && !keys.includes(R.a[i][0])) keys.push(R.a[i][0]);
   }
+  // An upcast context (shown()) may change under other names than the records wrote.
+  if (before.upcast || after.upcast)
+    for (const k of new Set([...before.ctx.keys(), ...after.ctx.keys()]))
+      if (!keys.includes(k) && before.ctx.get(k) !== after.ctx.get(k)) keys.push(k);
   const changes = [];
   for (const k of keys) {
     const had = before.ctx.has(k), has = after.ctx.has(k);

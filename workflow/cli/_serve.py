@@ -80,12 +80,12 @@ def serve(
         msg = f"{_NEEDS_EXTRA} ({exc})"
         raise click.ClickException(msg) from None
     _Server = _stopping_server(uvicorn.Server)
-    store, view, _ = reader(db, workflow_spec)
+    store, view, wf = reader(db, workflow_spec)
     actions = None
     if allow_actions and workflow_spec is not None:
         actions = Actions(load_workflow(workflow_spec, db, timeout=None), execute=execute)
     where = re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", db)  # never show a password
-    app = create_app(store, where, view, actions)
+    app = create_app(store, where, view, actions, wf)  # wf: old state versions upcast
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

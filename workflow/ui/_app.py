@@ -31,12 +31,14 @@ from eventstore import EncryptedPayloadError, EventStore, PayloadCodecError
 from .._errors import WorkflowError
 from .._ownership import probe_owners
 from .._read import check_seq, fold_run, run_info, run_summaries, shown_status
+from .._workflow import Workflow
 from ..cli._filters import RunFilter, is_submitted, mark_submitted, parse_since, parse_statuses
 from ..cli._inspect import Viewer, failed_attempts, state_json
 from ..cli._timeline import WINDOW, render_page, timeline_data
 from ._actions import ActionError, Actions
 from ._html import error_page, run_extras, runs_page, runs_table, sealed_page
 from ._live import held_params, patch_since
+from ._upcast import shown_state, upcast_contexts
 
 __all__ = ["POLL_S", "create_app"]
 
@@ -74,13 +76,22 @@ def _seq_param(text: str | None) -> int | None:
 
 
 class UI:
-    """What the routes share: the read-only store, how to show values, the actions."""
+    """What the routes share: the read-only store, how to show values, the actions, and
+    the workflow when the server was given one (its state model upcasts old contexts)."""
 
-    def __init__(self, store: EventStore, where: str, view: Viewer, actions: Actions | None):
+    def __init__(
+        self,
+        store: EventStore,
+        where: str,
+        view: Viewer,
+        actions: Actions | None,
+        workflow: Workflow | None = None,
+    ):
         self.store = store
         self.where = where
         self.view = view
         self.actions = actions
+        self.workflow = workflow if workflow is not None or actions is None else actions.wf
         # Set when the server is asked to stop: open streams end, so that a graceful
         # shutdown (SIGTERM, Ctrl-C) need not wait for browsers that never hang up.
         self.stopping = threading.Event()
@@ -132,6 +143,10 @@ class UI:
         except ValueError as exc:
             raise _BadInput(400, str(exc)) from None
         data["link"] = "/runs/{}"
+        # The context as the workflow shows it, where it is in an older state model version.
+        uctx = upcast_contexts(self.store, run_id, data, self.workflow, self.view)
+        if uctx is not None:
+            data["uctx"] = uctx
         if data["run"]["status"] == "interrupted" and is_submitted(self.store, run_id):
             data["run"]["status"] = "submitted"
         return data
@@ -178,6 +193,7 @@ class UI:
             raise _BadInput(400, str(exc)) from None
         s = fold_run(self.store, run_id, seq)
         status = shown_status(self.store, s, probe_owners(self.store), seq)
+        s = shown_state(self.workflow, s)  # upcast, as `workflow state --workflow` shows it
         if status == "interrupted" and is_submitted(self.store, run_id):
             status = "submitted"
         body = state_json(s, status, len(self.store.inbox(run_id)), failed_attempts(self.store, s))
@@ -303,13 +319,19 @@ def _errors(handler: Any) -> Any:
 
 
 def create_app(
-    store: EventStore, where: str, view: Viewer | None = None, actions: Actions | None = None
+    store: EventStore,
+    where: str,
+    view: Viewer | None = None,
+    actions: Actions | None = None,
+    workflow: Workflow | None = None,
 ) -> Starlette:
     """The web UI over ``store`` (opened read-only by the caller), named ``where`` on its
-    pages; ``actions`` None makes it strictly read-only. Setting ``app.state.stopping``
-    (a :class:`threading.Event`) ends the open live streams, as a server about to stop does.
+    pages; ``actions`` None makes it strictly read-only. ``workflow`` (by default the one
+    of ``actions``) shows contexts of older state model versions upcast, as the command
+    line does. Setting ``app.state.stopping`` (a :class:`threading.Event`) ends the open
+    live streams, as a server about to stop does.
     """
-    ui = UI(store, where, view or Viewer(), actions)
+    ui = UI(store, where, view or Viewer(), actions, workflow)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -232,6 +232,7 @@ _RUN_SCRIPT: Final = """<script>
     D.tb = D.tb.slice(0, P.tb_from).concat(P.tb);
     Object.assign(D.events, P.events);
     for (const k of ["run", "steps", "kinds", "lanes", "lane_workers", "window"]) if (k in P) D[k] = P[k];
+    D.uctx = P.uctx;  // the upcast contexts come whole (none: the page's fold is shown)
   }
   // The data the page shows, whichever way it came (a window the page loaded itself too).
   const reload = window.TIMELINE.reload.bind(window.TIMELINE);

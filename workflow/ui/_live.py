@@ -4,10 +4,10 @@ The page says what it holds (how many records, commits, tracebacks; the first at
 wait still open, every one before them being final; the next event id; the seq of its last
 record) and gets a patch: the records and commits after those, the attempts and waits from
 the first open one on, the tracebacks and events it lacks, and the small per-run parts
-whole (steps, kinds, lanes, the run's status). Records are appended, never changed, and
-each of the page's lists grows at its end, so the patch appended to the page's data is the
-run's data now. A page whose data does not match (another run's, or a log that changed
-under it) gets the whole data instead.
+whole (steps, kinds, lanes, the run's status, the upcast contexts). Records are appended,
+never changed, and each of the page's lists grows at its end, so the patch appended to the
+page's data is the run's data now. A page whose data does not match (another run's, or a
+log that changed under it) gets the whole data instead.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ def patch_since(data: Mapping[str, Any], held: Mapping[str, int]) -> dict[str, A
             for k in ("run", "steps", "kinds", "lanes", "lane_workers", "window")
             if k in data
         },
+        "uctx": data.get("uctx"),  # the upcast contexts (``_upcast``): small, sent whole
     }
 
 
