@@ -851,6 +851,79 @@ def test_a_renamed_steps_buffer_of_one_class_twice_moves_on_resume_and_fork(
         assert [r.status for r in wf.runs()] == ["finished"] * 2
 
 
+GATHER_RENAMED_CLASS = """
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
+
+
+class Leftie(Event):  # was deployflow:Left: renamed, not only moved
+    x: str
+
+
+class Right(Event):
+    y: str
+
+
+class Flow(Workflow):
+    renamed = {{"deployflow:Left": Leftie{step}}}
+
+    @step
+    async def split(self, ctx: Context, ev: StartEvent) -> Leftie | Right | None:
+        ctx.send_event(Leftie(x=ev.topic))
+        ctx.send_event(Right(y=ev.topic.upper()))
+
+    @step(num_workers=1)
+    async def {name}(self, ctx: Context, ev: Leftie | Right) -> StopEvent | None:
+        got = ctx.collect_events(ev, [Leftie, Right])
+        if got is None:
+            return None
+        left, right = got
+        return StopEvent(result=type(left).__name__ + ":" + left.x + right.y)
+"""
+
+
+@pytest.mark.parametrize(
+    ("step", "name"),
+    [
+        pytest.param("", "gather", id="class-only"),
+        pytest.param(', "gather": "join"', "join", id="and-step"),
+    ],
+)
+async def test_a_class_renamed_inside_a_collect_buffer_moves_with_it(
+    tmp_path: Path, step: str, name: str
+) -> None:
+    # Version 1 died with Left in step gather's buffer (its default id a digest of the
+    # classes' names); version 2 renames the class (and maybe the step).
+    db = record_gather(tmp_path, "")
+    root = _write(tmp_path / "g2", MODULE, GATHER_RENAMED_CLASS.format(step=step, name=name))
+    with loaded(root) as mod:
+        wf = mod.Flow(store=str(db), timeout=30)  # a buffer left behind: Right waits for Left
+        cp = next(c for c in wf.checkpoints("old", step="gather") if c.kind == "step_finished")
+        assert verify(wf).ok, verify(wf).problems
+        assert await wf.run_from(cp) == "Leftie:abAB"
+        done = await Actions(wf, execute=False).fork("old", cp.seq, {})  # the web UI's fork
+        assert await wf.resume(done.run_id) == "Leftie:abAB"
+        assert await wf.resume("old") == "Leftie:abAB"
+        assert wf.state_at("old").collected == {}
+        forks = [r.run_id for r in wf.runs() if r.run_id != "old"]
+    (resumed,) = [p for k, p in records_of(db, "old") if k == "run_resumed"]
+    assert resumed["classes"] == {"Left": "Leftie"}
+    ((old_key, new_key),) = resumed["buffers"].items()
+    assert old_key.startswith("gather:")
+    assert new_key.startswith(f"{name}:")
+    text = _cli(root, "history", str(db), "old", "--kind", "run_resumed", "--full")
+    assert "renamed classes Left -> Leftie" in text, text
+    from eventstore import EventStore
+    from tests.test_page import page_fold, python_fold
+    from workflow.cli._inspect import Viewer
+    from workflow.cli._timeline import timeline_data
+
+    view = Viewer()
+    with EventStore(db, readonly=True) as store:
+        for run_id in ("old", *forks):
+            got = page_fold(timeline_data(store, run_id, view), tmp_path)
+            assert got["states"] == python_fold(store, run_id, view), run_id
+
+
 async def test_a_fork_under_old_step_names_without_renames_is_refused(tmp_path: Path) -> None:
     db = record_gather(tmp_path, "")
     with loaded(_write(tmp_path / "g2", MODULE, GATHER_V2.format(renamed="", bid=""))) as mod:
@@ -876,7 +949,8 @@ def test_history_text_shows_the_moves_a_resume_recorded(tmp_path: Path) -> None:
     assert _cli(root, "resume", str(db), "old", "--workflow", flow) == "run old finished: 'abAB'\n"
     (resumed,) = [p for k, p in records_of(db, "old") if k == "run_resumed"]
     ((old_key, new_key),) = resumed["buffers"].items()
-    assert old_key.startswith("gather:") and new_key.startswith("join:")
+    assert old_key.startswith("gather:")
+    assert new_key.startswith("join:")
     for args in ((), ("--workflow", flow)):  # with the code or without it
         text = _cli(root, "history", str(db), "old", "--kind", "run_resumed", "--full", *args)
         (line,) = [ln for ln in text.splitlines() if "run_resumed" in ln]
@@ -1107,3 +1181,65 @@ async def test_without_a_state_upcaster_resume_refuses_and_names_it(tmp_path: Pa
         found = {r.run_id: r for r in await wf.recover(compatible_only=True)}
         assert found["old"].outcome == "incompatible"
     assert stored_payloads(db) == before
+
+
+# -- the web UI shows an old run's state upcast, as the command line does ---------------------
+
+
+def notes_server_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A run of the state model's version 1 (died after writing its state twice), and the
+    directory of version 2's module (with an upcaster that needs its old field), importable
+    by the servers the test starts."""
+    db = record_notes(tmp_path)
+    root = _write(tmp_path / "n2", MODULE, NOTES_V2.format(upcaster=STRICT_NOTES_UPCASTER))
+    monkeypatch.setenv("PYTHONPATH", f"{root}:{ROOT}")
+    return db, root
+
+
+def test_the_ui_data_and_state_routes_send_an_old_runs_context_upcast(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.ui_server import get, serving
+
+    db, root = notes_server_run(tmp_path, monkeypatch)
+    flow = f"{MODULE}:Flow"
+    with serving(db, "--workflow", flow) as base:
+        _, _, body = get(base + "/runs/old/data")
+        data = json.loads(body)
+        # The page's fold keeps the log's keys; beside it, the context the workflow shows.
+        uctx = data["uctx"]
+        ((last_ci, texts),) = [u for u in uctx if u[0] == max(c for c, _ in uctx)]
+        assert last_ci <= len(data["commits"]["seq"]) - 1
+        assert sorted(texts) == ["items", "lang", "name"]
+        assert "hi" in texts["name"]
+        assert "en" in texts["lang"]
+        assert "'b'" in texts["items"]
+        assert all(c >= 0 for c, _ in uctx)  # the run's start: nothing recorded to upcast
+        _, _, body = get(base + "/runs/old/state")
+        assert sorted(json.loads(body)["context"]) == ["items", "lang", "name"]
+        # A live page that holds the data gets the upcast contexts whole with its patch.
+        n = len(data["rec"]["seq"])
+        held = (
+            f"nrec={n}&ncommits={len(data['commits']['seq'])}&attempts_from=0&waits_from=0"
+            f"&ntb=0&next_event=0&seq={data['rec']['seq'][-1]}"
+        )
+        _, _, body = get(base + "/runs/old/data?" + held)
+        assert json.loads(body)["uctx"] == uctx
+    with serving(db) as base:  # no workflow: the context as the log has it
+        _, _, body = get(base + "/runs/old/data")
+        assert "uctx" not in json.loads(body)
+        _, _, body = get(base + "/runs/old/state")
+        assert sorted(json.loads(body)["context"]) == ["items", "title"]
+    assert (
+        _cli(root, "resume", str(db), "old", "--workflow", flow)
+        == "run old finished: 'hi:a,b,c:en'\n"
+    )
+    with serving(db, "--workflow", flow) as base:
+        data = json.loads(get(base + "/runs/old/data")[2])
+        # From the resume on the log holds version 2: the page's own fold is shown again.
+        resumed = next(
+            ci
+            for ci, first in enumerate(data["commits"]["first"])
+            if data["kinds"][data["rec"]["k"][first]] == "run_resumed"
+        )
+        assert data["uctx"][-1] == [resumed, None]

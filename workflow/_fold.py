@@ -23,6 +23,7 @@ from . import _journal as J
 from ._buffers import class_qualname, collect_key, taken
 from ._events import StopEvent
 from ._folded import (
+    CLASS_MOVE,
     Ev,
     Failure,
     Folded,
@@ -272,9 +273,10 @@ def _run_resumed(s: Folded, r: StoredRecord, p: J.RunResumed) -> None:
 
 
 def _moves(s: Folded, p: J.RunResumed | J.RunStarted) -> None:
-    renamed, buffers = p.get("renamed"), p.get("buffers")
-    if renamed or buffers:
-        rename_steps(s, {**(renamed or {}), **(buffers or {})})
+    renamed, buffers, classes = p.get("renamed"), p.get("buffers"), p.get("classes")
+    if renamed or buffers or classes:
+        moved = {CLASS_MOVE + k: v for k, v in (classes or {}).items()}
+        rename_steps(s, {**(renamed or {}), **(buffers or {}), **moved})
 
 
 # What each record kind does to the state: one entry per kind of ``_journal.PAYLOADS``.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -18,6 +18,7 @@ from eventstore import CodecError, LogCorruptedError, PickleDisabledError, Store
 from ._keylog import KeyLog
 
 __all__ = [
+    "CLASS_MOVE",
     "Ev",
     "Failure",
     "Folded",
@@ -30,6 +31,11 @@ __all__ = [
     "payload_of",
     "rename_steps",
 ]
+
+
+# A class renamed inside collect buffers, among the moves :func:`rename_steps` applies: this
+# prefix and the old qualified name -> the new (no step name or buffer key starts so).
+CLASS_MOVE: Final = "@"
 
 
 @dataclass(slots=True)
@@ -185,10 +191,18 @@ def payload_of(r: StoredRecord) -> Any:
 
 def rename_steps(s: Folded, renamed: Mapping[str, str]) -> None:
     """Moves pending work (queued, in progress, waiting, with its inputs' memoized calls and
-    first starts) from steps' old names to new ones, and collect buffers from old keys to
-    new ones (``renamed``'s entries with a colon, which no step name has: ``_renames``)."""
+    first starts) from steps' old names to new ones, collect buffers from old keys to new
+    ones (``renamed``'s entries with a colon, which no step name has: ``_renames``), and
+    the events of renamed classes in them to the new names (entries of :data:`CLASS_MOVE`)."""
     for old, new in renamed.items():
         if old == new:
+            continue
+        if old.startswith(CLASS_MOVE):  # the events of a renamed class, in every buffer
+            old = old[len(CLASS_MOVE) :]
+            for d in s.buffers.values():
+                es = d.pop(old, None)
+                if es:
+                    d.setdefault(new, []).extend(es)
             continue
         if ":" in old:
             buf = s.buffers.pop(old, None)

@@ -350,15 +350,19 @@ def run_resumed(
 
 def _moves(payload: RunResumed | RunStarted, renamed: dict[str, str] | None) -> None:
     """Writes renamed steps' moves: step names in ``renamed``, buffer keys (a colon, which
-    no step name has) in ``buffers``."""
+    no step name has) in ``buffers``, renamed classes (keys "@Old", ``_folded.CLASS_MOVE``)
+    in ``classes`` by their old qualified name."""
     if not renamed:
         return
-    steps = {k: v for k, v in renamed.items() if ":" not in k}
-    buffers = {k: v for k, v in renamed.items() if ":" in k}
+    classes = {k[1:]: v for k, v in renamed.items() if k.startswith("@")}
+    steps = {k: v for k, v in renamed.items() if ":" not in k and not k.startswith("@")}
+    buffers = {k: v for k, v in renamed.items() if ":" in k and not k.startswith("@")}
     if steps:
         payload["renamed"] = steps
     if buffers:
         payload["buffers"] = buffers
+    if classes:
+        payload["classes"] = classes
 
 
 def run_timed_out(elapsed: float) -> Record:

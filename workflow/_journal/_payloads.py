@@ -140,6 +140,7 @@ class RunStarted(TypedDict):
     # records them (``RunResumed``). Since issue 21.
     renamed: NotRequired[dict[str, str]]
     buffers: NotRequired[dict[str, str]]
+    classes: NotRequired[dict[str, str]]
     # The typed state model the code writes the context in, with its version ("mod:S@2";
     # version 1 has no suffix): records after it are in that version. Since issue 21.
     state: NotRequired[str]
@@ -329,7 +330,9 @@ class RunResumed(TypedDict):
 
     ``renamed`` (old step name -> new) moves the run's pending work of steps renamed since
     (``Workflow.renamed``) to their new names, for this fold and every later one, and
-    ``buffers`` (old buffer key -> new) those steps' collect buffers. ``state``: as
+    ``buffers`` (old buffer key -> new) those steps' collect buffers (and the buffers
+    holding classes renamed since), ``classes`` (old qualified class name -> new) the
+    events of renamed classes in every collect buffer (since issue 21). ``state``: as
     ``RunStarted``'s; a resume by code of a newer version writes the context's upcast values
     in the same commit.
     """
@@ -338,6 +341,7 @@ class RunResumed(TypedDict):
     previous: str
     renamed: NotRequired[dict[str, str]]
     buffers: NotRequired[dict[str, str]]
+    classes: NotRequired[dict[str, str]]
     state: NotRequired[str]
 
 

@@ -142,11 +142,14 @@ def _moves_of(payload: journal.RunStarted | journal.RunResumed) -> str:
     steps, ``buffers`` for their collect buffers), old -> new."""
     steps = payload.get("renamed") or {}
     buffers = payload.get("buffers") or {}
+    classes = payload.get("classes") or {}
     text = ""
     if steps:
         text += ", moved steps " + ", ".join(f"{o} -> {n}" for o, n in steps.items())
     if buffers:
         text += ", moved buffers " + ", ".join(f"{o} -> {n}" for o, n in buffers.items())
+    if classes:
+        text += ", renamed classes " + ", ".join(f"{o} -> {n}" for o, n in classes.items())
     return text
 
 

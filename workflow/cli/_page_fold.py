@@ -42,7 +42,8 @@ function prog(st, s, id) { const m = st.p.get(s); return m ? m.get(id) : undefin
 // A key's text after the commit (none: the commit deleted it).
 function setKey(st, s, a) { if (a[1] == null) st.ctx.delete(a[0]); else st.ctx.set(a[0], a[1]); }
 // Steps renamed since (a resume's or a fork's moves): their work moves to the new names
-// (a[0]: pairs of step indexes) and so do their collect buffers (a[1]: pairs of keys).
+// (a[0]: pairs of step indexes) and so do their collect buffers (a[1]: pairs of keys);
+// the events of classes renamed since go under the new names in every buffer (a[2]).
 function moveWork(st, a) {
   for (const [o, n] of a[0] || []) {
     const old = S[o], now = S[n];
@@ -60,6 +61,14 @@ function moveWork(st, a) {
     const into = st.b.get(now) || new Map();
     for (const [t, ids] of b) into.set(t, (into.get(t) || []).concat(ids));
     st.b.set(now, into);
+  }
+  for (const [old, now] of a[2] || []) {
+    for (const b of st.b.values()) {
+      const ids = b.get(old);
+      if (!ids || old === now) continue;
+      b.delete(old);
+      b.set(now, (b.get(now) || []).concat(ids));
+    }
   }
 }
 // What each record kind does to the state, from its step s and its arguments a (built by

@@ -175,11 +175,13 @@ class Builder:
             self._close(key, ci, outcome)
 
     def _moves(self, p: J.RunResumed | J.RunStarted) -> list[Any]:
-        """A resume's or a fork's moves of renamed steps' work: step pairs, buffer pairs."""
+        """A resume's or a fork's moves of renamed steps' work: step pairs, buffer pairs,
+        renamed classes' pairs (their events in every buffer)."""
         renamed, buffers = p.get("renamed") or {}, p.get("buffers") or {}
         return [
             [[self.step(old), self.step(new)] for old, new in renamed.items()],
             [[old, new] for old, new in buffers.items()],
+            [[old, new] for old, new in (p.get("classes") or {}).items()],
         ]
 
     def record(self, r: Any, p: Any, ci: int, t0: int) -> list[Any]:
