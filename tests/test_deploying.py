@@ -8,6 +8,7 @@ the old runs with it, with and without an upcaster.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import importlib
@@ -1243,3 +1244,12 @@ def test_the_ui_data_and_state_routes_send_an_old_runs_context_upcast(
             if data["kinds"][data["rec"]["k"][first]] == "run_resumed"
         )
         assert data["uctx"][-1] == [resumed, None]
+        # A run of today's code has nothing to upcast: none is sent.
+        with loaded(root) as mod:
+            flow_cls = mod.Flow
+
+            async def new_run() -> None:
+                await flow_cls(store=str(db)).run(topic="new", run_id="new")
+
+            asyncio.run(new_run())
+        assert "uctx" not in json.loads(get(base + "/runs/new/data")[2])

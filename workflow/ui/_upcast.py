@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+import orjson
+
 from eventstore import CodecError, EventStore
 
 from .. import _journal as J
 from .._fold import Folded, fold
 from .._names import same_name
 from .._read import commits, fold_run, run_info, start_state
-from .._state_versions import upcast_shown, upcast_values
+from .._state_versions import state_tag, upcast_shown, upcast_values
 from .._workflow import Workflow
 from ..cli._inspect import Viewer
 from ..cli._timeline import TEXT
@@ -63,8 +65,11 @@ def upcast_contexts(
         return None
     start = data["window"]["after"]
     seqs = data["commits"]["seq"]
-    state = fold_run(store, run_id, start) if start else start_state(store, run_info(store, run_id))
-    if not _ours(wf, state) and state.workflow:
+    info = run_info(store, run_id)
+    if (start or info.parent_run_id is None) and _in_current_version(store, run_id, wf):
+        return None  # what a run of today's code costs: a read of its sessions' first records
+    state = fold_run(store, run_id, start) if start else start_state(store, info)
+    if not _ours(wf, state):
         return None
     out: list[list[Any]] = []
     shown = _texts(wf, state, view)
@@ -82,6 +87,20 @@ def upcast_contexts(
                 out.append([ci, now])
                 shown = now
     return out or None
+
+
+def _in_current_version(store: EventStore, run_id: str, wf: Workflow) -> bool:
+    """Whether every session of the run (its ``run_started`` and ``run_resumed`` records)
+    wrote the context in ``wf``'s state model version: then nothing of it is upcast."""
+    now = state_tag(wf._state_type)
+    rows = store.query(
+        "SELECT payload FROM records WHERE run_id = ? AND kind IN (?, ?)",
+        (run_id, J.RUN_STARTED, J.RUN_RESUMED),
+    )
+    try:
+        return all(orjson.loads(p).get("state") == now for (p,) in rows)
+    except (orjson.JSONDecodeError, AttributeError, TypeError):
+        return False  # sealed or odd payloads: the fold says
 
 
 def shown_state(wf: Workflow | None, s: Folded) -> Folded:
