@@ -145,3 +145,16 @@ def test_another_loop_writes_through_the_writer_thread(pg: EventStore) -> None:
     assert [r.kind for r in pg.records("a")] == ["a0", "a1"]
     assert [r.kind for r in pg.records("b")] == ["b0"]
     assert _writer_threads()
+
+
+async def test_a_call_the_server_refuses_whole_fails_its_batch_alone(pg: EventStore) -> None:
+    """A call the server refuses as a whole (a NUL in a payload: text cannot hold one)
+    tells each op of its batch why; nothing of it is written and the next call is."""
+    await pg.append(Commit("r", [_rec("a")], create=NewRun()))
+    with pytest.raises(psycopg.DataError):
+        await pg.append(Commit("r", [Record("bad", None, '"\x00"')], epoch=0))
+    res = await pg.append(Commit("r", [_rec("c")], epoch=0))
+    assert res.last_seq == 2
+    assert [r.kind for r in pg.records("r")] == ["a", "c"]
+    assert pg._committer._loop_writer is not None
+    assert pg._committer._loop_writer.usable
