@@ -36,7 +36,8 @@ PostgreSQL is ``BENCH_POSTGRES_URL`` (else ``DW_TEST_POSTGRES``, else the local 
 database); each store is a schema of its own, dropped afterwards. ``BENCH_POSTGRES=1``
 includes PostgreSQL, ``BENCH_POSTGRES=0`` leaves it out; unset, the full mode includes it
 (``bash .ci/postgres-up`` starts the server) and the quick mode, the smoke test of the
-default suite, does not, so ``make test`` never needs a server.
+default suite, does not, so ``make test`` never needs a server. ``BENCH_WORKERS=0`` leaves
+the worker processes out (the one-process part alone takes a few minutes less).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ WORKER_HEADERS = ("store", "poll s", "workers", "wall s", "runs/s", "vs 1 worker
                   "workers' CPU", "PG server CPU", "machine CPU")  # fmt: skip
 FLAT_GAIN = 1.2  # a doubling of workers that gains less than this counts as flat
 POSTGRES_ENV = "BENCH_POSTGRES"
+WORKERS_ENV = "BENCH_WORKERS"  # "0": the one-process part only
 POSTGRES_URL = (
     os.environ.get("BENCH_POSTGRES_URL")
     or os.environ.get("DW_TEST_POSTGRES")
@@ -219,13 +221,24 @@ def time_flow(
     cls: type[Workflow], n: int, backend: Backend, tmp: Path, durability: Durability = "normal"
 ) -> float:
     """Seconds one run of ``cls`` with ``n=n`` takes on a new store of ``backend``."""
+    return time_flow_cpu(cls, n, backend, tmp, durability)[0]
+
+
+def time_flow_cpu(
+    cls: type[Workflow], n: int, backend: Backend, tmp: Path, durability: Durability = "normal"
+) -> tuple[float, float]:
+    """Wall seconds of one run of ``cls`` with ``n=n`` on a new store of ``backend``, and
+    this process's CPU seconds meanwhile (every thread's; not the PostgreSQL server's):
+    on a shared machine the CPU says what the wall time cannot."""
     with new_store(backend, tmp) as target:
         wf = cls(store=EventStore(target, durability=durability), timeout=None)
         try:
+            cpu = time.process_time()
             seconds, _ = run_flow(wf, n)
+            cpu = time.process_time() - cpu
         finally:
             wf.store.close()
-    return seconds
+    return seconds, cpu
 
 
 def time_dbos_postgres(n: int, python: Path) -> float:
@@ -469,6 +482,9 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
         for b in backends:
             rates[w, b] = Series(f"{w} {b}", unit)
             secs[w, b] = Series(f"{w} {b}", "s")
+    cpus = {key: Series(f"{key[0]} {key[1]} CPU", "s") for key in secs}
+    if os.environ.get(WORKERS_ENV, "").strip() == "0":
+        counts = ()  # only the one-process part
     cells = [(b, p, c) for b in backends for p in polls for c in counts]
     wrates = {key: Series(f"workers {key}", "runs/s") for key in cells}
     wsecs = {key: Series(f"workers {key}", "s") for key in cells}
@@ -488,9 +504,10 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
         for _ in range(repeat):
             for w, (cls, size, _) in flows.items():
                 for b in backends:
-                    s = time_flow(cls, size, b, tmp)
+                    s, c = time_flow_cpu(cls, size, b, tmp)
                     secs[w, b].add(s)
                     rates[w, b].add(size / s)
+                    cpus[w, b].add(c)
             if peers_python is not None:
                 dbos_secs.add(time_dbos_postgres(n, peers_python))
                 full_secs.add(time_flow(LoopFlow, n, "postgres", tmp, durability="full"))
@@ -527,6 +544,7 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
                         "unit": unit,
                         "seconds": secs[w, b].summary(),
                         "rate": rates[w, b].summary(),
+                        "cpu_seconds": cpus[w, b].summary(),
                         "postgres_over_sqlite": ratio if b == "postgres" else None,
                     }
                 )
@@ -536,6 +554,17 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
         rows,
         ["workload", "N/K", "SQLite s", "SQLite rate/s", "PG s", "PG rate/s", "PG/SQLite rate"],
     )
+    print_table(
+        f"this process's CPU seconds in the same runs (not the server's); median (min-max)"
+        f" of {repeat}",
+        [
+            [w, size, *(cpus[w, b].cell(fmt_s) if b in backends else "—" for b in LABEL),
+             fmt_ratio(ratio_summary(cpus[w, "postgres"], cpus[w, "sqlite"]))
+             if "postgres" in backends else "—"]
+            for w, (_, size, _) in flows.items()
+        ],
+        ["workload", "N/K", "SQLite CPU s", "PG CPU s", "PG/SQLite CPU"],
+    )  # fmt: skip
 
     if peers_python is not None:
         ratio = ratio_summary(dbos_secs, secs["loop", "postgres"])
@@ -607,15 +636,16 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
             }
         )
     cores = os.cpu_count() or 1
-    print_table(
-        f"{m} two-step runs by worker processes (concurrency {CONCURRENCY} each), "
-        f"go to all finished; median (min-max) of {repeat}; CPU as cores kept busy "
-        f"(medians) of the machine's {cores}",
-        rows,
-        WORKER_HEADERS,
-    )
-    for line in scaling_notes(backends, polls, counts, wrates, wcores, scores, mcores, cores):
-        print(line)
+    if counts:
+        print_table(
+            f"{m} two-step runs by worker processes (concurrency {CONCURRENCY} each), "
+            f"go to all finished; median (min-max) of {repeat}; CPU as cores kept busy "
+            f"(medians) of the machine's {cores}",
+            rows,
+            WORKER_HEADERS,
+        )
+        for line in scaling_notes(backends, polls, counts, wrates, wcores, scores, mcores, cores):
+            print(line)
 
     data = report(
         NAME,

@@ -24,6 +24,7 @@ __all__ = [
     "Cursor",
     "Listen",
     "LogRow",
+    "LoopWriteSQL",
     "PreparedCommit",
     "Reply",
     "Request",
@@ -135,6 +136,38 @@ class ServerWriteSQL(Protocol):
     def delete_runs(self, runs: Mapping[str, int | None], now: int) -> list[str]:
         """Deletes whole runs in a transaction of its own, by the rules of
         :func:`._sql.delete_runs`; returns those deleted."""
+        ...
+
+
+class LoopWriteSQL(ServerWriteSQL, Protocol):
+    """A server-rules write connection that a writer on the event loop's thread drives
+    without blocking: it sends a batch, the loop waits on the socket (free meanwhile for
+    other tasks), and the reply is read when it came. No thread hand-off either way."""
+
+    @property
+    def broken(self) -> bool:
+        """Whether the connection is gone (the server may be fine)."""
+        ...
+
+    def fileno(self) -> int: ...
+
+    def send(self, requests: Sequence[Request]) -> bool:
+        """Sends the batch; False while part of it waits for the socket (:meth:`flush`)."""
+        ...
+
+    def flush(self) -> bool:
+        """Sends more of the batch; True once all of it went."""
+        ...
+
+    def poll(self) -> tuple[list[Reply], int | None] | None:
+        """The batch's replies and last seq (as ``apply``'s) once they came, else None.
+
+        :raises: the driver's error when the batch as a whole failed.
+        """
+        ...
+
+    def wait(self) -> tuple[list[Reply], int | None]:
+        """Blocks until the batch in flight was answered."""
         ...
 
 

@@ -21,6 +21,7 @@ from typing import Any, Final, TypeVar
 
 from ._backend import Backend, Busy
 from ._errors import StoreUnavailableError, WriterFailedError
+from ._loop_writer import LoopWriter, Outcome
 from ._writer import BatchWriter, Op
 
 __all__ = ["INLINE_BUSY_MS", "LAZY_FLUSH_S", "Committer", "Then"]
@@ -105,6 +106,10 @@ class Committer:
         # batch for it to find (rather than the first item alone).
         self._handover: dict[asyncio.AbstractEventLoop, tuple[list[_Item], list[bool]]] = {}
         self._lazy_handle: asyncio.TimerHandle | None = None
+        # On a server that a loop can write to without blocking (PostgreSQL), the first
+        # loop's batches are sent by the loop itself: no hand-off to the writer thread.
+        self._loop_writer: LoopWriter | None = None
+        self._loop_writes = hasattr(backend, "loop_write_sql")
         self.operations = 0
         self.transactions = 0
 
@@ -278,15 +283,93 @@ class Committer:
             return  # close() handed them over
         items, (lazy,) = queued
         try:
-            self._enqueue_all(items, lazy=lazy)
+            writer = self._loop_writer_of(loop) if self._loop_writes else None
+            if writer is not None:
+                self._check_writable()
+                writer.add(items, lazy=lazy)
+            else:
+                self._enqueue_all(items, lazy=lazy)
         except Exception as exc:  # the store was closed, or its writer failed, meanwhile
             _resolve([(i.future, i.then, False, exc) for i in items])  # type: ignore[misc]
 
+    def _loop_writer_of(self, loop: asyncio.AbstractEventLoop) -> LoopWriter | None:
+        """The writer on ``loop``'s thread, if this loop may have one: the first loop to
+        write (or the next, once that one closed), while its connection holds."""
+        writer = self._loop_writer
+        if writer is not None:
+            if writer.loop is loop:
+                return writer if writer.usable else None
+            if not writer.loop.is_closed():
+                return None  # another loop's, still running: this one hands over
+            writer.drain()  # a call the closed loop left in flight
+            if not writer.usable:
+                return None
+            writer.loop = loop
+            return writer
+        sql = self._backend.loop_write_sql()  # type: ignore[attr-defined]
+        if sql is None:
+            self._loop_writes = False  # none ready: the writer thread connects
+            return None
+        self._loop_writer = LoopWriter(loop, sql, self._loop_done, lazy_s=LAZY_FLUSH_S)
+        return self._loop_writer
+
+    def _loop_done(self, items: Sequence[Any], outcome: Outcome) -> None:
+        """A batch of the loop writer came back: each caller is told, in commit order."""
+        if isinstance(outcome, list):
+            self.operations += len(items)
+            self.transactions += 1
+            _resolve(
+                [
+                    (item.future, item.then, ok, value)
+                    for item, (ok, value) in zip(items, outcome, strict=True)
+                ]
+            )
+            return
+        _resolve([(item.future, item.then, False, outcome) for item in items])
+        writer = self._loop_writer
+        assert writer is not None
+        self._loop_failed(writer, outcome)
+
+    def _loop_failed(
+        self, writer: LoopWriter, outcome: StoreUnavailableError | WriterFailedError
+    ) -> None:
+        left = writer.take_queued()
+        if isinstance(outcome, WriterFailedError):
+            self.failed = outcome
+            _resolve([(item.future, item.then, False, outcome) for item in left])
+        elif left:
+            # The connection was lost: the writer thread, which may wait to connect,
+            # writes this store's batches from now on (these first).
+            self._enqueue_all(left)
+
     def submit_sync(self, op: Callable[[BatchWriter], T]) -> T:
         """Runs ``op`` from synchronous code on the writer thread; blocks until durable."""
+        writer = self._idle_loop_writer() if self._loop_writes else None
+        if writer is not None:
+            # Called on the thread of the loop that writes itself (a lease taken as a run
+            # starts): written from here, blocking as the caller would wait for the thread.
+            self._check_writable()
+            outcome = writer.run_now([_Item(op, None, None)])
+            if not isinstance(outcome, list):
+                self._loop_failed(writer, outcome)
+                raise outcome
+            self.operations += 1
+            self.transactions += 1
+            [(ok, value)] = outcome
+            if not ok:
+                raise value
+            return value  # type: ignore[no-any-return]
         fut: concurrent.futures.Future[T] = concurrent.futures.Future()
         self._enqueue(_Item(op, fut, None))
         return fut.result()
+
+    def _idle_loop_writer(self) -> LoopWriter | None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        writer = self._loop_writer_of(loop)
+        return writer if writer is not None and writer.idle else None
 
     def _uses_inline(self, loop: asyncio.AbstractEventLoop) -> bool:
         if not self._inline:
@@ -345,6 +428,8 @@ class Committer:
             self._inline_writer.close()
         for loop in list(self._handover):
             self._hand_over(loop)
+        if self._loop_writer is not None:
+            self._loop_writer.close()
         thread = self._thread
         if thread is not None and self.failed is None:
             self._queue.append(_STOP)

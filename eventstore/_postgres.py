@@ -9,6 +9,7 @@ are :mod:`._pg_connect`'s, LISTEN/NOTIFY :mod:`._pg_listen`'s.
 from __future__ import annotations
 
 import contextlib
+import select
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -80,6 +81,12 @@ _CALL: Final = (
     " %s::bigint[], %s::bigint[], %s::boolean[], %s::int[], %s::bigint[], %s::bigint[],"
     " %s::bigint[], %s::bigint[])"
 )
+# The same call as a statement prepared on each write connection (``$1``..``$26``), sent
+# without blocking by a writer on the event loop: no parse or plan per batch.
+_PREPARED: Final = b"dw_write_batch"
+_PREPARED_SQL: Final = "".join(
+    f"${i}{part}" if i else part for i, part in enumerate(_CALL.split("%s"))
+).encode()
 _OPS: Final = {"append": "a", "claim": "c", "lease": "l", "release": "r", "post": "p"}
 # How long the server lets a write session sit inside a transaction: a batch never
 # leaves one open across round trips, so only a client gone mid-transaction meets it.
@@ -179,6 +186,32 @@ def _call_params(requests: Sequence[Request]) -> tuple[str | None, ...]:
     )  # fmt: skip
 
 
+_BAD: Final = psycopg.pq.ConnStatus.BAD if psycopg is not None else None
+
+
+def _replies(results: Sequence[Any]) -> tuple[list[Reply], int | None]:
+    """What a prepared call of ``dw_write`` answered, from its libpq results (text
+    columns code, a, b, msg; the last row the seq): as :meth:`PostgresWriteSQL.apply`'s.
+
+    :raises psycopg.Error: the server refused the call as a whole.
+    """
+    for res in results:
+        if res.status == psycopg.pq.ExecStatus.FATAL_ERROR:
+            raise pg_errors.error_from_result(res)
+    (res,) = results
+    replies: list[Reply] = []
+    value = res.get_value
+    for i in range(res.ntuples - 1):
+        code = value(i, 0).decode()
+        if code == "error":
+            replies.append(_error(value(i, 3).decode()))
+            continue
+        a, b = value(i, 1), value(i, 2)
+        replies.append((code, None if a is None else int(a), None if b is None else int(b)))
+    last = value(res.ntuples - 1, 1)
+    return replies, None if last is None else int(last)
+
+
 def _error(msg: str) -> BaseException:
     """The driver's error for a reply that refused one op (``SQLSTATE message``)."""
     state, _, text = msg.partition(" ")
@@ -197,6 +230,8 @@ class PostgresWriteSQL:
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
+        self._prepared = False
+        self._results: list[Any] = []  # of the call in flight, read so far
         raw.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
 
     def close(self) -> None:
@@ -205,15 +240,76 @@ class PostgresWriteSQL:
     @property
     def broken(self) -> bool:
         """Whether the connection is gone (the server may be fine: a new one may write)."""
-        return bool(self.raw.broken or self.raw.closed)
+        raw = self.raw
+        return bool(raw.closed or raw.broken or raw.pgconn.status == _BAD)
 
     def is_fatal(self, exc: BaseException) -> bool:
         return _fatal(exc)
 
     def warm(self) -> None:
         """Calls dw_write with nothing to do: the server compiles the function for this
-        session now (milliseconds), not in the first batch."""
+        session now (milliseconds), not in the first batch; and prepares the call that
+        :meth:`send` makes."""
         self.raw.execute(_CALL, (None,) * _CALL.count("%s")).fetchall()
+        self._prepare()
+
+    def _prepare(self) -> None:
+        if self._prepared:
+            return
+        res = self.raw.pgconn.prepare(_PREPARED, _PREPARED_SQL)
+        if res.status != psycopg.pq.ExecStatus.COMMAND_OK:
+            raise pg_errors.error_from_result(res)
+        self._prepared = True
+
+    # ------------------------------------------------------------------ without blocking
+
+    def fileno(self) -> int:
+        """The connection's socket, to wait on for :meth:`poll` and :meth:`flush`."""
+        return int(self.raw.pgconn.socket)
+
+    def send(self, requests: Sequence[Request]) -> bool:
+        """Sends the batch as one call of ``dw_write`` without waiting for the server;
+        its reply comes from :meth:`poll`. Returns False when part of the call is still
+        to be sent (:meth:`flush` it once the socket is writable).
+
+        :raises psycopg.Error: the connection cannot send (it is lost).
+        """
+        self._prepare()
+        params = [None if p is None else p.encode() for p in _call_params(requests)]
+        pgconn = self.raw.pgconn
+        pgconn.send_query_prepared(_PREPARED, params)
+        return self.flush()
+
+    def flush(self) -> bool:
+        """Sends more of the call :meth:`send` began; True once all of it went."""
+        return bool(self.raw.pgconn.flush() == 0)
+
+    def poll(self) -> tuple[list[Reply], int | None] | None:
+        """Reads what the server sent: the batch's reply once all of it came, else None.
+
+        :raises psycopg.Error: the call failed (``broken`` says whether the connection
+            is lost; otherwise nothing of the batch was written).
+        """
+        pgconn = self.raw.pgconn
+        pgconn.consume_input()
+        results = self._results
+        while not pgconn.is_busy():
+            res = pgconn.get_result()
+            if res is None:
+                self._results = []
+                return _replies(results)
+            results.append(res)
+        return None
+
+    def wait(self) -> tuple[list[Reply], int | None]:
+        """Blocks until the reply of the call in flight has come (closing a store)."""
+        fd = self.fileno()
+        sent = self.flush()
+        while True:
+            if sent and (got := self.poll()) is not None:
+                return got
+            select.select([fd], [] if sent else [fd], [])
+            sent = sent or self.flush()
 
     def delete_runs(self, runs: Mapping[str, int | None], now: int) -> list[str]:
         # The seq row first, as dw_write takes it: no append is in flight while the runs
@@ -264,6 +360,16 @@ class PostgresBackend:
 
     def _new_writer(self) -> PostgresWriteSQL:
         return PostgresWriteSQL(connect(self._url, readonly=False, durability=self._durability))
+
+    def loop_write_sql(self) -> PostgresWriteSQL | None:
+        """The write connection made at opening, for a writer on the event loop's thread
+        (which must not wait to connect); None when there is none ready."""
+        sql, self._spare_writer = self._spare_writer, None
+        if sql is not None and sql.broken:
+            with contextlib.suppress(psycopg.Error):
+                sql.close()
+            return None
+        return sql
 
     def reader(self) -> _Connection:
         raw, self._spare_reader = self._spare_reader, None

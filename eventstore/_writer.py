@@ -38,7 +38,7 @@ from ._errors import (
 )
 from ._records import AppendResult, Commit, Seq, Snapshot
 
-__all__ = ["BatchWriter", "Op"]
+__all__ = ["BatchWriter", "Op", "ServerBatch"]
 
 # One operation of a batch: it calls the writer's methods and returns what its caller gets.
 Op = Callable[["BatchWriter"], Any]
@@ -80,6 +80,26 @@ def _resolved(settled: list[tuple[bool, Any]], ok: bool, value: Any) -> tuple[bo
             out.append(v)
         return True, out
     return ok, value
+
+
+class ServerBatch:
+    """A batch between its two halves on a server-rules backend: the requests to send,
+    the seq each request's hooks were told, each op's outcome so far (placeholders for
+    the replies), and the writer's last seq before the batch."""
+
+    __slots__ = ("expected", "outcomes", "plan", "start")
+
+    def __init__(
+        self,
+        plan: list[Request],
+        expected: list[int],
+        outcomes: list[tuple[bool, Any]],
+        start: int,
+    ) -> None:
+        self.plan = plan
+        self.expected = expected
+        self.outcomes = outcomes
+        self.start = start
 
 
 class _Run:
@@ -134,6 +154,20 @@ class BatchWriter:
     def _run_on_server(self, sql: ServerWriteSQL, ops: Sequence[Op]) -> list[tuple[bool, Any]]:
         """The batch as one statement: the ops queue requests (running the hooks with the
         seqs expected), the database applies them, the replies settle each op."""
+        batch = self.plan_on_server(ops)
+        if not batch.plan:
+            return batch.outcomes
+        try:
+            result = sql.apply(batch.plan)
+        except Exception as exc:
+            return self.finish_on_server(sql, batch, exc)
+        return self.finish_on_server(sql, batch, result)
+
+    def plan_on_server(self, ops: Sequence[Op]) -> ServerBatch:
+        """The first half of a batch on a server-rules backend: runs the ops, which queue
+        their requests; the batch's ``plan`` is then sent (``apply``, or without blocking)
+        and its reply given to :meth:`finish_on_server`. Nothing else may run on this
+        writer in between."""
         plan: list[Request] = []
         self._plan = plan
         expected: list[int] = []  # per request: the last seq its hooks were told
@@ -155,12 +189,25 @@ class BatchWriter:
                 outcomes.append((True, result))
         finally:
             self._plan = None
-        if not plan:
-            return outcomes
-        try:
-            replies, last = sql.apply(plan)
-        except Exception as exc:
-            self.last_seq = start
+        return ServerBatch(plan, expected, outcomes, start)
+
+    def finish_on_server(
+        self,
+        sql: ServerWriteSQL,
+        batch: ServerBatch,
+        result: tuple[list[Reply], int | None] | Exception,
+    ) -> list[tuple[bool, Any]]:
+        """The second half: each op's outcome from what the database answered to the
+        batch's plan (``result``: its replies and last seq, or the error that refused or
+        failed the whole batch).
+
+        :raises WriterFailedError: the database failed; nothing of the batch was written.
+        :raises StoreUnavailableError: the connection was lost; the batch is in doubt.
+        """
+        outcomes = batch.outcomes
+        if isinstance(result, Exception):
+            exc = result
+            self.last_seq = batch.start
             if getattr(sql, "broken", False):
                 msg = (
                     f"the connection to the database was lost during a write ({exc});"
@@ -172,11 +219,12 @@ class BatchWriter:
                 raise WriterFailedError(msg) from exc
             # The batch as a whole was refused (nothing written): each op is told why.
             return [(False, exc) if ok else (ok, value) for ok, value in outcomes]
+        replies, last = result
         if last is not None:
             self.last_seq = last
         settled = [
             self._settle(req, reply, seq)
-            for req, reply, seq in zip(plan, replies, expected, strict=True)
+            for req, reply, seq in zip(batch.plan, replies, batch.expected, strict=True)
         ]
         return [_resolved(settled, ok, value) for ok, value in outcomes]
 

@@ -1,9 +1,12 @@
-"""Reliability under faults: SIGKILL loops, several processes on one file, a full disk, readers.
+"""Reliability under faults: SIGKILL loops, several processes on one store, a full disk, readers.
 
-Every test drives real subprocesses (``tests/support/reliability_worker.py``) against a real file
-and then checks the store as a user would: the result of an uninterrupted run, context
-effects and emitted events exactly once, every acknowledged commit present, and SQLite's
-own integrity check.
+Every test drives real subprocesses (``tests/support/reliability_worker.py``) against a real
+store, an SQLite file or a PostgreSQL schema (the ``location`` fixture: a full disk is
+SQLite's alone), and then checks it as a user would: the result of an uninterrupted run,
+context effects and emitted events exactly once, every acknowledged commit present, and
+SQLite's own integrity check. On PostgreSQL the workers lease their runs for
+:data:`LEASE_TTL_S` (``Workflow(lease_ttl=...)``): a killed worker's runs are resumed once
+its leases lapse, as another host would take them over.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import subprocess
 import sys
 import time
 from collections import Counter as Tally
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,15 +32,30 @@ import pytest
 
 import eventstore._sqlite as _sqlite
 from eventstore import Commit, EventStore, NewRun, Record, WriterFailedError
-from tests.support.reliability_worker import Bulky, Counter, Flaky, read_effects
+from tests.support.reliability_worker import Bulky, Counter, Flaky, effects_file, read_effects
 from workflow import RunOwnedError, RunState, WorkflowCancelledError
 
 ROOT = Path(__file__).resolve().parent.parent
 ITEMS = 60  # inputs per Counter run in the crash loops
 MAX_KILL_DELAY_S = 0.3  # a kill lands this long at most after the worker's START line
+# On PostgreSQL: how long a worker's leases last, so how long a resume waits for a killed one's.
+LEASE_TTL_S = 1.0
+
+Store = str | Path  # an SQLite file, or a PostgreSQL URL
+
+
+def is_postgres(db: Store) -> bool:
+    return str(db).startswith("postgresql://")
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture
+def db(location: str) -> Iterator[str]:
+    """A new store (an SQLite file or a PostgreSQL schema); its effects file goes with it."""
+    yield location
+    effects_file(location).unlink(missing_ok=True)
 
 
 def spawn(*args: str | Path) -> subprocess.Popen[bytes]:
@@ -51,7 +70,7 @@ def spawn(*args: str | Path) -> subprocess.Popen[bytes]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         bufsize=0,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DW_TEST_LEASE_TTL": str(LEASE_TTL_S)},
     )
 
 
@@ -80,8 +99,11 @@ def wait_line(proc: subprocess.Popen[bytes], prefix: str) -> str:
     return line
 
 
-def integrity(db: Path) -> list[tuple[Any, ...]]:
-    """SQLite's own check of the whole file."""
+def integrity(db: Store) -> list[tuple[Any, ...]]:
+    """SQLite's own check of the whole file (a PostgreSQL server checks its own pages: the
+    store's checks there are the log's, :func:`check_gap_free` and the runs')."""
+    if is_postgres(db):
+        return [("ok",)]
     conn = sqlite3.connect(db)
     try:
         return conn.execute("PRAGMA integrity_check").fetchall()
@@ -144,23 +166,29 @@ def check_acks(store: EventStore, acks: set[tuple[str, int]]) -> None:
         assert seqs <= ends, f"acknowledged commits missing from {run_id}: {sorted(seqs - ends)}"
 
 
-def check_gap_free(db: Path) -> None:
+def check_gap_free(db: Store) -> None:
     """The log's seqs are 1..n without a gap, and every commit ends on a record of its own."""
-    conn = sqlite3.connect(db)
-    try:
-        count, low, high = conn.execute("SELECT count(*), min(seq), max(seq) FROM log").fetchone()
-        torn = conn.execute(
-            "SELECT count(*) FROM (SELECT DISTINCT commit_seq FROM log)"
+    with EventStore(db, readonly=True) as store:
+        [(count, low, high)] = store.query("SELECT count(*), min(seq), max(seq) FROM log")
+        [(torn,)] = store.query(
+            "SELECT count(*) FROM (SELECT DISTINCT commit_seq FROM log) AS c"
             " WHERE commit_seq NOT IN (SELECT seq FROM log)"
-        ).fetchone()[0]
-    finally:
-        conn.close()
+        )
     assert (count, low, high) == (high, 1, high)
     assert torn == 0
 
 
 def acks_in(lines: list[str]) -> set[tuple[str, int]]:
     return {(p[1], int(p[2])) for p in (ln.split() for ln in lines) if p[0] == "ACK"}
+
+
+def wait_lease_lapsed(db: Store, run_id: str) -> None:
+    """Waits until the lease of a killed worker on ``run_id`` lapsed (within its length)."""
+    deadline = time.monotonic() + 3 * LEASE_TTL_S
+    with EventStore(db, readonly=True) as store:
+        while (lease := store.lease_of(run_id)) is not None and lease[1] > time.time_ns() // 1000:
+            assert time.monotonic() < deadline, lease
+            time.sleep(LEASE_TTL_S / 20)
 
 
 def results_in(lines: list[str]) -> dict[str, Any]:
@@ -181,7 +209,7 @@ class CrashLoop:
     seconds: float = 0.0
 
 
-def crash_loop(db: Path, *, kills: int, seed: int, items: int = ITEMS) -> CrashLoop:
+def crash_loop(db: Store, *, kills: int, seed: int, items: int = ITEMS) -> CrashLoop:
     """Runs pairs of Counter runs, SIGKILLing the worker at seeded random moments.
 
     Each worker resumes what the last one left (``run(run_id=...)``); a pair of runs is
@@ -217,7 +245,7 @@ def crash_loop(db: Path, *, kills: int, seed: int, items: int = ITEMS) -> CrashL
     return loop
 
 
-def check_crash_loop(db: Path, loop: CrashLoop, items: int = ITEMS) -> None:
+def check_crash_loop(db: Store, loop: CrashLoop, items: int = ITEMS) -> None:
     """Every run of the loop ended as an uninterrupted run would, with effects exactly once."""
     expected = uninterrupted_result(items)
     assert loop.results
@@ -236,18 +264,16 @@ def check_crash_loop(db: Path, loop: CrashLoop, items: int = ITEMS) -> None:
         assert all(effects[f"work {run_id} {i}"] >= 1 for i in range(items))
 
 
-def test_crash_loop_quick(tmp_path: Path) -> None:
+def test_crash_loop_quick(db: str) -> None:
     """Ten SIGKILLs at random moments: each run still ends as if never interrupted."""
-    db = tmp_path / "loop.db"
     loop = crash_loop(db, kills=10, seed=1)
     assert loop.kills == 10
     check_crash_loop(db, loop)
 
 
 @pytest.mark.slow
-def test_crash_loop_two_hundred_kills(tmp_path: Path) -> None:
+def test_crash_loop_two_hundred_kills(db: str) -> None:
     """Two hundred SIGKILLs at random moments: every run still ends as if never interrupted."""
-    db = tmp_path / "loop.db"
     loop = crash_loop(db, kills=200, seed=7)
     assert loop.kills == 200
     check_crash_loop(db, loop)
@@ -256,9 +282,8 @@ def test_crash_loop_two_hundred_kills(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- concurrency
 
 
-def test_four_processes_share_one_file(tmp_path: Path) -> None:
-    """Four processes running different runs on one file all finish; no lock error surfaces."""
-    db = tmp_path / "shared.db"
+def test_four_processes_share_one_store(db: str) -> None:
+    """Four processes running different runs on one store all finish; no lock error surfaces."""
     EventStore(db).close()
     procs = [spawn("counter", db, "40", f"proc{k}-a", f"proc{k}-b") for k in range(4)]
     outcomes = [finish(p, timeout=120) for p in procs]
@@ -289,9 +314,8 @@ def test_processes_creating_one_store_at_once(tmp_path: Path) -> None:
     assert [ln for ln in outcomes if ln != "CREATED OK"] == []
 
 
-def test_two_processes_racing_to_resume_one_run(tmp_path: Path) -> None:
+def test_two_processes_racing_to_resume_one_run(db: str, tmp_path: Path) -> None:
     """Two processes resume one interrupted run at the same instant: exactly one runs it."""
-    db = tmp_path / "race.db"
     first = spawn("slow", db, "contested")
     wait_line(first, "START")
     deadline = time.monotonic() + 10
@@ -301,6 +325,8 @@ def test_two_processes_racing_to_resume_one_run(tmp_path: Path) -> None:
         time.sleep(0.01)
     first.send_signal(signal.SIGKILL)
     assert finish(first)[0] == -signal.SIGKILL
+    if is_postgres(db):
+        wait_lease_lapsed(db, "contested")
 
     go = tmp_path / "go"
     racers = [spawn("race", db, "contested", go) for _ in range(2)]
@@ -312,7 +338,8 @@ def test_two_processes_racing_to_resume_one_run(tmp_path: Path) -> None:
     said = sorted(lines[-1].split()[0] for _, lines, _ in outcomes)
     assert said == ["OWNED", "RESULT"], outcomes
     owned = next(lines[-1] for _, lines, _ in outcomes if lines[-1].startswith("OWNED"))
-    assert "'contested' is owned by another live executor (another process)" in owned
+    held = "its lease is held by" if is_postgres(db) else "another process"
+    assert f"'contested' is owned by another live executor ({held}" in owned
     # The step ran once in the first process and once more in the winner only.
     assert len(read_effects(db)) == 2
     with EventStore(db, readonly=True) as store:
@@ -321,9 +348,8 @@ def test_two_processes_racing_to_resume_one_run(tmp_path: Path) -> None:
     assert kinds[-1] == "run_finished"
 
 
-def test_a_polling_reader_never_makes_a_resume_fail(tmp_path: Path) -> None:
+def test_a_polling_reader_never_makes_a_resume_fail(db: str) -> None:
     """A process polling a run's latest state never makes a resume elsewhere fail as owned."""
-    db = tmp_path / "polled.db"
 
     async def first() -> None:
         with pytest.raises(RuntimeError, match="flaky"):
@@ -354,9 +380,8 @@ def test_a_polling_reader_never_makes_a_resume_fail(tmp_path: Path) -> None:
     assert refused == []
 
 
-async def test_cancel_right_after_resume_is_recorded(tmp_path: Path) -> None:
+async def test_cancel_right_after_resume_is_recorded(db: str) -> None:
     """Cancelling a run at once after resuming it records the cancellation."""
-    db = tmp_path / "cancel.db"
     wf = Flaky(store=db)
     with pytest.raises(RuntimeError, match="flaky"):
         await wf.run(run_id="c")
@@ -449,9 +474,8 @@ def _without_status(state: RunState) -> RunState:
     return dataclasses.replace(state, status="running")
 
 
-def test_reader_of_a_live_run_sees_consistent_states(tmp_path: Path) -> None:
+def test_reader_of_a_live_run_sees_consistent_states(db: str) -> None:
     """A read-only reader in another process sees, at every seq, the final log's state there."""
-    db = tmp_path / "live.db"
     EventStore(db).close()
     writer = spawn("counter", db, "40", "live-a", "live-b")
     wait_line(writer, "START")

@@ -2,7 +2,10 @@
 ``python -m tests.support.reliability_worker MODE ...``.
 
 Modes (each prints one line per fact the test checks, flushed at once, so that what a
-killed process printed is still readable):
+killed process printed is still readable). DB is an SQLite file or a PostgreSQL URL; on
+PostgreSQL every workflow leases its runs for ``$DW_TEST_LEASE_TTL`` seconds (a killed
+worker's runs are free again that soon), and a run whose lease a killed worker still holds
+is started once the lease lapsed:
 
 ``counter DB ITEMS RUN_ID...``
     Runs (or, for ids that exist, resumes: ``run(run_id=...)`` does that) one
@@ -46,9 +49,11 @@ import os
 import resource
 import sqlite3
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import eventstore._sqlite as _sqlite
 from eventstore import EventStore, EventStoreError
@@ -66,18 +71,42 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
+def effects_file(db: str | Path) -> Path:
+    """Where the side effects of runs on store ``db`` go: ``DB.effects`` beside an SQLite
+    file; for a PostgreSQL URL, ``SCHEMA.effects`` in the temporary folder (the tests give
+    each store a schema of its own)."""
+    text = str(db)
+    if not text.startswith("postgresql://"):
+        return Path(text + ".effects")
+    schema = parse_qs(urlsplit(text).query).get("schema", ["public"])[0]
+    return Path(tempfile.gettempdir()) / f"{schema}.effects"
+
+
 def side_effect(wf: Workflow, line: str) -> None:
-    """An external side effect of a step: a line appended to ``DB.effects`` (one write)."""
-    if wf.store.path is None:
+    """An external side effect of a step: a line appended to the effects file (one write)."""
+    where = os.environ.get("DW_TEST_STORE") or wf.store.path
+    if where is None:
         return  # an in-memory store: nowhere beside it to write
-    with Path(str(wf.store.path) + ".effects").open("a") as fh:
+    with effects_file(where).open("a") as fh:
         fh.write(line + "\n")
 
 
-def read_effects(db: Path) -> list[str]:
-    """The lines :func:`side_effect` wrote beside ``db``."""
-    path = Path(str(db) + ".effects")
+def read_effects(db: str | Path) -> list[str]:
+    """The lines :func:`side_effect` wrote for store ``db``."""
+    path = effects_file(db)
     return path.read_text().splitlines() if path.exists() else []
+
+
+def lease_ttl() -> float | None:
+    """The lease the tests ask for (``$DW_TEST_LEASE_TTL`` seconds), or the default."""
+    ttl = os.environ.get("DW_TEST_LEASE_TTL")
+    return float(ttl) if ttl else None
+
+
+def flow(cls: type[Workflow], db: str, **kwargs: Any) -> Workflow:
+    """A workflow of ``cls`` on store ``db``, with the lease the tests ask for."""
+    os.environ["DW_TEST_STORE"] = db  # where side_effect writes, for a PostgreSQL store
+    return cls(store=db, lease_ttl=lease_ttl(), **kwargs)
 
 
 class Item(Event):
@@ -185,9 +214,23 @@ class Flaky(Workflow):
 # ---------------------------------------------------------------------------- modes
 
 
+async def _start(wf: Workflow, run_id: str, items: int) -> Any:
+    """Runs or resumes the run; while a killed worker's lease holds it (PostgreSQL), waits
+    for the lease to lapse (at most twice its length) and tries again."""
+    ttl = lease_ttl()
+    deadline = time.monotonic() + 2 * (ttl or 0)
+    while True:
+        try:
+            return wf.run(run_id=run_id, items=items)
+        except RunOwnedError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep((ttl or 0) / 20)
+
+
 async def _runs(wf: Workflow, items: int, run_ids: list[str]) -> int:
     """Runs or resumes each run and reports; the exit status is 1 if any run raised."""
-    handlers = [wf.run(run_id=rid, items=items) for rid in run_ids]
+    handlers = [await _start(wf, rid, items) for rid in run_ids]
     say("START")
     results = await asyncio.gather(*handlers, return_exceptions=True)
     status = 0
@@ -205,13 +248,13 @@ def _ack(x: Any, seq: int) -> None:
 
 
 async def counter(db: str, items: str, *run_ids: str) -> int:
-    wf = Counter(store=db, timeout=None, max_recovery_attempts=1_000_000)
+    wf = flow(Counter, db, timeout=None, max_recovery_attempts=1_000_000)
     wf._commit_hook = _ack
     return await _runs(wf, int(items), list(run_ids))
 
 
 async def slow(db: str, run_id: str) -> int:
-    wf = Slow(store=db, timeout=None)
+    wf = flow(Slow, db, timeout=None)
     handler = wf.run(run_id=run_id)
     say("START")
     say(f"RESULT {run_id} {json.dumps(await handler)}")
@@ -219,7 +262,7 @@ async def slow(db: str, run_id: str) -> int:
 
 
 def race(db: str, run_id: str, go: str) -> int:
-    wf = Slow(store=db, timeout=None)
+    wf = flow(Slow, db, timeout=None)
     say("READY")
     while not os.path.exists(go):  # a file is the barrier between the racing processes
         time.sleep(0.001)
@@ -265,7 +308,7 @@ async def diskfull(db: str, pages: str, run_id: str, flow: str, wait: str) -> in
 
 
 def poll(db: str, run_id: str, seconds: str) -> int:
-    wf = Flaky(store=db, timeout=None)
+    wf = flow(Flaky, db, timeout=None)
     wf.state_at(run_id)
     say("POLLING")
     polls = 0

@@ -1,0 +1,160 @@
+"""The event loop's own writer on PostgreSQL: batches sent from the loop's thread without
+blocking it, no writer thread; a lost connection, closing mid-call, lazy commits."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import cast
+
+import psycopg
+import pytest
+
+from eventstore import Commit, EventStore, NewRun, Record, StoreUnavailableError
+from eventstore._postgres import PostgresWriteSQL
+from tests.conftest import POSTGRES_URL, postgres_location, postgres_store
+from tests.test_engine import Linear
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def pg() -> Iterator[EventStore]:
+    """A store in a fresh PostgreSQL schema."""
+    with postgres_store() as es:
+        yield es
+
+
+def _writer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "eventstore-writer"]
+
+
+def _rec(kind: str) -> Record:
+    return Record(kind, None, "{}")
+
+
+async def test_a_loop_writes_its_own_batches_group_committed(pg: EventStore) -> None:
+    """Commits from one loop are written by the loop (no writer thread starts), many
+    waiting at once share a call, and each gets its own seqs in commit order."""
+    before = _writer_threads()
+    await pg.append(Commit("r", [_rec("start")], create=NewRun()))
+    results = await asyncio.gather(
+        *(pg.append(Commit("r", [_rec(f"k{i}")], epoch=0)) for i in range(50))
+    )
+    assert [r.last_seq for r in results] == list(range(2, 52))
+    assert [r.kind for r in pg.records("r")] == ["start"] + [f"k{i}" for i in range(50)]
+    assert pg.stats.transactions < 10  # 51 commits, a few calls
+    assert _writer_threads() == before
+
+
+async def test_a_workflow_on_postgres_starts_no_writer_thread(pg: EventStore) -> None:
+    """A run's commits and its lease (taken and given back synchronously on the loop's
+    thread) all go through the loop's writer."""
+    before = _writer_threads()
+    wf = Linear(store=pg, timeout=10)
+    assert await wf.run(topic="loops") == "hello loops!"
+    assert _writer_threads() == before
+    assert pg.lease_of(next(iter(pg.runs())).run_id) is None  # given back
+
+
+async def test_a_lost_connection_fails_its_batch_and_the_next_ones_are_written(
+    pg: EventStore,
+) -> None:
+    """The loop writer's connection ended by the server: the batch then written fails as
+    in doubt, and the store goes on writing (through the writer thread, which connects)."""
+    await pg.append(Commit("r", [_rec("a")], create=NewRun()))
+    writer = pg._committer._loop_writer
+    assert writer is not None
+    session = cast("PostgresWriteSQL", writer.sql).raw.info.backend_pid
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (session,))
+    with pytest.raises(StoreUnavailableError, match="connection to the database was lost"):
+        await pg.append(Commit("r", [_rec("b")], epoch=0))
+    res = await pg.append(Commit("r", [_rec("c")], epoch=0))
+    assert pg.failed is None
+    assert [r.kind for r in pg.records("r")] == ["a", "c"]
+    assert res.last_seq == 2
+
+
+async def test_closing_with_a_call_in_flight_writes_it() -> None:
+    """A store closed from the loop while its batch is on its way to the server waits for
+    the reply: the commit is in the log and its caller is told."""
+    with postgres_location() as url:
+        pg = EventStore(url)
+        await _close_in_flight(pg)
+        with EventStore(url, readonly=True) as again:
+            assert [r.kind for r in again.records("r")] == ["a", "b", "c"]
+
+
+async def _close_in_flight(pg: EventStore) -> None:
+    await pg.append(Commit("r", [_rec("a")], create=NewRun()))
+    pending = pg.submit(Commit("r", [_rec("b")], epoch=0))
+    later = pg.submit(Commit("r", [_rec("c")], epoch=0))
+    await asyncio.sleep(0)  # handed to the loop writer: the first call is sent
+    writer = pg._committer._loop_writer
+    assert writer is not None
+    assert not writer.idle
+    pg.close()
+    assert pending.done()
+    assert later.done()
+    assert pending.result().last_seq == 2
+    assert later.result().last_seq == 3
+
+
+async def test_lazy_commits_wait_for_one_that_is_not(pg: EventStore) -> None:
+    """A lazy commit rides with the next commit that is not lazy (one call), or goes
+    alone once its wait is over."""
+    await pg.append(Commit("r", [_rec("a")], create=NewRun()))
+    calls = pg.stats.transactions
+    lazy = pg.submit(Commit("r", [_rec("lazy")], epoch=0), lazy=True)
+    await asyncio.sleep(0.001)
+    assert not lazy.done()
+    await pg.append(Commit("r", [_rec("eager")], epoch=0))
+    assert lazy.done()
+    assert pg.stats.transactions == calls + 1
+    alone = pg.submit(Commit("r", [_rec("alone")], epoch=0), lazy=True)
+    assert (await asyncio.wait_for(alone, 5)).last_seq == 4
+    assert [r.kind for r in pg.records("r")] == ["a", "lazy", "eager", "alone"]
+
+
+def test_another_loop_writes_through_the_writer_thread(pg: EventStore) -> None:
+    """Only one loop at a time has the loop writer; a loop on another thread while that
+    one runs hands its batches to the writer thread, and both are written."""
+    ready, done = threading.Event(), threading.Event()
+
+    async def first() -> None:
+        await pg.append(Commit("a", [_rec("a0")], create=NewRun()))
+        ready.set()
+        await asyncio.to_thread(done.wait, 10)  # the other loop runs meanwhile
+        await pg.append(Commit("a", [_rec("a1")], epoch=0))
+
+    def second() -> None:
+        ready.wait(10)
+
+        async def go() -> None:
+            await pg.append(Commit("b", [_rec("b0")], create=NewRun()))
+
+        asyncio.run(go())
+        done.set()
+
+    other = threading.Thread(target=second)
+    other.start()
+    asyncio.run(first())
+    other.join(10)
+    assert [r.kind for r in pg.records("a")] == ["a0", "a1"]
+    assert [r.kind for r in pg.records("b")] == ["b0"]
+    assert _writer_threads()
+
+
+async def test_a_call_the_server_refuses_whole_fails_its_batch_alone(pg: EventStore) -> None:
+    """A call the server refuses as a whole (a NUL in a payload: text cannot hold one)
+    tells each op of its batch why; nothing of it is written and the next call is."""
+    await pg.append(Commit("r", [_rec("a")], create=NewRun()))
+    with pytest.raises(psycopg.DataError):
+        await pg.append(Commit("r", [Record("bad", None, '"\x00"')], epoch=0))
+    res = await pg.append(Commit("r", [_rec("c")], epoch=0))
+    assert res.last_seq == 2
+    assert [r.kind for r in pg.records("r")] == ["a", "c"]
+    assert pg._committer._loop_writer is not None
+    assert pg._committer._loop_writer.usable
