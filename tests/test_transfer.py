@@ -266,3 +266,31 @@ def test_the_status_from_kinds_alone_is_the_folds_for_every_kind(tmp_path: Path)
                 seen.add(r.kind)
     assert seen == set(J.KINDS)
     assert set(STATUS_OF_KIND) <= set(APPLY)
+
+
+def test_import_into_a_missing_store_creates_it(
+    forked: tuple[Path, str, str, str], tmp_path: Path
+) -> None:
+    """``workflow import DB FILE`` with no file at DB creates the store there (as
+    ``EventStore(path)`` does) with the export's runs at their seqs; a missing FILE (the two
+    arguments swapped, most often) is one line saying which is which, and creates nothing."""
+    db, _, parent, fork = forked
+    out = tmp_path / "run.db"
+    ok("export", db, fork, "-o", out)
+    new = tmp_path / "laptop" / "new.db"
+    new.parent.mkdir()
+    swapped = invoke("import", out, new)
+    assert swapped.exit_code == 1
+    assert swapped.stderr == (
+        f"error: {new}: no such file to import; `workflow import DB FILE` adds the runs of"
+        " FILE (an export) to the store DB, which it creates when missing\n"
+    )
+    assert list(new.parent.iterdir()) == []
+    result = invoke("import", new, out)
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == f"imported {parent}, {fork} into {new}\n"
+    with EventStore(out, readonly=True) as src, EventStore(new, readonly=True) as dst:
+        assert [r.run_id for r in dst.runs()] == [r.run_id for r in src.runs()]
+        assert dst.run(fork).first_seq == src.run(fork).first_seq
+        assert check_store(dst).ok
+    assert states(new, fork) == states(out, fork)
