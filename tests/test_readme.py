@@ -71,7 +71,7 @@ def readme_steps(text: str) -> Iterator[Step]:
             near = saved is not None and saved.end() == m.start()
             yield Step(line, code=m.group(2), save=saved.group(1) if near and saved else None)
             continue
-        command, output = "", []
+        command, output = "", list[str]()
         for row in m.group(2).splitlines():
             if row.startswith("$ "):
                 if command:
