@@ -33,14 +33,16 @@ BOUND: Final = 60.0  # seconds `workflow serve` may take to answer before the te
 def test_readme_block_runs(
     code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Each python block of the README runs in a fresh directory without error."""
+    """Each python block of the README runs in a fresh directory without error, and again
+    in the same directory (a reader runs an example twice: its store is there by then)."""
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})
-    out = capsys.readouterr().out
-    if "# NOTES ON SQLITE" in code:
-        assert "NOTES ON SQLITE" in out
-    if "assert_replay_deterministic(Greeter" in code:
-        assert "result 'hello ada'" in out
+    for _ in range(2):
+        exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})
+        out = capsys.readouterr().out
+        if "# NOTES ON SQLITE" in code:
+            assert "NOTES ON SQLITE" in out
+        if "assert_replay_deterministic(Greeter" in code:
+            assert "result 'hello ada'" in out
 
 
 def test_readme_starts_with_the_two_commands() -> None:
