@@ -801,28 +801,28 @@ def _no_times(text: str) -> str:
 def test_readme_debugging_walkthrough(writer_dir: Path) -> None:
     """The commands of the README's "Debugging a run" give the output it shows."""
     wf = ("--workflow", "writer:Writer")
-    result = invoke("run", "runs.db", *wf, "--run-id", "draft-1", "--data", '{"topic": "sqlite"}')
+    result = invoke("run", "writer.db", *wf, "--run-id", "draft-1", "--data", '{"topic": "sqlite"}')
     assert result.exit_code == 1, result.stderr
     assert result.stdout == "run draft-1 failed: RuntimeError: not approved yet\n"
-    assert _no_times(ok("runs", "runs.db")) == README["runs"]
-    assert _no_times(ok("history", "runs.db", "draft-1")) == README["history"]
-    assert ok("state", "runs.db", "draft-1") == README["state"]
-    assert ok("state", "runs.db", "draft-1", "--at", "7", *wf) == README["state-at"]
-    assert ok("checkpoints", "runs.db", "draft-1", "--step", "publish") == README["checkpoints"]
-    resumed = ok("resume", "runs.db", "draft-1", *wf, "--set", "approved=true")
+    assert _no_times(ok("runs", "writer.db")) == README["runs"]
+    assert _no_times(ok("history", "writer.db", "draft-1")) == README["history"]
+    assert ok("state", "writer.db", "draft-1") == README["state"]
+    assert ok("state", "writer.db", "draft-1", "--at", "7", *wf) == README["state-at"]
+    assert ok("checkpoints", "writer.db", "draft-1", "--step", "publish") == README["checkpoints"]
+    resumed = ok("resume", "writer.db", "draft-1", *wf, "--set", "approved=true")
     assert resumed == "run draft-1 finished: 'NOTES ON SQLITE'\n"
-    assert ok("diff", "runs.db", "draft-1", "11", "17") == README["diff"]
-    fork = ok("fork", "runs.db", "draft-1", "--at", "8", *wf, "--set", "approved=true")
+    assert ok("diff", "writer.db", "draft-1", "11", "17") == README["diff"]
+    fork = ok("fork", "writer.db", "draft-1", "--at", "8", *wf, "--set", "approved=true")
     child = re.fullmatch(
         r"forked run draft-1 at seq 8 as (\w+)\nrun \1 finished: 'NOTES ON SQLITE'\n", fork
     )
     assert child is not None
-    runs = _no_times(ok("runs", "runs.db")).replace(
+    runs = _no_times(ok("runs", "writer.db")).replace(
         child.group(1), "5a92cbecb85d436f9cb26d8fd0baabb3"
     )
     assert runs == README["runs-after"]
     assert re.fullmatch(
-        r"wrote draft-1\.html \(12 commits, \d+ KiB\)\n", ok("timeline", "runs.db", "draft-1")
+        r"wrote draft-1\.html \(12 commits, \d+ KiB\)\n", ok("timeline", "writer.db", "draft-1")
     )
     assert (writer_dir / "draft-1.html").exists()
     assert ok("graph", *wf) == README["graph"]

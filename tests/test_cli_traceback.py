@@ -278,7 +278,7 @@ def _tb_normal(text: str) -> str:
 def test_readme_shows_history_traceback(failed_draft: Path) -> None:
     """The README's --traceback example is what the command prints for its writer.py."""
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    command = "$ workflow history runs.db draft-1 --kind step_failed --traceback\n"
+    command = "$ workflow history writer.db draft-1 --kind step_failed --traceback\n"
     start = readme.index(command) + len(command)
     shown = readme[start : readme.index("```", start)]
     out = ok("history", "runs.db", "draft-1", "--kind", "step_failed", "--traceback")

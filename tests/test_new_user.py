@@ -319,3 +319,27 @@ def test_cli_resume_of_stranded_work_names_its_flag(tmp_path: Path) -> None:
     assert "allow_stranded=True" not in refused.stderr
     proceeded = workflow_cli("v2", "resume", str(db), "r1", "--allow-stranded", "--timeout", "1")
     assert "stranded" not in proceeded.stderr, proceeded.stderr
+
+
+def test_a_workflow_module_not_found_says_where_it_was_looked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--workflow flows:Flow`` run from another folder than flows.py's says where the
+    module was looked for, so the reader knows to change folder or set PYTHONPATH; a module
+    that is found but fails its own import is reported as it failed."""
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the command adds the folder it runs in
+    (tmp_path / "readme_broken_flows.py").write_text("import no_such_dependency\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    result = CliRunner().invoke(cli, ["run", "w.db", "--workflow", "readme_flows:Flow"])
+    assert result.exit_code == 2
+    assert (
+        "cannot import 'readme_flows': ModuleNotFoundError: No module named 'readme_flows'"
+        f" (looked for in the current folder, {elsewhere}, and on PYTHONPATH)"
+    ) in result.stderr
+    monkeypatch.chdir(tmp_path)
+    broken = CliRunner().invoke(cli, ["run", "w.db", "--workflow", "readme_broken_flows:Flow"])
+    assert broken.exit_code == 2
+    assert "No module named 'no_such_dependency' (see" in broken.stderr
+    assert not (tmp_path / "w.db").exists()

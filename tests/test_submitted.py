@@ -46,3 +46,31 @@ def test_runs_lists_submitted_runs_apart_from_interrupted_ones(tmp_path: Path) -
     assert re.search(r"^queued\s+finished\s", ok("runs", db), re.M)
     with EventStore(db, readonly=True) as store:
         assert not is_submitted(store, "queued")
+
+
+def test_runs_says_submitted_and_recover_still_resumes_it(tmp_path: Path) -> None:
+    """A run submitted and not yet claimed is ``submitted`` in ``wf.runs()`` (as in
+    ``workflow runs``), while a run whose process died stays ``interrupted``; ``pending_runs``
+    lists it and ``recover`` resumes it to the end, as before."""
+    db = tmp_path / "sub.db"
+    always_dies(db)
+    wf = Linear(store=db)
+    wf.submit(run_id="queued", topic="llamas")
+    statuses = {r.run_id: r.status for r in wf.runs()}
+    assert statuses == {"dies": "interrupted", "queued": "submitted"}
+    assert [r.status for r in wf.runs(all_workflows=False)] == ["submitted"]
+    # A RunState's status (state_at, and `workflow state`, which agrees with it) has no
+    # "submitted": that would be a new status of the core's RunStatus.
+    assert wf.state_at("queued").status == "interrupted"
+    assert wf.pending_runs() == ["queued"]
+
+    async def recover() -> list[tuple[str, str]]:
+        report = await wf.recover()
+        for r in report:
+            assert r.handler is not None
+            assert await r.handler == "hello llamas!"
+        return [(r.run_id, r.outcome) for r in report]
+
+    assert asyncio.run(recover()) == [("queued", "resumed")]
+    wf.store.close()
+    assert re.search(r"^queued\s+finished\s", ok("runs", db), re.M)

@@ -13,11 +13,15 @@ import pytest
 from eventstore import EventStore
 from tests.flows import Asker
 from tests.test_cli import invoke, ok
+from tests.test_journal import FIXTURE, load_rows
 from tests.test_snapshots import Chat, assert_snapshots_are_the_fold, chat
 from workflow import HumanResponseEvent, Worker
+from workflow import _journal as J
 from workflow._check import check_store
 from workflow._errors import RunSuspendedError, WorkflowRuntimeError
-from workflow._read import fold_run
+from workflow._fold import APPLY, fold
+from workflow._folded import STATUS_OF_KIND
+from workflow._read import fold_run, run_info, start_state
 from workflow._snapshot import dump_folded
 
 
@@ -241,3 +245,52 @@ def test_export_of_an_encrypted_fork_without_the_key(tmp_path: Path) -> None:
     assert "--key-file" in moved.stderr
     with EventStore(target, readonly=True) as busy:
         assert len(busy.runs()) == 1  # refused before anything was written
+
+
+def test_the_status_from_kinds_alone_is_the_folds_for_every_kind(tmp_path: Path) -> None:
+    """The status an encrypted ancestor is exported with when its payloads cannot be read
+    (``STATUS_OF_KIND``, from kinds alone) is, after each record of every kind of the golden
+    runs, the status the fold gives there."""
+    runs = json.loads(FIXTURE.read_text(encoding="utf-8"))["runs"]
+    db = tmp_path / "golden.db"
+    load_rows(db, runs)
+    seen = set()
+    with EventStore(db, readonly=True) as store:
+        for label in runs:
+            info = run_info(store, label)
+            state = start_state(store, info, cached=False)
+            for r in store.records(label):
+                before = state.status
+                fold(state, [r])
+                assert state.status == STATUS_OF_KIND.get(r.kind, before), (label, r.seq, r.kind)
+                seen.add(r.kind)
+    assert seen == set(J.KINDS)
+    assert set(STATUS_OF_KIND) <= set(APPLY)
+
+
+def test_import_into_a_missing_store_creates_it(
+    forked: tuple[Path, str, str, str], tmp_path: Path
+) -> None:
+    """``workflow import DB FILE`` with no file at DB creates the store there (as
+    ``EventStore(path)`` does) with the export's runs at their seqs; a missing FILE (the two
+    arguments swapped, most often) is one line saying which is which, and creates nothing."""
+    db, _, parent, fork = forked
+    out = tmp_path / "run.db"
+    ok("export", db, fork, "-o", out)
+    new = tmp_path / "laptop" / "new.db"
+    new.parent.mkdir()
+    swapped = invoke("import", out, new)
+    assert swapped.exit_code == 1
+    assert swapped.stderr == (
+        f"error: {new}: no such file to import; `workflow import DB FILE` adds the runs of"
+        " FILE (an export) to the store DB, which it creates when missing\n"
+    )
+    assert list(new.parent.iterdir()) == []
+    result = invoke("import", new, out)
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == f"imported {parent}, {fork} into {new}\n"
+    with EventStore(out, readonly=True) as src, EventStore(new, readonly=True) as dst:
+        assert [r.run_id for r in dst.runs()] == [r.run_id for r in src.runs()]
+        assert dst.run(fork).first_seq == src.run(fork).first_seq
+        assert check_store(dst).ok
+    assert states(new, fork) == states(out, fork)

@@ -24,6 +24,7 @@ from ._buffers import class_qualname, collect_key, taken
 from ._events import StopEvent
 from ._folded import (
     CLASS_MOVE,
+    STATUS_OF_KIND,
     Ev,
     Failure,
     Folded,
@@ -69,7 +70,7 @@ FOLD_VERSION: Final = 3
 
 def _run_started(s: Folded, r: StoredRecord, p: J.RunStarted) -> None:
     # A fork starts from its parent's state, but not from its parent's ending.
-    s.status = "running"
+    s.status = STATUS_OF_KIND[J.RUN_STARTED]
     s.result = None
     s.error = None
     s.workflow = p.get("workflow", "")
@@ -241,7 +242,7 @@ def _streamed(s: Folded, r: StoredRecord, p: J.Streamed) -> None:
 
 
 def _run_finished(s: Folded, r: StoredRecord, p: J.RunFinished) -> None:
-    s.status = "finished"
+    s.status = STATUS_OF_KIND[J.RUN_FINISHED]
     s.result = p["result"]
     s.in_progress.clear()
     s.memos.clear()
@@ -249,21 +250,19 @@ def _run_finished(s: Folded, r: StoredRecord, p: J.RunFinished) -> None:
 
 
 def _run_failed(s: Folded, r: StoredRecord, p: J.RunFailed) -> None:
-    s.status = "failed"
+    s.status = STATUS_OF_KIND[J.RUN_FAILED]
     s.error = {"step": r.step, "error": p.get("error"), "message": p.get("message")}
 
 
-def _status(status: str) -> Callable[[Folded, StoredRecord, Any], None]:
+def _status(kind: str) -> Callable[[Folded, StoredRecord, Any], None]:
     def apply(s: Folded, r: StoredRecord, p: Any) -> None:
-        s.status = status
-        if status == "running":
-            s.error = None
+        s.status = STATUS_OF_KIND[kind]
 
     return apply
 
 
 def _run_resumed(s: Folded, r: StoredRecord, p: J.RunResumed) -> None:
-    s.status = "running"
+    s.status = STATUS_OF_KIND[J.RUN_RESUMED]
     s.session = r.seq
     s.state = p.get("state", s.state)
     s.error = None
@@ -297,10 +296,10 @@ APPLY: Final[dict[str, Callable[[Folded, StoredRecord, Any], None]]] = {
     J.MEMOIZED: _memoized,
     J.RUN_FINISHED: _run_finished,
     J.RUN_FAILED: _run_failed,
-    J.RUN_CANCELLED: _status("cancelled"),
-    J.RUN_TIMED_OUT: _status("timed_out"),
+    J.RUN_CANCELLED: _status(J.RUN_CANCELLED),
+    J.RUN_TIMED_OUT: _status(J.RUN_TIMED_OUT),
     J.RUN_RESUMED: _run_resumed,
-    J.RUN_SUSPENDED: _status("waiting"),
+    J.RUN_SUSPENDED: _status(J.RUN_SUSPENDED),
 }
 
 

@@ -15,10 +15,12 @@ import orjson
 
 from eventstore import CodecError, LogCorruptedError, PickleDisabledError, StoredRecord
 
+from . import _journal as J
 from ._keylog import KeyLog
 
 __all__ = [
     "CLASS_MOVE",
+    "STATUS_OF_KIND",
     "Ev",
     "Failure",
     "Folded",
@@ -31,6 +33,19 @@ __all__ = [
     "payload_of",
     "rename_steps",
 ]
+
+# The status each kind of record leaves a run in; the other kinds leave it as it was. The
+# fold's functions (``_fold.APPLY``) set it from here, and a log whose payloads cannot be
+# read (encrypted, read without the key: ``_transfer``) has its status from its kinds alone.
+STATUS_OF_KIND: Final[Mapping[str, str]] = {
+    J.RUN_STARTED: "running",
+    J.RUN_RESUMED: "running",
+    J.RUN_FINISHED: "finished",
+    J.RUN_FAILED: "failed",
+    J.RUN_CANCELLED: "cancelled",
+    J.RUN_TIMED_OUT: "timed_out",
+    J.RUN_SUSPENDED: "waiting",
+}
 
 
 # A class renamed inside collect buffers, among the moves :func:`rename_steps` applies: this

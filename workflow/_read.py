@@ -50,6 +50,7 @@ __all__ = [
     "fold_run",
     "live_status",
     "load_snapshot",
+    "only_submitted",
     "readable_records",
     "records_upto",
     "refuse_cut",
@@ -85,6 +86,13 @@ def copied_upto(info: RunInfo) -> int | None:
     carries each ancestor only up to where its child forked), or None for a whole run."""
     upto = info.meta.get("copied_upto")
     return upto if isinstance(upto, int) and not isinstance(upto, bool) else None
+
+
+def only_submitted(info: RunInfo) -> bool:
+    """Whether a run was only ever submitted: recorded for a worker (``wf.submit``, or a
+    fork the web UI left for workers: "submitted" in its row's meta) and never claimed since
+    (a claim moves the epoch on from 1). No process died in it, though its log looks so."""
+    return info.epoch == 1 and info.meta.get("submitted") is True
 
 
 def refuse_cut(info: RunInfo) -> None:
@@ -330,12 +338,17 @@ def commits(records: Iterable[StoredRecord]) -> Iterator[list[StoredRecord]]:
 
 
 def run_summaries(
-    store: EventStore, owners: Owners | LeaseOwners, *, owned: bool = True
+    store: EventStore,
+    owners: Owners | LeaseOwners,
+    *,
+    owned: bool = True,
+    submitted: bool = False,
 ) -> list[RunSummary]:
     """Every run in the store with its status: ``waiting`` (for ``waiting_for``) when it
     has nothing to do but wait for an event, ``interrupted`` when it is unfinished with no
     live owner. With ``owned`` False, a run a live executor owns is only ``running`` (which
-    saves folding it, for listings that skip owned runs anyway)."""
+    saves folding it, for listings that skip owned runs anyway). With ``submitted``, an
+    interrupted run no worker has taken up yet (:func:`only_submitted`) is ``submitted``."""
     out = []
     is_owned = owners.owned_now() if isinstance(owners, LeaseOwners) else owners.is_owned
     for info in store.runs():
@@ -349,7 +362,7 @@ def run_summaries(
                 status = "waiting"
                 waiting_for = tuple(dict.fromkeys(awaited for awaited, _ in waits))
             elif unowned:
-                status = "interrupted"
+                status = "submitted" if submitted and only_submitted(info) else "interrupted"
         out.append(
             RunSummary(
                 info.run_id,

@@ -22,6 +22,7 @@ from eventstore._encryption import EncryptedPayloadError, encrypted_error
 from . import _journal as J
 from ._errors import WorkflowRuntimeError
 from ._fold import FOLD_VERSION, Folded
+from ._folded import STATUS_OF_KIND
 from ._read import commits, copied_upto, fold_run, records_upto, run_info, snapshots
 from ._snapshot import SnapshotError, dump_folded, load_folded
 
@@ -146,19 +147,6 @@ def _new_run(store: EventStore, part: Part, offset: int) -> NewRun:
     return NewRun(meta, info.parent_run_id, parent_seq, status, info.created)
 
 
-# The status each kind of record leaves a run in, as the fold sets it (``_fold.APPLY``):
-# the status of a log read without its payloads' key. The other kinds leave it as it was.
-_STATUS_OF_KIND: dict[str, str] = {
-    J.RUN_STARTED: "running",
-    J.RUN_RESUMED: "running",
-    J.RUN_FINISHED: "finished",
-    J.RUN_FAILED: "failed",
-    J.RUN_CANCELLED: "cancelled",
-    J.RUN_TIMED_OUT: "timed_out",
-    J.RUN_SUSPENDED: "waiting",
-}
-
-
 def _status_at(store: EventStore, part: Part) -> str | None:
     """The ancestor's status at the end of its copied part: its fold's, or, its payloads
     encrypted and read without the key, the one its records' kinds set."""
@@ -167,7 +155,7 @@ def _status_at(store: EventStore, part: Part) -> str | None:
     except EncryptedPayloadError:
         status = part.info.status
         for r in records_upto(store, part.info.run_id, part.upto):
-            status = _STATUS_OF_KIND.get(r.kind, status)
+            status = STATUS_OF_KIND.get(r.kind, status)
         return status
 
 

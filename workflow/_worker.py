@@ -63,7 +63,7 @@ class Worker:
         for r in wf.runs(all_workflows=False):
             if r.run_id in self._active or r.copied_upto is not None:
                 continue  # an exported ancestor (its log ends at its fork) never runs here
-            if r.status == "interrupted":
+            if r.status in ("interrupted", "submitted"):
                 out.append(r.run_id)
             elif (
                 r.status == "waiting"

@@ -390,17 +390,16 @@ class Workflow(WorkflowSteps):
 
     def runs(self, *, all_workflows: bool = True) -> list[RunSummary]:
         """Every run in the store with its status: ``interrupted`` when a run is unfinished
-        and no live executor owns it, ``waiting`` (``waiting_for`` names the awaited
-        classes) when, so unowned or suspended, it has nothing to do but wait.
+        and no live executor owns it (``submitted`` while no worker took it up yet: no
+        process died in it), ``waiting`` (``waiting_for`` the awaited classes) when, so
+        unowned or suspended, it has nothing to do but wait. A run a live executor owns is
+        ``running`` (a polled listing does not fold busy runs; ``state_at`` tells waiting).
 
         A store shared by several workflows (a parent and its children) holds the runs of
         each, and all are listed; ``all_workflows=False`` lists only this workflow's (a
         run is this workflow's as :meth:`pending_runs` says).
-
-        A run a live executor owns is ``running`` here (a listing that is polled does not
-        fold busy runs); ``state_at`` and ``workflow runs`` tell when it is waiting.
         """
-        every = run_summaries(self._store, self._owners, owned=False)
+        every = run_summaries(self._store, self._owners, owned=False, submitted=True)
         return every if all_workflows else [r for r in every if is_run_of(self, r)]
 
     def pending_runs(self) -> list[str]:
@@ -413,7 +412,7 @@ class Workflow(WorkflowSteps):
         return [
             r.run_id
             for r in self.runs(all_workflows=False)
-            if r.status in ("interrupted", "waiting")
+            if r.status in ("interrupted", "submitted", "waiting")
             and r.copied_upto is None  # an exported ancestor: its log ends at its fork
             and live_executor(self._store, r.run_id) is None
         ]

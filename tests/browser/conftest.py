@@ -10,10 +10,14 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import pytest
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page, ViewportSize
 
 HERE: Final = Path(__file__).resolve().parent
 FLAGS: Final = [
@@ -25,6 +29,7 @@ FLAGS: Final = [
     "--disable-sync",
     "--no-first-run",
 ]
+SIZE: Final[ViewportSize] = {"width": 1280, "height": 820}
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -64,10 +69,48 @@ class Chromium:
         return out
 
 
-@pytest.fixture(scope="session")
-def chromium() -> Chromium:
-    """The browser; its absence fails the test (`make test-browser` installs it)."""
+def chromium_path() -> str:
+    """Where Debian's chromium is; its absence fails the test (`make test-browser` installs
+    it), as these tests never skip."""
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if path is None:
         pytest.fail("chromium is not installed: run `make test-browser`, which installs it")
-    return Chromium(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Chromium:
+    """The browser run as a command, for pages that need no driving."""
+    return Chromium(chromium_path())
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's chromium driven by Playwright (launched by its path, so Playwright's own
+    browser downloads are never used), one per test module: while it is open, Playwright's
+    event loop runs in this thread, where a module's fixtures that record runs call
+    ``asyncio.run`` before their first page."""
+    # Imported here: `make test` loads this file while it collects, and needs no Playwright.
+    from playwright.sync_api import sync_playwright
+
+    path = chromium_path()
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=path, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh page (its own browser context, at SIZE) whose script errors fail the test."""
+    context = browser.new_context(viewport=SIZE)
+    p = context.new_page()
+    errors: list[str] = []
+    p.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        yield p
+    finally:
+        context.close()
+    assert errors == []

@@ -5,15 +5,14 @@ without a reload, and acts on a run. The screenshots the README shows are writte
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from eventstore import add_key
 from tests.flows import Asker, ReportFlow
@@ -24,35 +23,6 @@ from tests.test_timeline import fan
 from tests.test_ui_http import fork_of
 
 DOCS = ROOT / "docs"
-SIZE: ViewportSize = {"width": 1280, "height": 820}
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """Headless chromium (the one `make test-browser` installs), launched by its path."""
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:
-        pytest.fail("chromium is not installed: run `make test-browser`, which installs it")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=path, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    """A fresh page whose script errors fail the test."""
-    context = browser.new_context(viewport=SIZE)
-    p = context.new_page()
-    errors: list[str] = []
-    p.on("pageerror", lambda e: errors.append(str(e)))
-    try:
-        yield p
-    finally:
-        context.close()
-    assert errors == []
 
 
 @pytest.fixture(scope="module")

@@ -5,13 +5,11 @@ meant."""
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from eventstore import EventStore
 from tests.browser.conftest import Chromium
@@ -19,8 +17,6 @@ from tests.browser.test_pages import body_attrs, element, text
 from tests.support.ui_server import serving
 from tests.test_timeline import Ticker, settle
 from workflow.cli import cli
-
-SIZE: ViewportSize = {"width": 1280, "height": 820}
 
 
 @pytest.fixture(scope="module")
@@ -31,34 +27,6 @@ def long_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int]]
     with EventStore(db, readonly=True) as store:
         ends = sorted({int(r.commit_seq) for r in store.records("tick")})
     return db, ends
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """Headless chromium (the one `make test-browser` installs), launched by its path."""
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:
-        pytest.fail("chromium is not installed: run `make test-browser`, which installs it")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=path, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    """A fresh page whose script errors fail the test."""
-    context = browser.new_context(viewport=SIZE)
-    p = context.new_page()
-    errors: list[str] = []
-    p.on("pageerror", lambda e: errors.append(str(e)))
-    try:
-        yield p
-    finally:
-        context.close()
-    assert errors == []
 
 
 def seq(page: Page) -> int:

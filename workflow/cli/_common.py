@@ -174,6 +174,9 @@ def import_object(spec: str, option: str) -> Any:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # the user's module may raise anything while it is imported
         msg = f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        if isinstance(exc, ModuleNotFoundError) and exc.name == module_name.partition(".")[0]:
+            # Most often run from another folder than the one holding the module.
+            msg += f" (looked for in the current folder, {cwd}, and on PYTHONPATH)"
         raise click.BadParameter(msg, param_hint=option) from None
     except SystemExit as exc:  # a script's own command line, run because it was imported
         msg = (

@@ -11,7 +11,7 @@ from typing import Final
 
 from eventstore import EventStore
 
-from .._read import RunSummary
+from .._read import RunSummary, only_submitted
 
 __all__ = [
     "STATUSES",
@@ -104,11 +104,9 @@ class RunFilter:
 
 
 def is_submitted(store: EventStore, run_id: str) -> bool:
-    """Whether a run no executor owns was only ever submitted: recorded for a worker
-    (``wf.submit``, or a fork the web UI left for workers: "submitted" in its row's meta)
-    and never claimed since (a claim moves the epoch on from 1)."""
+    """Whether a run no executor owns was only ever submitted (:func:`only_submitted`)."""
     info = store.get_run(run_id)
-    return info is not None and info.epoch == 1 and info.meta.get("submitted") is True
+    return info is not None and only_submitted(info)
 
 
 def mark_submitted(store: EventStore, runs: Iterable[RunSummary]) -> list[RunSummary]:

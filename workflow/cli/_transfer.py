@@ -57,10 +57,17 @@ def export(db: str, run: str, out: str) -> None:
 @click.argument("db")
 @click.argument("file")
 def import_runs(db: str, file: str) -> None:
-    """Add every run of FILE (an export) to the store DB.
+    """Add every run of FILE (an export) to the store DB, created when it does not exist.
 
     Their seqs are kept when they come after DB's last one, else moved past it together.
     """
+    if not is_url(file) and not Path(file).exists():
+        # Most often the two arguments swapped: the store first, as in every command.
+        msg = (
+            f"{file}: no such file to import; `workflow import DB FILE` adds the runs of"
+            " FILE (an export) to the store DB, which it creates when missing"
+        )
+        raise FileNotFoundError(msg)
     source = open_store(file)
     target = EventStore(db, payload_codec=cli_codec())
     try:
