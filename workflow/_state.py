@@ -117,7 +117,9 @@ class Checkpoint(BaseModel):
             )
             raise WorkflowRuntimeError(msg)
         # The workflow that listed it reads it (this module sits below the context's).
-        state: dict[str, Any] = wf._context_dict_at(self.run_id, self.seq, serializer)
+        state: dict[str, Any] = wf.__workflow_parts__.context_dict_at(
+            self.run_id, self.seq, serializer
+        )
         return state
 
 

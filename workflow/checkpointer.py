@@ -41,14 +41,15 @@ class WorkflowCheckpointer:
     ) -> None:
         self.workflow = workflow
         self._checkpoint_serializer = checkpoint_serializer or JsonSerializer()
-        self.enabled_checkpoints: set[str] = set(workflow._graph.steps)
+        self.enabled_checkpoints: set[str] = set(workflow.__workflow_parts__.graph.steps)
         self._runs: list[str] = []
         for name in disabled_steps:
             self.disable_checkpoint(name)
 
     def _known(self, step: str) -> None:
-        if step not in self.workflow._graph.steps:
-            names = ", ".join(sorted(self.workflow._graph.steps))
+        parts = self.workflow.__workflow_parts__
+        if step not in parts.graph.steps:
+            names = ", ".join(sorted(parts.graph.steps))
             msg = f"this workflow has no step named {step!r} (its steps: {names})"
             raise WorkflowValidationError(msg)
 
