@@ -21,7 +21,16 @@ from ._events import Event
 if TYPE_CHECKING:
     from eventstore import Codec
 
-__all__ = ["Checkpoint", "InProgress", "LazyDict", "LazyList", "RunState", "RunStatus", "Waiter"]
+__all__ = [
+    "Checkpoint",
+    "InProgress",
+    "LazyDict",
+    "LazyList",
+    "RunState",
+    "RunStatus",
+    "Waiter",
+    "listed_by",
+]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -121,6 +130,13 @@ class Checkpoint(BaseModel):
             self.run_id, self.seq, serializer
         )
         return state
+
+
+def listed_by(cp: Checkpoint, workflow: Any, serializer: Any = None) -> Checkpoint:
+    """Records that ``workflow`` listed ``cp`` (``ctx_state`` reads through it, with
+    ``serializer``): set by ``Workflow.checkpoints`` and the checkpointer."""
+    cp._source = (workflow, serializer)
+    return cp
 
 
 class LazyDict(MutableMapping[K, V]):

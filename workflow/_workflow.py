@@ -41,7 +41,7 @@ from ._read import RunSummary, run_summaries, shown_status
 from ._recover import Recoveries, is_run_of
 from ._recover import recover as recover_runs
 from ._renames import class_aliases, step_renames
-from ._state import Checkpoint, RunState
+from ._state import Checkpoint, RunState, listed_by
 from ._step import (
     GRAPH_CHECKS,
     graph_checks,
@@ -287,9 +287,7 @@ class Workflow(WorkflowSteps):
             resolve=codec.resolve,
             load=codec.load,
         )
-        for cp in found:
-            cp._source = (self, None)
-        return found
+        return [listed_by(cp, self) for cp in found]
 
     def runs(self, *, all_workflows: bool = True) -> list[RunSummary]:
         """Every run in the store with its status: ``interrupted`` when a run is unfinished

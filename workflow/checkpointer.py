@@ -17,7 +17,7 @@ from typing import Any
 from ._errors import WorkflowValidationError
 from ._events import Event
 from ._handler import WorkflowHandler
-from ._state import Checkpoint
+from ._state import Checkpoint, listed_by
 from ._workflow import Workflow
 from .context.serializers import BaseSerializer, JsonSerializer
 
@@ -92,9 +92,8 @@ class WorkflowCheckpointer:
                 if cp.last_completed_step is not None
                 and cp.last_completed_step in self.enabled_checkpoints
             ]
-            for cp in found:
-                cp._source = (self.workflow, self._checkpoint_serializer)
-            out[run_id] = found
+            serializer = self._checkpoint_serializer
+            out[run_id] = [listed_by(cp, self.workflow, serializer) for cp in found]
         return out
 
     def filter_checkpoints(
