@@ -117,11 +117,7 @@ def fork_run(
         parent_id, seq = checkpoint.run_id, checkpoint.seq
     else:
         parent_id, seq = checkpoint
-    folded = parts.fold(parent_id, seq)
-    renamed = moves_for(folded, parts.renames)
-    rename_steps(folded, renamed)  # recorded by the fork's run_started record
-    parts.check_stranded(parent_id, folded, False)
-    upcast = resume_upcast(parent_id, folded, parts.codec, parts.state_type)
+    folded, renamed, upcast = parts.fork_point(parent_id, seq)
     run_id = uuid.uuid4().hex
     at = folded.seq
     folded.run_id = run_id

@@ -14,11 +14,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ._fold import rename_steps
 from ._read import fold_run, run_info
+from ._renames import moves_for
 from ._run_config import DEFAULT_FAILURE_GRACE, RunConfig
 from ._runner import Executor
-from ._start_events import checked_start_event, first_records, run_started_record
-from ._state_versions import state_tag
+from ._start_events import (
+    checked_start_event,
+    first_records,
+    fork_started_record,
+    run_started_record,
+)
+from ._state_versions import resume_upcast, state_tag
 from ._stranded import check_stranded
 from ._timers import DEFAULT_SLEEP_THRESHOLD
 
@@ -124,6 +131,26 @@ class WorkflowParts:
         return run_started_record(
             self.name, self.graph, self.codec, start_id, start, previous, state
         )
+
+    def fork_point(
+        self, parent_id: str, seq: int | None
+    ) -> tuple[Folded, dict[str, str], list[Record]]:
+        """What a fork of ``parent_id`` at ``seq`` goes on from: the parent's fold with its
+        work under steps renamed since moved (the moves, which the fork's first record
+        names), checked to fit a step now; and the records of its context's upcast.
+
+        :raises WorkflowChangedError: its queued or in-progress work fits no step now.
+        """
+        folded = self.fold(parent_id, seq)
+        renamed = moves_for(folded, self.renames)
+        rename_steps(folded, renamed)
+        self.check_stranded(parent_id, folded, False)
+        return folded, renamed, resume_upcast(parent_id, folded, self.codec, self.state_type)
+
+    def fork_started(self, parent: tuple[str, int], renamed: dict[str, str]) -> Record:
+        """The first record of a fork of run ``parent[0]`` at seq ``parent[1]``."""
+        state = state_tag(self.state_type)
+        return fork_started_record(self.name, self.graph, self.codec, parent, renamed, state)
 
     def check_stranded(self, run_id: str, folded: Folded, allow: bool) -> None:
         """Refuses to go on with ``folded`` when its work fits no step now (unless ``allow``)."""

@@ -221,8 +221,9 @@ class _Replay:
     def __init__(
         self, wf: Facade, context: dict[str, Any], memos: dict[int, dict[str, MemoRec]]
     ) -> None:
-        parts = wf.__workflow_parts__
         from ._context import Context, bound_context
+
+        parts = wf.__workflow_parts__
 
         self._memos = memos
         self.wf = wf

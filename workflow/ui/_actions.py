@@ -19,16 +19,12 @@ import orjson
 
 from eventstore import Commit, NewRun
 
-from .. import _journal as J
 from .._errors import WorkflowError, WorkflowRuntimeError
 from .._events import Event
-from .._fold import rename_steps
 from .._handler import WorkflowHandler, executor_of
 from .._ownership import probe_owners
-from .._read import check_seq, fold_run, run_info
-from .._renames import moves_for
+from .._read import check_seq, run_info
 from .._state import TERMINAL
-from .._state_versions import resume_upcast, state_tag
 from .._workflow import Workflow
 from ..cli._common import import_object
 from ..cli._operator import cancel_run
@@ -174,27 +170,13 @@ class Actions:
         any run whose executor went away (``Workflow.run_from`` without running it)."""
         wf = self.wf
         parts = wf.__workflow_parts__
-        folded = fold_run(wf.store, run_id, seq)
-        renamed = moves_for(folded, parts.renames)  # work under steps renamed since: routed
-        rename_steps(folded, renamed)
         try:
-            parts.check_stranded(run_id, folded, False)
-            upcast = resume_upcast(run_id, folded, parts.codec, parts.state_type)
+            folded, renamed, upcast = parts.fork_point(run_id, seq)
         except WorkflowError as exc:
             raise ActionError(409, str(exc)) from None
         new_id = uuid.uuid4().hex
         parent = (run_id, folded.seq)
-        started = J.run_started(
-            parts.name,
-            parts.graph.fingerprint(),
-            0,
-            None,
-            parent,
-            parts.codec,
-            parts.graph.describe(),
-            renamed=renamed,
-            state=state_tag(parts.state_type),
-        )
+        started = parts.fork_started(parent, renamed)
         create = NewRun(
             meta={"workflow": parts.name, "submitted": True},
             parent_run_id=parent[0],
