@@ -305,8 +305,7 @@ class Context(Generic[S]):
 
     def _encode_event(self, event: Event, call: str) -> orjson.Fragment:
         try:
-            codec = self.__context_link__.workflow.__workflow_parts__.codec
-            return orjson.Fragment(codec.encode(event, name=type(event).__name__))
+            return orjson.Fragment(parts_of(self).codec.encode(event, name=type(event).__name__))
         except EncodeError as exc:
             raise refused(exc, f"refused by {call}") from None
 
@@ -342,9 +341,7 @@ class Context(Generic[S]):
         :raises WorkflowTimeoutError: no matching event came within ``timeout`` seconds.
         """
         att = self._attempt("wait_for_event")
-        host = cast(
-            "RunHost", self.__context_link__.host
-        )  # inside an attempt: the executor running it
+        host = cast("RunHost", self.__context_link__.host)  # inside an attempt: its executor
         att.wait_calls += 1
         wid = waiter_id or f"{att.step}:{att.event_id}:{att.wait_calls}"
         if wid in host.answers:
