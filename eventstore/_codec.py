@@ -79,6 +79,15 @@ class Codec:
     def allow_pickle(self, allowed: bool) -> None:
         self._pickles.allowed = allowed
 
+    @property
+    def how_to_allow_pickle(self) -> str:
+        """How a user opts in to pickle, as the errors that refuse a pickle say it."""
+        return self._pickles.how_to_allow
+
+    @how_to_allow_pickle.setter
+    def how_to_allow_pickle(self, how: str) -> None:
+        self._pickles.how_to_allow = how
+
     def register(self, *classes: type) -> None:
         """Allow ``classes`` to be rebuilt on decode, with the classes their fields name.
 

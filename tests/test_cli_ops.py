@@ -111,3 +111,16 @@ async def test_verify_checks_only_the_named_workflow_s_runs(location: str) -> No
     result = CliRunner().invoke(cli, ["verify", db, "--workflow", "tests.flows:ReportFlow"])
     assert result.exit_code == 0, result.output
     assert "verified 1 run(s)" in result.output
+
+
+def test_a_location_is_shown_without_its_password() -> None:
+    """What ``workflow worker`` and ``workflow serve`` print of a PostgreSQL URL masks its
+    password; a file path is shown as it is."""
+    from workflow.cli._inspect import shown_location
+
+    assert (
+        shown_location("postgresql://app:s3cret@db:5432/runs")
+        == "postgresql://app:***@db:5432/runs"
+    )
+    assert shown_location("postgres://app@db/runs") == "postgres://app@db/runs"
+    assert shown_location("runs.db") == "runs.db"

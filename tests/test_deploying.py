@@ -323,7 +323,7 @@ def test_renames_that_name_no_step_are_refused_when_the_workflow_is_built(
     with pytest.raises(WorkflowValidationError, match="'only' is still a step"):
         Flow()
     Flow.renamed = {"a": "b", "b": "only"}
-    assert Flow()._renames == {"a": "only", "b": "only"}
+    assert Flow().__workflow_parts__.renames == {"a": "only", "b": "only"}
     Flow.renamed = {"x:Y": 3}
     with pytest.raises(WorkflowValidationError, match="cannot alias"):
         Flow()

@@ -760,7 +760,7 @@ async def test_a_value_set_blind_is_written_whole_when_its_key_changed_since(
         if x.committed.get("k", [])[-1:] == [5]:
             BLIND["appended"].set()
 
-    wf._commit_hook = hook
+    wf.__workflow_parts__.commit_hook = hook
     handler = wf.run()
     assert await asyncio.wait_for(handler, TIMEOUT) == "written"
     assert wf.state_at(handler.run_id).context == {"k": [1] * 20 + [7]}

@@ -23,7 +23,7 @@ def capture(wf: Workflow) -> dict[int, dict[str, Any]]:
     def hook(executor: Any, seq: int) -> None:
         seen[seq] = copy.deepcopy(executor.committed)
 
-    wf._commit_hook = hook
+    wf.__workflow_parts__.commit_hook = hook
     return seen
 
 

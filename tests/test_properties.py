@@ -283,7 +283,9 @@ def check_fold(wf: Workflow, wf2: Workflow, es: EventStore, fresh: EventStore, r
         a, b = wf.state_at(run_id, cp.seq), wf2.state_at(run_id, cp.seq)
         assert a == b, f"state_at({cp.seq}) differs between two store objects"
         assert a == wf.state_at(run_id, cp.seq)
-        pure = to_run_state(pure_state(records, run_id, cp.seq), wf._codec, a.status)
+        pure = to_run_state(
+            pure_state(records, run_id, cp.seq), wf.__workflow_parts__.codec, a.status
+        )
         assert a == pure, f"state_at({cp.seq}) differs from the pure fold"
 
 

@@ -341,7 +341,7 @@ async def test_resources_never_enter_the_log_and_a_resume_builds_its_own(tmp_pat
     first = Durable(store=db)
     with pytest.raises(ConnectionError) as failed:
         await first.run(run_id="d")
-    built_first = first._resource_manager.get_all()["make_client"].n
+    built_first = first.__workflow_parts__.resources.get_all()["make_client"].n
     assert str(failed.value) == f"client {built_first} failed"
 
     Durable.fail = False
@@ -350,7 +350,7 @@ async def test_resources_never_enter_the_log_and_a_resume_builds_its_own(tmp_pat
         result = await again.resume("d")
     finally:
         Durable.fail = True
-    built_again = again._resource_manager.get_all()["make_client"].n
+    built_again = again.__workflow_parts__.resources.get_all()["make_client"].n
     assert result == built_again != built_first
     # The log holds the values the steps wrote, never the resource objects themselves.
     texts = [r.payload for r in again.store.records("d")]

@@ -80,7 +80,9 @@ def _child_workflow(parent: Facade, flow: Any) -> Facade:
     made = _instances.setdefault(parent, {})
     wf = made.get(flow)
     if wf is None:
-        wf = made[flow] = cast("Facade", flow(store=parent.store, timeout=parent._timeout))
+        wf = made[flow] = cast(
+            "Facade", flow(store=parent.store, timeout=parent.__workflow_parts__.timeout)
+        )
     return wf
 
 

@@ -9,7 +9,6 @@ recorded as operator updates.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, Protocol, cast
@@ -25,15 +24,14 @@ from ._collect_call import CollectHost, collect
 from ._context_store import ContextStore, StoreHost
 from ._errors import ContextStateError, WorkflowRuntimeError, WorkflowTimeoutError
 from ._events import Event
+from ._on_loop import on_loop
 from ._patches import ctx_deprecate_patch, ctx_patched
 from .retry_policy import RetryInfo
 
 if TYPE_CHECKING:
-    from eventstore import Codec, EventStore
-
     from ._fold import Folded
     from ._graph import Graph
-    from ._ownership import LeaseOwners, Owners
+    from ._parts import OwnerParts
     from ._run_config import RunConfig
     from .context.serializers import BaseSerializer
     from .retry_policy import RetryPolicy
@@ -121,20 +119,38 @@ class ContextServices(Protocol):
 
 
 class ContextOwner(Protocol):
-    """What a context and its lifecycle use of its workflow (``Workflow``)."""
+    """What a context and its lifecycle use of its workflow (``Workflow``): its context
+    services, its parts (codec, name, state type, store, owners) and ``send``."""
 
     __context_services__: ClassVar[ContextServices]
-    _codec: Codec
-    _name: str
-    _state_type: type | None
 
     @property
-    def _store(self) -> EventStore: ...
-
-    @property
-    def _owners(self) -> Owners | LeaseOwners: ...
+    def __workflow_parts__(self) -> OwnerParts: ...
 
     def send(self, run_id: str, event: Event, idempotency_key: str | None = None) -> int: ...
+
+
+class ContextLink:
+    """Where a context stands (``ctx.__context_link__``): its workflow, the executor running
+    its run in this process (if any), the run it names and its idle state. Its lifecycle
+    (``_lifecycle``, ``_context_dict``, ``_context_run``) reads and moves it under these
+    names; the context itself gains no public attribute for them."""
+
+    __slots__ = ("host", "idle", "run_id", "store", "workflow")
+
+    def __init__(self, ctx: Context[Any], workflow: ContextOwner, host: RunHost | None) -> None:
+        self.workflow = workflow
+        self.host = host
+        self.run_id: str | None = None if host is None else host.run_id
+        self.store: ContextStore[Any] = ctx.store  # bound to ``host`` while it runs the run
+        self.idle: IdleHost = workflow.__context_services__.idle(ctx)
+
+    def live(self) -> RunHost | None:
+        """The executor running the context's run in this process, if it still runs it."""
+        host = self.host
+        if host is None or host.closing or self.store.host is not host:
+            return None
+        return host
 
 
 class Context(Generic[S]):
@@ -161,52 +177,21 @@ class Context(Generic[S]):
         if services is None or isinstance(workflow, type):
             msg = f"Context() takes the workflow it runs with, not {type(workflow).__name__}"
             raise WorkflowRuntimeError(msg)
-        self._wf: ContextOwner = workflow
-        self._host: RunHost | None = None
-        self._run: str | None = None
-        self.store: ContextStore[S] = ContextStore(cast("StoreHost", None), workflow._state_type)
-        self._idle: IdleHost = services.idle(self)
-        self._go_idle()
+        self.store: ContextStore[S] = ContextStore(
+            cast("StoreHost", None), workflow.__workflow_parts__.state_type
+        )
+        self.__context_link__ = ContextLink(self, workflow, None)
+        _go_idle(self)
         if previous_context is not None:
             services.restore_into(self, previous_context, serializer)
 
+    # The executor still calls these two (``_runner``), until it calls the functions below.
     @classmethod
-    def _bound(
-        cls, executor: RunHost, workflow: ContextOwner, state_type: type[Any] | None
-    ) -> Context[Any]:
-        """The context of a run this process executes (its steps' ``ctx``)."""
-        ctx: Context[Any] = object.__new__(cls)
-        ctx._wf = workflow
-        ctx._host = executor
-        ctx._run = executor.run_id
-        ctx.store = ContextStore(executor, state_type)
-        ctx._idle = workflow.__context_services__.idle(ctx)
-        return ctx
-
-    @classmethod
-    def _at(cls, workflow: ContextOwner, run_id: str, seq: int) -> Context[Any]:
-        """An idle context of ``workflow`` pointing at ``seq`` of its run ``run_id``."""
-        ctx: Context[Any] = cls(workflow)
-        ctx._run = run_id
-        ctx._idle.seq = seq
-        return ctx
-
-    def _go_idle(self) -> None:
-        self.store.bind(cast("StoreHost", self._idle))  # reads and writes of an idle context
-
-    def _bind(self, executor: RunHost) -> None:
-        """Binds this context to the run ``executor`` runs (a run started from it)."""
-        executor.ctx = self
-        self._wf = executor.config.instance
-        self._host = executor
-        self._run = executor.run_id
-        self.store.bind(executor)
-        self._idle = self._wf.__context_services__.idle(self)
+    def _bound(cls, executor: RunHost, workflow: ContextOwner, state_type: Any) -> Context[Any]:
+        return bound_context(executor, workflow, state_type)
 
     def _ended(self, executor: RunHost) -> None:
-        """The run ``executor`` ran has ended: the context is idle, at the run's end."""
-        if self._host is executor:
-            self._go_idle()
+        context_ended(self, executor)
 
     @property
     def run_id(self) -> str:
@@ -214,22 +199,16 @@ class Context(Generic[S]):
 
         :raises ContextStateError: no run is bound to it yet (before its first run).
         """
-        if self._run is None:
+        run_id = self.__context_link__.run_id
+        if run_id is None:
             msg = "this context has no run yet: wf.run(ctx=ctx) binds it to the run it starts"
             raise ContextStateError(msg)
-        return self._run
+        return run_id
 
     @property
     def is_running(self) -> bool:
         """Whether this context's run is being executed (here, or by another process)."""
-        return self._wf.__context_services__.run_is_live(self)
-
-    def _live(self) -> RunHost | None:
-        """The executor running this context's run in this process, if it still runs it."""
-        host = self._host
-        if host is None or host.closing or self.store.host is not host:
-            return None
-        return host
+        return self.__context_link__.workflow.__context_services__.run_is_live(self)
 
     @staticmethod
     def get_step_context() -> Context[Any]:
@@ -245,25 +224,8 @@ class Context(Generic[S]):
         return ctx
 
     def _on_loop(self, fn: Callable[[], T]) -> T:
-        """Runs ``fn`` on the run's event loop: at once from there, else (a synchronous
-        step's worker thread) by handing it to the loop and waiting for its outcome."""
-        loop = cast("RunHost", self._host).done.get_loop()  # called for a bound context only
-        try:
-            here = asyncio.get_running_loop()
-        except RuntimeError:
-            here = None
-        if here is loop:
-            return fn()
-        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-        def call() -> None:
-            try:
-                fut.set_result(fn())
-            except BaseException as exc:  # handed back to the thread that asked
-                fut.set_exception(exc)
-
-        loop.call_soon_threadsafe(call)
-        return fut.result()
+        """Runs ``fn`` on the run's event loop (this is a bound context), from any thread."""
+        return on_loop(cast("RunHost", self.__context_link__.host).done.get_loop(), fn)
 
     # The older LlamaIndex spelling of ctx.store.get / ctx.store.set.
     async def get(self, key: str, default: Any = MISSING) -> Any:
@@ -307,10 +269,11 @@ class Context(Generic[S]):
             msg = f"send_event takes an Event, not {type(event).__name__}"
             raise WorkflowRuntimeError(msg)
         att = current_attempt.get()
-        host = self._host
+        link = self.__context_link__
+        host = link.host
         if att is None:
-            if self._live() is None:
-                self._wf.__context_services__.send_idle(self, event)
+            if link.live() is None:
+                link.workflow.__context_services__.send_idle(self, event)
                 return
             assert host is not None
             self._encode_event(event, "handler.ctx.send_event")  # refused here, not later
@@ -329,7 +292,8 @@ class Context(Generic[S]):
             is not streamed then).
         """
         att = current_attempt.get()
-        host = self._host if att is not None else self._live()
+        link = self.__context_link__
+        host = link.host if att is not None else link.live()
         if host is None:
             msg = "write_event_to_stream() needs a running workflow: call wf.run(ctx=ctx) first"
             raise ContextStateError(msg)
@@ -341,7 +305,7 @@ class Context(Generic[S]):
 
     def _encode_event(self, event: Event, call: str) -> orjson.Fragment:
         try:
-            return orjson.Fragment(self._wf._codec.encode(event, name=type(event).__name__))
+            return orjson.Fragment(parts_of(self).codec.encode(event, name=type(event).__name__))
         except EncodeError as exc:
             raise refused(exc, f"refused by {call}") from None
 
@@ -355,7 +319,7 @@ class Context(Generic[S]):
         """
         att = self._attempt("collect_events")
         # Inside an attempt: the executor running it is the context's host.
-        host = cast("RunHost", self._host)
+        host = cast("RunHost", self.__context_link__.host)
         return self._on_loop(lambda: collect(host, att, event, expected, buffer_id))
 
     async def wait_for_event(
@@ -377,7 +341,7 @@ class Context(Generic[S]):
         :raises WorkflowTimeoutError: no matching event came within ``timeout`` seconds.
         """
         att = self._attempt("wait_for_event")
-        host = cast("RunHost", self._host)  # inside an attempt: the executor running it
+        host = cast("RunHost", self.__context_link__.host)  # inside an attempt: its executor
         att.wait_calls += 1
         wid = waiter_id or f"{att.step}:{att.event_id}:{att.wait_calls}"
         if wid in host.answers:
@@ -448,8 +412,9 @@ class Context(Generic[S]):
         child has finished its result comes from this run's log. Cancelling this run
         while it awaits the child cancels the child.
         """
-        return await self._wf.__context_services__.run_child(
-            self._host, self._attempt("run_workflow"), flow, start_kwargs
+        link = self.__context_link__
+        return await link.workflow.__context_services__.run_child(
+            link.host, self._attempt("run_workflow"), flow, start_kwargs
         )
 
     async def sleep(self, seconds: float) -> None:
@@ -462,7 +427,7 @@ class Context(Generic[S]):
         """
         from ._timers import durable_sleep
 
-        await durable_sleep(self._host, self._attempt("sleep"), seconds)
+        await durable_sleep(self.__context_link__.host, self._attempt("sleep"), seconds)
 
     def to_dict(
         self, serializer: BaseSerializer | None = None, *, include_state: bool = True
@@ -476,7 +441,8 @@ class Context(Generic[S]):
         instead (:mod:`workflow.context.serializers`). Restore it with :meth:`from_dict`,
         here or in another process.
         """
-        return self._wf.__context_services__.context_dict(self, serializer, include_state)
+        services = self.__context_link__.workflow.__context_services__
+        return services.context_dict(self, serializer, include_state)
 
     @classmethod
     def from_dict(
@@ -496,3 +462,29 @@ class Context(Generic[S]):
             workflow.
         """
         return cls(workflow, data, serializer)
+
+
+# ---------------------------------------------------------------------- a context's life
+
+
+def bound_context(executor: RunHost, workflow: ContextOwner, state_type: Any) -> Context[Any]:
+    """The context of a run this process executes (its steps' ``ctx``)."""
+    ctx: Context[Any] = object.__new__(Context)
+    ctx.store = ContextStore(executor, state_type)
+    ctx.__context_link__ = ContextLink(ctx, workflow, executor)
+    return ctx
+
+
+def context_ended(ctx: Context[Any], executor: RunHost) -> None:
+    """The run ``executor`` ran has ended: ``ctx`` is idle, at the run's end."""
+    if ctx.__context_link__.host is executor:
+        _go_idle(ctx)
+
+
+def _go_idle(ctx: Context[Any]) -> None:
+    ctx.store.bind(cast("StoreHost", ctx.__context_link__.idle))  # an idle context's reads, writes
+
+
+def parts_of(ctx: Context[Any]) -> OwnerParts:
+    """The parts (codec, store, ...) of the workflow ``ctx`` belongs to now."""
+    return ctx.__context_link__.workflow.__workflow_parts__

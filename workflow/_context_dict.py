@@ -16,6 +16,7 @@ import orjson
 from eventstore import CodecError, EncodeError
 
 from ._changes import Encoded, encode_updates
+from ._context import parts_of
 from ._errors import ContextSerdeError
 from ._fold import Ev, Folded, KeyLog, Prog, WaitRec
 from ._lifecycle import point_of, run_is_live, same_workflow, state_dumps
@@ -24,7 +25,7 @@ from .context.serializers import BaseSerializer, JsonSerializer, PickleSerialize
 if TYPE_CHECKING:
     from eventstore import Codec
 
-    from ._context import Context, ContextOwner
+    from ._context import Context
 
 __all__ = ["FORMAT", "PICKLE", "VERSION", "context_dict", "restore_into"]
 
@@ -49,14 +50,15 @@ def context_dict(
     ctx: Context[Any], serializer: BaseSerializer | None, include_state: bool
 ) -> dict[str, Any]:
     """``ctx.to_dict()``: the run and seq the context points at, and the state there."""
-    wf = ctx._wf
+    link = ctx.__context_link__
+    codec = parts_of(ctx).codec
     f = point_of(ctx)
     kind = _kind(serializer)
     run = _run_json(f)
     state: dict[str, Any] | None = None
     if include_state:
         state = state_dumps(ctx, f)
-    if wf._codec.allow_pickle and not isinstance(serializer, PickleSerializer):
+    if codec.allow_pickle and not isinstance(serializer, PickleSerializer):
         # Only a workflow that opted in stores pickles; only PickleSerializer writes them.
         # A serializer of the user's writes the values its own way; events stay JSON.
         custom = serializer is not None and not isinstance(serializer, JsonSerializer)
@@ -69,27 +71,29 @@ def context_dict(
             )
             raise ContextSerdeError(msg)
     if state is not None and serializer is not None and not isinstance(serializer, JsonSerializer):
-        load = wf._codec.load
+        load = codec.load
         state = {k: serializer.serialize(load(copy.deepcopy(d))) for k, d in state.items()}
-    idle = ctx._idle
+    idle = link.idle
     imported = idle.imported is not None
+    idle_writes = link.live() is None
     return {
         "format": FORMAT,
         "version": VERSION,
-        "workflow": wf._name,
-        "run_id": (idle.origin[0] if idle.origin else None) if imported else ctx._run,
+        "workflow": parts_of(ctx).name,
+        "run_id": (idle.origin[0] if idle.origin else None) if imported else link.run_id,
         "seq": (idle.origin[1] if idle.origin else None) if imported else (f.seq or None),
         "status": f.status,
         # LlamaIndex's meaning: the run was under way, not ended by itself (a cancelled or
         # timed-out run was stopped mid-way: a run from this dict goes on with it).
-        "is_running": (ctx._run is not None or imported) and f.status not in ("finished", "failed"),
+        "is_running": (link.run_id is not None or imported)
+        and f.status not in ("finished", "failed"),
         "live": run_is_live(ctx),  # executed now, here or in another process
         "serializer": kind,
         # False: written with include_state=False, so a missing 'state' is not damage.
         "include_state": include_state,
         "state": state,
-        "pending": sorted(idle.pending) if ctx._live() is None else [],
-        "deleted": sorted(idle.deleted) if ctx._live() is None else [],
+        "pending": sorted(idle.pending) if idle_writes else [],
+        "deleted": sorted(idle.deleted) if idle_writes else [],
         "run": run,
     }
 
@@ -103,7 +107,7 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
 
     Everything is checked here, so a damaged dict fails at ``from_dict``, not at the run.
     """
-    wf = ctx._wf
+    wf = ctx.__context_link__.workflow
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         got = data.get("format") if isinstance(data, dict) else type(data).__name__
         msg = (
@@ -116,7 +120,7 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
         raise _serde(msg)
     name = data.get("workflow")
     if not isinstance(name, str) or not same_workflow(name, wf):
-        msg = f"it is a context of workflow {name!r}, not of {wf._name!r}"
+        msg = f"it is a context of workflow {name!r}, not of {parts_of(ctx).name!r}"
         raise _serde(msg)
     kind = data.get("serializer")
     if kind not in (JsonSerializer.kind, PICKLE) and _kind(serializer) != kind:
@@ -149,21 +153,21 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
     if state is not None and not isinstance(state, dict):
         msg = f"its 'state' is a {type(state).__name__}, not a dict"
         raise _serde(msg)
-    dumps = _state_from(wf, state or {}, kind, serializer)
+    dumps = _state_from(parts_of(ctx).codec, state or {}, kind, serializer)
     for key, dump in dumps.items():
         f.context[key] = KeyLog(dump, len(orjson.dumps(dump)))
-    _check_decodes(f, wf._codec)  # every event and value decodes here, or the dict is refused
-    idle = ctx._idle
+    _check_decodes(f, parts_of(ctx).codec)  # every event and value decodes here, or it is refused
+    idle = ctx.__context_link__.idle
     pending = [k for k in data.get("pending") or () if k in dumps]
     idle.deleted = {k for k in data.get("deleted") or () if isinstance(k, str)}
     run_id, seq = data.get("run_id"), data.get("seq")
     if run_id is None:  # a context that never ran: its values open its first run
-        idle.pending = _encoded(wf, {k: dumps[k] for k in dumps})
+        idle.pending = _encoded(parts_of(ctx).codec, {k: dumps[k] for k in dumps})
         return
     if not isinstance(run_id, str) or not isinstance(seq, int):
         msg = "its 'run_id' and 'seq' are not a run id and a seq"
         raise _serde(msg)
-    info = wf._store.get_run(run_id)
+    info = parts_of(ctx).store.get_run(run_id)
     here = (
         info is not None
         and same_workflow(str(info.meta.get("workflow", "")), wf)
@@ -172,9 +176,9 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
         and info.first_seq <= seq <= info.last_seq
     )
     if here:
-        ctx._run = run_id
+        ctx.__context_link__.run_id = run_id
         idle.seq = seq
-        idle.pending = _encoded(wf, {k: dumps[k] for k in pending})
+        idle.pending = _encoded(parts_of(ctx).codec, {k: dumps[k] for k in pending})
         return
     # Not in this store: imported as a new run when the context next runs.
     f.run_id = ""
@@ -340,7 +344,7 @@ def _run_from_json(d: Any) -> Folded:
 
 
 def _state_from(
-    wf: ContextOwner, state: dict[str, Any], kind: Any, serializer: BaseSerializer | None
+    codec: Codec, state: dict[str, Any], kind: Any, serializer: BaseSerializer | None
 ) -> dict[str, Any]:
     """The dict's values as the codec's JSON form (what the log holds)."""
     if kind in (JsonSerializer.kind, PICKLE):
@@ -357,19 +361,19 @@ def _state_from(
             msg = f"the value of {k!r} does not deserialize: {exc!r}"
             raise _serde(msg) from None
     try:
-        encoded = encode_updates(wf._codec, values)
+        encoded = encode_updates(codec, values)
     except EncodeError as exc:
         msg = f"a value cannot be stored: {exc}"
         raise _serde(msg) from None
     return {k: orjson.loads(e.text) for k, e in encoded.items()}
 
 
-def _encoded(wf: ContextOwner, dumps: dict[str, Any]) -> dict[str, Encoded]:
+def _encoded(codec: Codec, dumps: dict[str, Any]) -> dict[str, Encoded]:
     out = {}
     for k, d in dumps.items():
         text = orjson.dumps(d).decode()
         try:
-            out[k] = Encoded(text, wf._codec.decode(text))
+            out[k] = Encoded(text, codec.decode(text))
         except CodecError as exc:
             msg = f"the value of {k!r} does not decode: {exc}"
             raise _serde(msg) from None

@@ -20,13 +20,14 @@ import orjson
 from eventstore import Record
 
 from . import _journal as journal
+from ._context import Context, ContextLink, parts_of
 from ._errors import ContextStateError, WorkflowRuntimeError
+from ._facade_control import fork_run, resume_run
 from ._fold import Folded
 from ._handler import WorkflowHandler, executor_of
 from ._lifecycle import point_of, run_is_live, same_workflow, state_dumps
 
 if TYPE_CHECKING:
-    from ._context import Context
     from ._events import Event, StartEvent
     from ._facade_protocol import Facade
     from ._runner import Executor
@@ -40,11 +41,11 @@ __all__ = ["run_with_context", "send_idle"]
 def send_idle(ctx: Context[Any], event: Event) -> None:
     """``ctx.send_event`` on an idle context: recorded for its run, which takes it in when
     it runs again; a context with no run to take it is an error."""
-    run = ctx._run
-    if run is None or ctx._idle.imported is not None:
+    link = ctx.__context_link__
+    if link.run_id is None or link.idle.imported is not None:
         msg = "send_event() needs a run: call wf.run(ctx=ctx) first"
         raise ContextStateError(msg)
-    ctx._wf.send(run, event)
+    link.workflow.send(link.run_id, event)
 
 
 def run_with_context(
@@ -55,59 +56,65 @@ def run_with_context(
     run_id: str | None,
 ) -> WorkflowHandler:
     """``wf.run(ctx=ctx, ...)``: what runs next from the context (see the module's text)."""
-    from ._context import Context
-
     if not isinstance(ctx, Context):
         msg = f"run(ctx=...) takes a Context, not {type(ctx).__name__}"
         raise WorkflowRuntimeError(msg)
-    if ctx._wf is not wf and not same_workflow(ctx._wf._name, wf):
-        msg = f"this context belongs to workflow {ctx._wf._name!r}, not {wf._name!r}"
+    link, parts = ctx.__context_link__, wf.__workflow_parts__
+    if link.workflow is not wf and not same_workflow(parts_of(ctx).name, wf):
+        msg = f"this context belongs to workflow {parts_of(ctx).name!r}, not {parts.name!r}"
         raise WorkflowRuntimeError(msg)
     if run_is_live(ctx):
         msg = (
-            f"the run {ctx._run!r} of this context is already running; await its handler"
+            f"the run {link.run_id!r} of this context is already running; await its handler"
             " (or cancel it) before starting another run from the context"
         )
         raise ContextStateError(msg)
     starting = start_event is not None or bool(fields)
-    idle = ctx._idle
+    idle = link.idle
     updates = dict(idle.pending)
     deletes = sorted(idle.deleted)
     imported, origin = idle.imported, idle.origin
-    if imported is None and ctx._run is not None and wf._store.get_run(ctx._run) is None:
+    if imported is None and link.run_id is not None and parts.store.get_run(link.run_id) is None:
         # A context of another instance of this workflow, on another store: its run's
         # state there is imported here, as a dict of it would be.
         imported = copy.deepcopy(point_of(ctx))
-        origin = (ctx._run, imported.seq)
+        origin = (link.run_id, imported.seq)
     handler: WorkflowHandler
     if imported is not None:
         if starting or imported.status == "finished":
             # As for a finished run of this store: a new run linked to it (a next turn).
-            start = wf._start_event(start_event, fields)
+            start = parts.start_event(start_event, fields)
             handler = _run_linked(wf, state_dumps(ctx, imported), start, origin, run_id)
         else:
             handler = _run_imported(wf, imported, origin, updates, run_id)
-    elif ctx._run is None:
-        start = wf._start_event(start_event, fields)
+    elif link.run_id is None:
+        start = parts.start_event(start_event, fields)
         handler = _run_linked(wf, state_dumps(ctx, Folded("")), start, None, run_id)
     else:
-        run = ctx._run
-        info = wf._run_info(run)
+        run = link.run_id
+        info = parts.run_info(run)
         end = info.last_seq or 0
         at = end if idle.seq is None else idle.seq
         if starting or (at == end and info.status == "finished"):
-            start = wf._start_event(start_event, fields)
+            start = parts.start_event(start_event, fields)
             handler = _run_linked(wf, state_dumps(ctx, point_of(ctx)), start, (run, at), run_id)
         else:
             if at < end:
-                handler = wf._run_from((run, at), updates, deletes)
+                handler = fork_run(wf, (run, at), updates, deletes)
             else:
-                handler = wf._resume(run, updates, cancelled=True, deletes=deletes)
+                handler = resume_run(wf, run, updates, cancelled=True, deletes=deletes)
     executor = executor_of(handler)
     if executor is None:  # a finished run's stored result (resume of a run that ended meanwhile)
         return handler
-    ctx._bind(executor)
+    _bind(ctx, executor)
     return handler
+
+
+def _bind(ctx: Context[Any], executor: Executor) -> None:
+    """Binds ``ctx`` to the run ``executor`` runs (a run started from it)."""
+    executor.ctx = ctx
+    ctx.store.bind(executor)
+    ctx.__context_link__ = ContextLink(ctx, executor.config.instance, executor)
 
 
 def _context_records(dumps: dict[str, Any]) -> list[Record]:
@@ -118,10 +125,10 @@ def _context_records(dumps: dict[str, Any]) -> list[Record]:
 
 def _new_executor(wf: Facade, run_id: str | None) -> tuple[Executor, WorkflowHandler]:
     run_id = run_id or uuid.uuid4().hex
-    if wf._store.get_run(run_id) is not None:
+    if wf.__workflow_parts__.store.get_run(run_id) is not None:
         msg = f"run {run_id!r} already exists; a run from a context starts a new run"
         raise WorkflowRuntimeError(msg)
-    executor = wf._executor(run_id, None)
+    executor = wf.__workflow_parts__.executor(run_id, None)
     return executor, WorkflowHandler(wf, run_id, executor.done, executor)
 
 
@@ -133,7 +140,7 @@ def _run_linked(
     run_id: str | None,
 ) -> WorkflowHandler:
     """A new run whose first commit writes ``dumps`` as its context, linked to ``previous``."""
-    records = wf._start_records(start_event, _context_records(dumps), previous)
+    records = wf.__workflow_parts__.start_records(start_event, _context_records(dumps), previous)
     executor, handler = _new_executor(wf, run_id)
     executor.next_id = 2
     executor.start(records, start_event, with_context=True)
@@ -148,7 +155,7 @@ def _import_records(wf: Facade, f: Folded, origin: tuple[str, int] | None) -> li
     waits whose step had not run again yet: that step asks again).
     """
     records = [
-        wf._run_started(0, None, origin),
+        wf.__workflow_parts__.run_started(0, None, origin),
         *_context_records({k: e.dump for k, e in f.context.items()}),
     ]
     op: journal.Source = journal.SRC_OPERATOR
@@ -189,7 +196,7 @@ def _run_imported(
     run_id: str | None,
 ) -> WorkflowHandler:
     """A new run that goes on from an imported state: its queued work runs, waits wait."""
-    wf._check_stranded(origin[0] if origin else "(imported)", f, False)
+    wf.__workflow_parts__.check_stranded(origin[0] if origin else "(imported)", f, False)
     if not (any(f.queues.values()) or any(f.in_progress.values()) or f.waiters):
         # Nothing would ever run: refuse loudly rather than start a run that idles.
         msg = (

@@ -62,38 +62,39 @@ def resume_run(
 ) -> WorkflowHandler:
     """``wf.resume(run_id, ...)``: the live handler, the stored result, or an executor
     that goes on from the fold of the run's log (``deletes``: keys an operator removes)."""
+    parts = wf.__workflow_parts__
     require_loop("resume")
-    updates = encode_updates(wf._codec, updates)  # refused before the run is claimed
-    live = live_executor(wf._store, run_id)
+    updates = encode_updates(parts.codec, updates)  # refused before the run is claimed
+    live = live_executor(parts.store, run_id)
     if live is not None:
         if updates:
             live.launch(live.operator_update(updates))
         return WorkflowHandler(wf, run_id, live.done, live)
-    info = wf._run_info(run_id)
+    info = parts.run_info(run_id)
     refuse_cut(info)
-    folded = wf._fold(run_id, None)
+    folded = parts.fold(run_id, None)
     loop = asyncio.get_running_loop()
     if folded.status == "finished":
         if updates:
             raise RunFinishedError(run_id)
         fut = loop.create_future()
-        fut.set_result(to_run_state(folded, wf._codec).result)
-        return WorkflowHandler(wf, run_id, fut, None, wf._recorded_stream(folded))
+        fut.set_result(to_run_state(folded, parts.codec).result)
+        return WorkflowHandler(wf, run_id, fut, None, parts.recorded_stream(folded))
     if folded.status == "cancelled" and not cancelled:
         msg = f"run {run_id!r} was cancelled; resume(run_id, cancelled=True) continues it"
         raise WorkflowRuntimeError(msg)
-    renamed = moves_for(folded, wf._renames)
+    renamed = moves_for(folded, parts.renames)
     rename_steps(folded, renamed)  # recorded by the resume's run_resumed record
-    wf._check_stranded(run_id, folded, allow_stranded)
-    upcast = resume_upcast(run_id, folded, wf._codec, wf._state_type)
-    wf._owners.acquire(run_id, info.rid)
+    parts.check_stranded(run_id, folded, allow_stranded)
+    upcast = resume_upcast(run_id, folded, parts.codec, parts.state_type)
+    parts.owners.acquire(run_id, info.rid)
     try:
-        executor = wf._executor(run_id, folded, info.rid, 0)
+        executor = parts.executor(run_id, folded, info.rid, 0)
     except BaseException:
-        wf._owners.release(run_id, info.rid)
+        parts.owners.release(run_id, info.rid)
         raise
-    register(wf._store, run_id, executor)
-    recorded = wf._recorded_stream(folded)
+    register(parts.store, run_id, executor)
+    recorded = parts.recorded_stream(folded)
     handler = WorkflowHandler(wf, run_id, executor.done, executor, recorded)
     executor.resume(copy.deepcopy(folded), updates, renamed=renamed, deletes=deletes, upcast=upcast)
     return handler
@@ -107,25 +108,22 @@ def fork_run(
 ) -> WorkflowHandler:
     """``wf.run_from(checkpoint, ...)``: a new run going on from the parent's fold at the
     checkpoint's seq; the parent is read, never changed."""
+    parts = wf.__workflow_parts__
     require_loop("run_from")
-    updates = encode_updates(wf._codec, updates)  # refused before the fork begins
+    updates = encode_updates(parts.codec, updates)  # refused before the fork begins
     if isinstance(checkpoint, dict):
         checkpoint = Checkpoint.model_validate(checkpoint)
     if isinstance(checkpoint, Checkpoint):
         parent_id, seq = checkpoint.run_id, checkpoint.seq
     else:
         parent_id, seq = checkpoint
-    folded = wf._fold(parent_id, seq)
-    renamed = moves_for(folded, wf._renames)
-    rename_steps(folded, renamed)  # recorded by the fork's run_started record
-    wf._check_stranded(parent_id, folded, False)
-    upcast = resume_upcast(parent_id, folded, wf._codec, wf._state_type)
+    folded, renamed, upcast = parts.fork_point(parent_id, seq)
     run_id = uuid.uuid4().hex
     at = folded.seq
     folded.run_id = run_id
     folded.first_seq = None  # the fork's own records start it
     folded.records = 0
-    executor = wf._executor(run_id, folded)
+    executor = parts.executor(run_id, folded)
     handler = WorkflowHandler(wf, run_id, executor.done, executor)
     executor.fork(folded, (parent_id, at), updates, deletes, renamed=renamed, upcast=upcast)
     return handler
@@ -134,11 +132,12 @@ def fork_run(
 def start_run(wf: Facade, start_event: StartEvent, run_id: str | None) -> WorkflowHandler:
     """``wf.run(...)`` without a context: a new run from ``start_event``, or the resume of
     ``run_id`` when that run exists already."""
+    parts = wf.__workflow_parts__
     run_id = run_id or uuid.uuid4().hex
-    if wf._store.get_run(run_id) is not None:
+    if parts.store.get_run(run_id) is not None:
         return wf.resume(run_id)
-    records = wf._start_records(start_event)  # a start event the log cannot hold: here
-    executor = wf._executor(run_id, None)
+    records = parts.start_records(start_event)  # a start event the log cannot hold: here
+    executor = parts.executor(run_id, None)
     executor.next_id = 2
     handler = WorkflowHandler(wf, run_id, executor.done, executor)
     executor.start(records, start_event)
@@ -148,13 +147,16 @@ def start_run(wf: Facade, start_event: StartEvent, run_id: str | None) -> Workfl
 def submit_run(wf: Facade, start_event: StartEvent, run_id: str | None) -> str:
     """``wf.submit(...)``: records a new run's first commit for a worker to claim (a run
     that exists is left as it is) and returns its id."""
+    parts = wf.__workflow_parts__
     run_id = run_id or uuid.uuid4().hex
-    if wf._store.get_run(run_id) is not None:
+    if parts.store.get_run(run_id) is not None:
         return run_id
     # "submitted" in its row: listings tell it, until a worker claims it, from a run
     # whose process died (its log looks the same).
-    create = NewRun(meta={"workflow": wf._name, "submitted": True}, status="running")
-    wf._store.append_sync(Commit(run_id, wf._start_records(start_event), epoch=1, create=create))
+    create = NewRun(meta={"workflow": parts.name, "submitted": True}, status="running")
+    parts.store.append_sync(
+        Commit(run_id, parts.start_records(start_event), epoch=1, create=create)
+    )
     return run_id
 
 
@@ -163,13 +165,14 @@ def send_event(wf: Facade, run_id: str, event: Event, key: str | None) -> int:
 
     :raises WorkflowRuntimeError: the run has ended (nothing would take the event in).
     """
-    info = wf._run_info(run_id)
+    parts = wf.__workflow_parts__
+    info = parts.run_info(run_id)
     if (info.status or "running") in TERMINAL:
         msg = f"run {run_id!r} has {info.status}; nothing would take the event in"
         raise WorkflowRuntimeError(msg)
-    text = wf._codec.encode(event, name=type(event).__name__)
-    entry = wf._store.post_sync(run_id, text, key=key)
-    live = live_executor(wf._store, run_id)
+    text = parts.codec.encode(event, name=type(event).__name__)
+    entry = parts.store.post_sync(run_id, text, key=key)
+    live = live_executor(parts.store, run_id)
     if live is not None:
         loop = live.done.get_loop()
         loop.call_soon_threadsafe(live.poke)

@@ -315,7 +315,7 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
     loads = orjson.loads
     starts = _SESSION_STARTS
     n = 0
-    prev_ts, paused, exec_us = state._prev_ts, state._paused, state.exec_us
+    prev_ts, paused, exec_us = state.prev_ts, state.paused, state.exec_us
     try:
         for r in records:
             kind = r.kind
@@ -358,7 +358,7 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
                 paused = state.only_waiters()
     finally:
         state.records += n
-        state._prev_ts, state._paused, state.exec_us = prev_ts, paused, exec_us
+        state.prev_ts, state.paused, state.exec_us = prev_ts, paused, exec_us
     return state
 
 

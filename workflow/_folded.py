@@ -161,8 +161,8 @@ class Folded:
     state: str | None = None
     next_id: int = 1
     exec_us: int = 0
-    _prev_ts: int | None = None
-    _paused: bool = False
+    prev_ts: int | None = None
+    paused: bool = False
     records: int = 0  # how many of the run's own records were folded in (a fork's: its own)
 
     def events(self, *, stream: bool = True) -> Iterator[Ev]:

@@ -18,22 +18,21 @@ from ._events import Event, InternalDispatchEvent, StopEvent, WorkflowCancelledE
 
 if TYPE_CHECKING:
     from ._context import Context
-    from ._graph import Graph
+    from ._parts import OwnerParts
     from ._runner import Executor
 
 __all__ = ["HandlerOwner", "WorkflowHandler", "executor_of"]
 
 
 class HandlerOwner(Protocol):
-    """What a handler uses of the workflow that made it (``Workflow``): its name and step
-    graph, and how it posts an event to a run."""
+    """What a handler uses of the workflow that made it (``Workflow``): its name and, of
+    its parts, the step graph and how it posts an event to a run."""
 
-    _graph: Graph
+    @property
+    def __workflow_parts__(self) -> OwnerParts: ...
 
     @property
     def workflow_name(self) -> str: ...
-
-    async def _post(self, run_id: str, event: Event, key: str | None) -> int: ...
 
 
 class WorkflowHandler:
@@ -210,10 +209,10 @@ class WorkflowHandler:
 
         :raises WorkflowStepDoesNotExistError: ``step`` names no step of the workflow.
         """
-        if step is not None and step not in self._wf._graph.steps:
+        if step is not None and step not in self._wf.__workflow_parts__.graph.steps:
             msg = f"Step {step} does not exist"
             raise WorkflowStepDoesNotExistError(msg)
-        await self._wf._post(self.run_id, event, None)
+        await self._wf.__workflow_parts__.post(self.run_id, event, None)
         if self._executor is not None:
             self._executor.poke()
 

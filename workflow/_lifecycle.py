@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ._changes import Encoded, encode_updates
+from ._context import parts_of
 from ._fold import Folded
 from ._live_runs import live_executor
 from ._names import same_name
@@ -74,7 +75,7 @@ class Idle:
 
     @property
     def codec(self) -> Codec:
-        return self._ctx._wf._codec
+        return parts_of(self._ctx).codec
 
     @property
     def committed(self) -> dict[str, Any]:
@@ -123,27 +124,30 @@ class Idle:
 def ran_here(ctx: Context[Any]) -> RunHost | None:
     """The executor that ran the context's run here, if the run is where it left it (its
     state is then in memory: no read of the store)."""
-    host = ctx._host
-    if host is None or ctx._idle.seq is not None or ctx._idle.imported is not None:
+    link = ctx.__context_link__
+    host = link.host
+    if host is None or link.idle.seq is not None or link.idle.imported is not None:
         return None
-    if ctx._live() is None and ctx._wf._store.last_seq(host.run_id) != host.folded.seq:
+    if link.live() is None and parts_of(ctx).store.last_seq(host.run_id) != host.folded.seq:
         return None  # another process went on with the run since
     return host
 
 
 def point_of(ctx: Context[Any]) -> Folded:
     """The folded state (JSON form) at the context's point, without its idle writes."""
-    idle = ctx._idle
+    link = ctx.__context_link__
+    idle = link.idle
     if idle.imported is not None:
         return idle.imported
     host = ran_here(ctx)
     if host is not None:
         return host.folded  # the state this process ran it to (read, never changed here)
-    if ctx._run is None:
+    if link.run_id is None:
         return Folded("")
-    f = fold_run(ctx._wf._store, ctx._run, idle.seq)
+    parts = parts_of(ctx)
+    f = fold_run(parts.store, link.run_id, idle.seq)
     # A run of an older state model version: its values as this code's version has them.
-    upcast_state(f, ctx._wf._codec, ctx._wf._state_type)
+    upcast_state(f, parts.codec, parts.state_type)
     return f
 
 
@@ -151,15 +155,15 @@ def base_values(ctx: Context[Any]) -> dict[str, Any]:
     host = ran_here(ctx)
     if host is not None:
         return dict(host.committed)
-    load = ctx._wf._codec.load
+    load = parts_of(ctx).codec.load
     return {k: load(copy.deepcopy(e.dump)) for k, e in point_of(ctx).context.items()}
 
 
 def state_dumps(ctx: Context[Any], f: Folded) -> dict[str, Any]:
     """The context's values in the codec's JSON form, with its idle writes."""
-    idle = ctx._idle
+    idle = ctx.__context_link__.idle
     out = {k: e.dump for k, e in f.context.items()}
-    if ctx._live() is None:
+    if ctx.__context_link__.live() is None:
         for k in idle.deleted:
             out.pop(k, None)
         for k, e in idle.pending.items():
@@ -169,18 +173,19 @@ def state_dumps(ctx: Context[Any], f: Folded) -> dict[str, Any]:
 
 def run_is_live(ctx: Context[Any]) -> bool:
     """Whether the context's run is being executed, in this process or another."""
-    if ctx._live() is not None:
+    link = ctx.__context_link__
+    if link.live() is not None:
         return True
-    run = ctx._run
-    if run is None or ctx._idle.imported is not None:
+    run = link.run_id
+    if run is None or link.idle.imported is not None:
         return False
-    wf = ctx._wf
-    if live_executor(wf._store, run) is not None:
+    parts = parts_of(ctx)
+    if live_executor(parts.store, run) is not None:
         return True
-    info = wf._store.get_run(run)
+    info = parts.store.get_run(run)
     if info is None or (info.status or "running") in TERMINAL:
         return False
-    return wf._owners.is_owned(run, info.rid)
+    return parts.owners.is_owned(run, info.rid)
 
 
 def same_workflow(recorded: str, wf: object) -> bool:

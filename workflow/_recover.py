@@ -97,13 +97,14 @@ def is_run_of(wf: Facade, run: RunSummary) -> bool:
     it; a class of this process's ``__main__`` owns the runs recorded under the module names
     its file imports as. Another module's class of the same name is another workflow.
     """
+    parts = wf.__workflow_parts__
     if not same_name(run.workflow, type(wf)):
         return False
-    if not run.workflow.startswith("__main__:") or wf._name.startswith("__main__:"):
+    if not run.workflow.startswith("__main__:") or parts.name.startswith("__main__:"):
         return True
-    known = wf._script_runs.get(run.run_id)
+    known = parts.script_runs.get(run.run_id)
     if known is None:
-        known = wf._script_runs[run.run_id] = _shares_a_step(wf, run)
+        known = parts.script_runs[run.run_id] = _shares_a_step(wf, run)
     return known
 
 
@@ -119,7 +120,7 @@ def _shares_a_step(wf: Facade, run: RunSummary) -> bool:
     graph = started.get("graph") if isinstance(started, dict) else None
     if not isinstance(graph, dict) or not graph:
         return True
-    return not graph.keys().isdisjoint(wf._graph.steps)
+    return not graph.keys().isdisjoint(wf.__workflow_parts__.graph.steps)
 
 
 def _unresolved(exc: BaseException) -> bool:
@@ -246,5 +247,7 @@ def recover(wf: Facade, *, compatible_only: bool = False) -> Recoveries:
         for r in done:
             counts[r.outcome] = counts.get(r.outcome, 0) + 1
         summary = ", ".join(f"{n} {outcome}" for outcome, n in counts.items())
-        _log.info("recover: %d pending run(s) of %s: %s", len(done), wf._name, summary)
+        _log.info(
+            "recover: %d pending run(s) of %s: %s", len(done), wf.__workflow_parts__.name, summary
+        )
     return done

@@ -20,6 +20,7 @@ from ._events import StartEvent, StopEvent
 from ._fold import Folded, rename_steps, to_run_state
 from ._read import fold_run
 from ._renames import moves_for
+from ._start_events import fork_started_record
 from ._state_versions import resume_upcast, state_tag
 from ._waits import Delivery
 
@@ -168,16 +169,13 @@ async def fork_run(
     ended = folded.result if folded.status == "finished" else None
     await executor.append(
         [
-            journal.run_started(
+            fork_started_record(
                 config.name,
-                executor.graph.fingerprint(),
-                0,
-                None,
-                parent,
+                executor.graph,
                 executor.codec,
-                executor.graph.describe(),
-                renamed=renamed,
-                state=state_tag(config.state_type),
+                parent,
+                renamed,
+                state_tag(config.state_type),
             ),
             *(upcast or ()),
         ],

@@ -112,8 +112,8 @@ def dump_folded(s: Folded) -> bytes:
             "started": {step: {str(i): q for i, q in by.items()} for step, by in s.started.items()},
             "next_id": s.next_id,
             "exec_us": s.exec_us,
-            "prev_ts": s._prev_ts,
-            "paused": s._paused,
+            "prev_ts": s.prev_ts,
+            "paused": s.paused,
         }
     )
 
@@ -239,8 +239,8 @@ def _load(d: dict[str, Any]) -> Folded:
         }
     s.next_id = _typed(d, "next_id", int)
     s.exec_us = _typed(d, "exec_us", int)
-    s._prev_ts = _typed(d, "prev_ts", int, none=True)
-    s._paused = _typed(d, "paused", bool)
+    s.prev_ts = _typed(d, "prev_ts", int, none=True)
+    s.paused = _typed(d, "paused", bool)
     return s
 
 

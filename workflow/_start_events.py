@@ -18,7 +18,13 @@ from ._errors import WorkflowRuntimeError
 from ._events import StartEvent
 from ._graph import Graph
 
-__all__ = ["checked_start_event", "first_records", "run_started_record", "start_event_of"]
+__all__ = [
+    "checked_start_event",
+    "first_records",
+    "fork_started_record",
+    "run_started_record",
+    "start_event_of",
+]
 
 _log = logging.getLogger("workflow")
 
@@ -98,6 +104,30 @@ def run_started_record(
         codec,
         graph.describe(),
         previous,
+        state=state,
+    )
+
+
+def fork_started_record(
+    name: str,
+    graph: Graph,
+    codec: Codec,
+    parent: tuple[str, int],
+    renamed: dict[str, str] | None = None,
+    state: str | None = None,
+) -> Record:
+    """The ``run_started`` record of a fork of run ``parent[0]`` at seq ``parent[1]``: with
+    the moves of work under steps renamed since (``renamed``) and the typed state model's
+    tag (``state``), as a resume's ``run_resumed`` has them."""
+    return journal.run_started(
+        name,
+        graph.fingerprint(),
+        0,
+        None,
+        parent,
+        codec,
+        graph.describe(),
+        renamed=renamed,
         state=state,
     )
 

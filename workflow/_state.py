@@ -21,7 +21,16 @@ from ._events import Event
 if TYPE_CHECKING:
     from eventstore import Codec
 
-__all__ = ["Checkpoint", "InProgress", "LazyDict", "LazyList", "RunState", "RunStatus", "Waiter"]
+__all__ = [
+    "Checkpoint",
+    "InProgress",
+    "LazyDict",
+    "LazyList",
+    "RunState",
+    "RunStatus",
+    "Waiter",
+    "listed_by",
+]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -117,8 +126,17 @@ class Checkpoint(BaseModel):
             )
             raise WorkflowRuntimeError(msg)
         # The workflow that listed it reads it (this module sits below the context's).
-        state: dict[str, Any] = wf._context_dict_at(self.run_id, self.seq, serializer)
+        state: dict[str, Any] = wf.__workflow_parts__.context_dict_at(
+            self.run_id, self.seq, serializer
+        )
         return state
+
+
+def listed_by(cp: Checkpoint, workflow: Any, serializer: Any = None) -> Checkpoint:
+    """Records that ``workflow`` listed ``cp`` (``ctx_state`` reads through it, with
+    ``serializer``): set by ``Workflow.checkpoints`` and the checkpointer."""
+    cp._source = (workflow, serializer)
+    return cp
 
 
 class LazyDict(MutableMapping[K, V]):

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from eventstore import EventStore, load_key_file
+from eventstore._pg_connect import is_url
 
 __all__ = ["KEY_FILE_ENV", "STORE_ENV", "open_store"]
 
@@ -33,7 +34,7 @@ def open_store(store: str | os.PathLike[str] | EventStore | None) -> EventStore:
     # One store object per file (or database) and process: its writer batches every run's
     # commits.
     text = os.fspath(store)
-    key = text if text.startswith(("postgresql://", "postgres://")) else str(Path(text).resolve())
+    key = text if is_url(text) else str(Path(text).resolve())
     with _stores_lock:
         found = _stores.get(key)
         if found is None or found.closed or found.failed is not None:

@@ -79,17 +79,18 @@ def _payload_values(r: StoredRecord) -> Iterable[tuple[str, J.Dump]]:
 def _as_named_now(wf: Facade, name: str) -> str:
     """A recorded class name as this program names the class (``__main__:X`` is ``app:X``)."""
     try:
-        return class_name(wf._codec.resolve(name))
+        return class_name(wf.__workflow_parts__.codec.resolve(name))
     except UnknownClassError:
         return name
 
 
 def _graph_problems(run_id: str, recorded: dict[str, Any] | None, wf: Facade) -> list[Problem]:
+    parts = wf.__workflow_parts__
     if not recorded:
         return []
     # A step renamed since (Workflow.renamed) is the same step under its new name.
-    recorded = {wf._renames.get(k, k): v for k, v in recorded.items()}
-    now = wf._graph.describe()
+    recorded = {parts.renames.get(k, k): v for k, v in recorded.items()}
+    now = parts.graph.describe()
     out = [
         Problem(run_id, None, name, "graph", "step removed since the run was recorded")
         for name in sorted(set(recorded) - set(now))
@@ -121,9 +122,10 @@ def verify(
     :param reexecute: run recorded attempts again and compare what they produce.
     :param progress: called with the number of records read since the last call.
     """
+    parts = wf.__workflow_parts__
     store = wf.store
     report = VerifyReport()
-    name = wf._name.split(":")[-1]  # also matches runs recorded under __main__
+    name = parts.name.split(":")[-1]  # also matches runs recorded under __main__
     ids = (
         list(run_ids)
         if run_ids is not None
@@ -131,8 +133,8 @@ def verify(
             r.run_id for r in store.runs() if str(r.meta.get("workflow", "")).split(":")[-1] == name
         ]
     )
-    load = wf._codec.load
-    steps = wf._graph.steps
+    load = parts.codec.load
+    steps = parts.graph.steps
     for run_id in ids:
         run_info(store, run_id)
         report.runs.append(run_id)
@@ -179,15 +181,15 @@ def verify(
                         problems.append(Problem(run_id, r.seq, head.step, "output", msg))
         latest = fold_run(store, run_id)
         try:  # a resume, a fork or a next turn reads the context in today's state model
-            upcast_values(latest, wf._codec, wf._state_type)
+            upcast_values(latest, parts.codec, parts.state_type)
         except Exception as exc:  # every failure is a finding
             msg = f"the context (state model {latest.state or '?'}) no longer decodes: {exc}"
             problems.append(Problem(run_id, latest.seq, None, "decode", msg))
         for recorded_step, ev_dump, ev_id, what in _pending(latest):
-            step = wf._renames.get(recorded_step, recorded_step)  # a resume moves its work
+            step = parts.renames.get(recorded_step, recorded_step)  # a resume moves its work
             if step not in steps:
                 msg = f"{what} event {ev_id} is for step {step!r}, which no longer exists"
-                msg += rename_hint(step, takers(wf._codec, ev_dump, wf._graph), type(wf))
+                msg += rename_hint(step, takers(parts.codec, ev_dump, parts.graph), type(wf))
                 problems.append(Problem(run_id, latest.seq, step, "route", msg))
                 continue
             try:
@@ -221,13 +223,15 @@ class _Replay:
     def __init__(
         self, wf: Facade, context: dict[str, Any], memos: dict[int, dict[str, MemoRec]]
     ) -> None:
-        from ._context import Context
+        from ._context import Context, bound_context
+
+        parts = wf.__workflow_parts__
 
         self._memos = memos
         self.wf = wf
-        self.config = wf._run_config()  # the settings a run started now would have
-        self.codec = wf._codec
-        self.graph = wf._graph
+        self.config = parts.run_config()  # the settings a run started now would have
+        self.codec = parts.codec
+        self.graph = parts.graph
         self.committed = context
         self.versions: dict[str, int] = {}
         self.keylog: dict[str, list[int]] = {}  # sizes of values: none known here
@@ -235,7 +239,7 @@ class _Replay:
         self.answers: dict[str, Any] = {}
         self.state_lock = asyncio.Lock()
         self.run_id = "verify"
-        self.ctx: Context[Any] = Context._bound(self, wf, wf._state_type)  # type: ignore[arg-type]
+        self.ctx: Context[Any] = bound_context(self, wf, parts.state_type)  # type: ignore[arg-type]
         self._next = 10**9
 
     def pin(self, key: str) -> None:
@@ -267,16 +271,17 @@ class _Replay:
 
 def _reexecute(wf: Facade, run_id: str, report: VerifyReport) -> None:
     """Runs each recorded successful attempt again and compares what it emits and writes."""
+    parts = wf.__workflow_parts__
     store = wf.store
-    load = wf._codec.load
-    dump = wf._codec.dump
+    load = parts.codec.load
+    dump = parts.codec.dump
     state = start_state(store, run_info(store, run_id))
     diverged: set[str] = set()
     for commit in commits(store.records(run_id)):
         head = commit[0]
         if (
             head.kind == J.STEP_FINISHED
-            and head.step in wf._graph.steps
+            and head.step in parts.graph.steps
             and head.step not in diverged
         ):
             finished: J.StepFinished = head.data()
@@ -285,7 +290,7 @@ def _reexecute(wf: Facade, run_id: str, report: VerifyReport) -> None:
                 context = {k: load(copy.deepcopy(v.dump)) for k, v in state.context.items()}
                 # A context of an older state model version: the attempt runs on it upcast,
                 # as a resume gives it, and is compared with the recorded writes upcast.
-                now = upcast_values(state, wf._codec, wf._state_type)
+                now = upcast_values(state, parts.codec, parts.state_type)
                 writes = None if now is None else _upcast_writes(wf, state, commit, now)
                 if now is not None:  # the engine's own keys ("\x00...") are kept as they are
                     context = {**{k: v for k, v in context.items() if k[:1] == "\x00"}, **now}
@@ -320,8 +325,9 @@ def _replay_one(
     upcast_writes: dict[str, Any] | None = None,
     first_writer: bool = False,
 ) -> Problem | None:
+    parts = wf.__workflow_parts__
     step = head.step or ""
-    spec = wf._graph.steps[step]
+    spec = parts.graph.steps[step]
     replay = _Replay(wf, context, memos)
     finished: J.StepFinished = head.data()
     att = Attempt(step, finished["id"], finished["attempt"], event, host=replay)
@@ -334,7 +340,7 @@ def _replay_one(
         token = current_attempt.set(att)
         try:
             if spec.resources:  # built by this workflow object, as a resume would
-                kwargs.update(await wf._resource_manager.inject(spec.resources))
+                kwargs.update(await parts.resources.inject(spec.resources))
             args = (wf,) if spec.bound else ()
             if spec.is_async:
                 return await spec.func(*args, **kwargs)
@@ -409,7 +415,7 @@ def _recorded_writes(
             yield r.seq, key, p["value"]
         else:
             value = apply(copy.deepcopy(context[key]), _ops_from(p["patch"], wf))
-            yield r.seq, key, wf._codec.dump(value)
+            yield r.seq, key, wf.__workflow_parts__.codec.dump(value)
 
 
 def _upcast_writes(
@@ -418,10 +424,11 @@ def _upcast_writes(
     """The keys ``commit`` changed in ``state``'s context (of an older state model version)
     as today's model has them: the context after it upcast, where it differs from
     ``before`` (the context before it, upcast), as dumps."""
+    parts = wf.__workflow_parts__
     after = copy.deepcopy(state)
     fold(after, commit)
-    codec = wf._codec
-    now = upcast_values(after, codec, wf._state_type)
+    codec = parts.codec
+    now = upcast_values(after, codec, parts.state_type)
     if now is None:  # the commit is no longer of the old version: compared as it is
         now = {k: codec.load(v.dump) for k, v in after.context.items()}
     out: dict[str, Any] = {}
@@ -445,7 +452,7 @@ def _run_isolated(coro: Any) -> Any:
 def _ops_from(patch: Any, wf: Facade) -> list[Any]:
     from ._diff import ops_from_json
 
-    return ops_from_json(patch, wf._codec)
+    return ops_from_json(patch, wf.__workflow_parts__.codec)
 
 
 def _emitted_dumps(commit: list[StoredRecord]) -> list[Any]:
@@ -469,7 +476,7 @@ def _emitted_dumps(commit: list[StoredRecord]) -> list[Any]:
 
 def _as_now(wf: Facade, d: Any) -> Any:
     """A recorded dump as today's classes write it (an older version upcast), else as is."""
-    codec = wf._codec
+    codec = wf.__workflow_parts__.codec
     try:
         return codec.dump(codec.load(d))
     except (CodecError, EncodeError):

@@ -68,7 +68,7 @@ class Worker:
             elif (
                 r.status == "waiting"
                 and has_work(wf, r)
-                and not wf._owners.is_owned(r.run_id, wf.store.run(r.run_id).rid)
+                and not wf.__workflow_parts__.owners.is_owned(r.run_id, wf.store.run(r.run_id).rid)
             ):
                 out.append(r.run_id)  # an answer arrived (or a deadline passed), nobody runs it
         return out

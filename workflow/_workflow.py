@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eventstore import (
     EventStore,
-    Record,
-    RunInfo,
     class_name,
 )
 
@@ -33,36 +31,27 @@ from ._facade_control import (
     submit_run,
     wake_owner,
 )
+from ._facade_parts import WorkflowParts
 from ._facade_steps import WorkflowSteps
-from ._fold import Folded, to_run_state
+from ._fold import to_run_state
 from ._handler import WorkflowHandler
 from ._live_runs import live_executor
 from ._prune import PruneReport, prune_runs
-from ._read import RunSummary, fold_run, run_info, run_summaries, shown_status
+from ._read import RunSummary, run_summaries, shown_status
 from ._recover import Recoveries, is_run_of
 from ._recover import recover as recover_runs
 from ._renames import class_aliases, step_renames
-from ._run_config import DEFAULT_FAILURE_GRACE, RunConfig
-from ._runner import Executor
-from ._start_events import (
-    checked_start_event,
-    first_records,
-    run_started_record,
-)
-from ._state import Checkpoint, RunState
-from ._state_versions import state_tag
+from ._state import Checkpoint, RunState, listed_by
 from ._step import (
     GRAPH_CHECKS,
     graph_checks,
 )
 from ._stores import open_store
-from ._stranded import check_stranded
 from ._timers import DEFAULT_SLEEP_THRESHOLD
 from .resource import ResourceManager
 
 if TYPE_CHECKING:
     from ._context import Context, ContextServices
-    from .context.serializers import BaseSerializer
 
 __all__ = ["RunSummary", "Workflow"]
 
@@ -119,9 +108,9 @@ class Workflow(WorkflowSteps):
     # workflow to the modules below this one (they cannot import this class).
     __context_services__: ClassVar[ContextServices] = CONTEXT_SERVICES
 
-    # A test hook: called with (executor, seq) after each commit that changed state took
-    # effect in memory, to compare the live state with the fold of the log.
-    _commit_hook: Callable[[Executor, int], None] | None = None
+    # What it is made of (its name, graph, codec, store, ...), read by the modules below
+    # this one under public names: the workflow itself gains no public attribute.
+    __workflow_parts__: WorkflowParts
 
     def __init__(
         self,
@@ -147,43 +136,44 @@ class Workflow(WorkflowSteps):
             msg = f"num_concurrent_runs must be at least 1 (or None), not {num_concurrent_runs}"
             raise WorkflowValidationError(msg)
         self._num_concurrent_runs = num_concurrent_runs
-        self._slots = RunSlots(num_concurrent_runs)
         self._init_steps(skips, disable_validation, workflow_name)
-        # Resources are this object's, never the log's: a resume elsewhere builds its own.
-        self._resource_manager = resource_manager or ResourceManager()
-        self._store = open_store(store)
-        self._timeout = timeout
-        self._verbose = verbose
-        self._max_recovery = max_recovery_attempts
-        self._codec, self._state_type = workflow_codec(
+        codec, state_type = workflow_codec(
             type(self), Workflow, self._graph, types, allow_pickle=allow_pickle
         )
-        self._renames = step_renames(type(self), self._graph.steps)
-        class_aliases(type(self), self._codec)
-        self._owners = owners_for(self._store, lease_ttl)
-        self._name = class_name(type(self))
-        # Runs recorded under __main__ with this class's name: whether each is this one's.
-        self._script_runs: dict[str, bool] = {}
+        class_aliases(type(self), codec)
+        store_ = open_store(store)
+        self.__workflow_parts__ = WorkflowParts(
+            instance=self,
+            name=class_name(type(self)),
+            graph=self._graph,
+            codec=codec,
+            state_type=state_type,
+            store=store_,
+            owners=owners_for(store_, lease_ttl),
+            renames=step_renames(type(self), self._graph.steps),
+            timeout=timeout,
+            verbose=verbose,
+            max_recovery=max_recovery_attempts,
+            catchers=self._catchers,
+            # Resources are this object's, never the log's: a resume elsewhere builds its own.
+            resources=resource_manager or ResourceManager(),
+            slots=RunSlots(num_concurrent_runs),
+            start_class=lambda: self._start_event_class,
+        )
         # On PostgreSQL an answer posted on any host wakes the run's owner at once (the
         # owner also polls, which is all SQLite needs).
-        self._store.on_post(partial(wake_owner, self._store))
+        store_.on_post(partial(wake_owner, store_))
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} store={self._store!r}>"
+        return f"<{type(self).__name__} store={self.store!r}>"
 
     # ------------------------------------------------------------------ LlamaIndex's API
     @property
     def store(self) -> EventStore:
         """The event store this workflow journals to."""
-        return self._store
+        return self.__workflow_parts__.store
 
     # ------------------------------------------------------------------ starting runs
-
-    def _start_event(self, given: StartEvent | None, fields: dict[str, Any]) -> StartEvent:
-        """The start event: the one given, or the start step's class built from ``fields``."""
-        return checked_start_event(
-            self._graph, self._start_event_class, type(self).__qualname__, given, fields
-        )
 
     def run(
         self,
@@ -211,7 +201,7 @@ class Workflow(WorkflowSteps):
             from ._context_run import run_with_context
 
             return run_with_context(self, ctx, start_event, kwargs, run_id)
-        return start_run(self, self._start_event(start_event, kwargs), run_id)
+        return start_run(self, self.__workflow_parts__.start_event(start_event, kwargs), run_id)
 
     def submit(
         self, *, start_event: StartEvent | None = None, run_id: str | None = None, **kwargs: Any
@@ -222,55 +212,7 @@ class Workflow(WorkflowSteps):
         any other that shares the store) claims it. A ``run_id`` that exists is returned
         as it is (a run is submitted once).
         """
-        return submit_run(self, self._start_event(start_event, kwargs), run_id)
-
-    def _start_records(
-        self,
-        start_event: StartEvent,
-        context: Iterable[Record] = (),
-        previous: tuple[str, int] | None = None,
-    ) -> list[Record]:
-        """A new run's first commit (:func:`~workflow._start_events.first_records`)."""
-        state = state_tag(self._state_type)
-        return first_records(
-            self._name, self._graph, self._codec, start_event, context, previous, state
-        )
-
-    def _run_started(
-        self, start_id: int, start: Any, previous: tuple[str, int] | None = None
-    ) -> Record:
-        state = state_tag(self._state_type)
-        return run_started_record(
-            self._name, self._graph, self._codec, start_id, start, previous, state
-        )
-
-    def _run_config(self) -> RunConfig:
-        """This workflow's settings as a run started now sees them."""
-        return RunConfig(
-            name=self._name,
-            graph=self._graph,
-            codec=self._codec,
-            store=self._store,
-            owners=self._owners,
-            timeout=self._timeout,
-            verbose=self._verbose,
-            failure_grace=float(getattr(self, "failure_grace", DEFAULT_FAILURE_GRACE)),
-            sleep_threshold=getattr(self, "sleep_threshold", DEFAULT_SLEEP_THRESHOLD),
-            max_recovery=self._max_recovery,
-            catchers=self._catchers,
-            renames=self._renames,
-            state_type=self._state_type,
-            resources=self._resource_manager,
-            instance=self,
-            slot=self._slots.take,
-            commit_hook=self._commit_hook,
-        )
-
-    def _executor(
-        self, run_id: str, folded: Folded | None, rid: int = 0, epoch: int = 1
-    ) -> Executor:
-        """An executor for ``run_id``, to go on from ``folded`` (None: a new run)."""
-        return Executor(self._run_config(), run_id, rid, epoch, folded)
+        return submit_run(self, self.__workflow_parts__.start_event(start_event, kwargs), run_id)
 
     # ------------------------------------------------------------------ resume and fork
 
@@ -296,25 +238,7 @@ class Workflow(WorkflowSteps):
         :raises WorkflowChangedError: its queued or in-progress work fits no step now.
         :raises EncodeError: an update holds a value the log cannot hold.
         """
-        return self._resume(run_id, updates, cancelled=cancelled, allow_stranded=allow_stranded)
-
-    def _resume(
-        self,
-        run_id: str,
-        updates: dict[str, Any] | None,
-        *,
-        cancelled: bool = False,
-        allow_stranded: bool = False,
-        deletes: list[str] | None = None,
-    ) -> WorkflowHandler:
-        return resume_run(
-            self,
-            run_id,
-            updates,
-            cancelled=cancelled,
-            allow_stranded=allow_stranded,
-            deletes=deletes,
-        )
+        return resume_run(self, run_id, updates, cancelled=cancelled, allow_stranded=allow_stranded)
 
     def run_from(
         self,
@@ -328,32 +252,9 @@ class Workflow(WorkflowSteps):
 
         :raises EncodeError: an update holds a value the log cannot hold.
         """
-        return self._run_from(checkpoint, updates)
-
-    def _run_from(
-        self,
-        checkpoint: Checkpoint | tuple[str, int] | dict[str, Any],
-        updates: dict[str, Any] | None,
-        deletes: list[str] | None = None,
-    ) -> WorkflowHandler:
-        return fork_run(self, checkpoint, updates, deletes)
-
-    def _check_stranded(self, run_id: str, folded: Folded, allow: bool) -> None:
-        check_stranded(
-            run_id, folded, self._graph, self._codec, type(self), self._name, allow=allow
-        )
-
-    async def _post(self, run_id: str, event: Event, key: str | None) -> int:
-        text = self._codec.encode(event, name=type(event).__name__)
-        return await self._store.post(run_id, text, key=key)
+        return fork_run(self, checkpoint, updates)
 
     # ------------------------------------------------------------------ reading
-
-    def _run_info(self, run_id: str) -> RunInfo:
-        return run_info(self._store, run_id)
-
-    def _fold(self, run_id: str, seq: int | None) -> Folded:
-        return fold_run(self._store, run_id, seq)
 
     def state_at(self, run_id: str, seq: int | None = None) -> RunState:
         """The run's state at ``seq`` (the latest if None): the fold of its log.
@@ -363,9 +264,10 @@ class Workflow(WorkflowSteps):
         :raises RunNotFoundError: no such run.
         :raises CheckpointNotFoundError: ``seq`` is before the run's first record.
         """
-        folded = self._fold(run_id, seq)
-        status = shown_status(self._store, folded, self._owners, seq)
-        return to_run_state(folded, self._codec, status)
+        parts = self.__workflow_parts__
+        folded = parts.fold(run_id, seq)
+        status = shown_status(parts.store, folded, parts.owners, seq)
+        return to_run_state(folded, parts.codec, status)
 
     def checkpoints(
         self, run_id: str, step: str | None = None, event: type | str | None = None
@@ -376,17 +278,16 @@ class Workflow(WorkflowSteps):
         :param event: only commits that enqueue (or finish with) this event class; a class
             or a name (qualified ``module:Class`` or plain ``Class``).
         """
+        codec = self.__workflow_parts__.codec
         found = checkpoints(
-            self._store,
+            self.store,
             run_id,
             step=step,
             event=event,
-            resolve=self._codec.resolve,
-            load=self._codec.load,
+            resolve=codec.resolve,
+            load=codec.load,
         )
-        for cp in found:
-            cp._source = (self, None)
-        return found
+        return [listed_by(cp, self) for cp in found]
 
     def runs(self, *, all_workflows: bool = True) -> list[RunSummary]:
         """Every run in the store with its status: ``interrupted`` when a run is unfinished
@@ -399,7 +300,9 @@ class Workflow(WorkflowSteps):
         each, and all are listed; ``all_workflows=False`` lists only this workflow's (a
         run is this workflow's as :meth:`pending_runs` says).
         """
-        every = run_summaries(self._store, self._owners, owned=False, submitted=True)
+        every = run_summaries(
+            self.store, self.__workflow_parts__.owners, owned=False, submitted=True
+        )
         return every if all_workflows else [r for r in every if is_run_of(self, r)]
 
     def pending_runs(self) -> list[str]:
@@ -414,7 +317,7 @@ class Workflow(WorkflowSteps):
             for r in self.runs(all_workflows=False)
             if r.status in ("interrupted", "submitted", "waiting")
             and r.copied_upto is None  # an exported ancestor: its log ends at its fork
-            and live_executor(self._store, r.run_id) is None
+            and live_executor(self.store, r.run_id) is None
         ]
 
     def prune(
@@ -442,8 +345,8 @@ class Workflow(WorkflowSteps):
         :raises ValueError: a bad duration or status.
         """
         return prune_runs(
-            self._store,
-            self._owners,
+            self.store,
+            self.__workflow_parts__.owners,
             older_than=older_than,
             statuses=statuses,
             include_waiting=include_waiting,
@@ -486,14 +389,3 @@ class Workflow(WorkflowSteps):
             msg = f"send takes an Event, not {type(event).__qualname__}"
             raise WorkflowRuntimeError(msg)
         return send_event(self, run_id, event, idempotency_key)
-
-    def _context_dict_at(
-        self, run_id: str, seq: int, serializer: BaseSerializer | None
-    ) -> dict[str, Any]:
-        """``Context.to_dict()`` of a context at ``seq`` of the run (``Checkpoint.ctx_state``)."""
-        from ._context import Context
-
-        return Context._at(self, run_id, seq).to_dict(serializer)
-
-    def _recorded_stream(self, folded: Folded) -> list[Event]:
-        return [self._codec.load(e.dump) for e in folded.stream]

@@ -17,7 +17,7 @@ from typing import Any
 from ._errors import WorkflowValidationError
 from ._events import Event
 from ._handler import WorkflowHandler
-from ._state import Checkpoint
+from ._state import Checkpoint, listed_by
 from ._workflow import Workflow
 from .context.serializers import BaseSerializer, JsonSerializer
 
@@ -41,14 +41,15 @@ class WorkflowCheckpointer:
     ) -> None:
         self.workflow = workflow
         self._checkpoint_serializer = checkpoint_serializer or JsonSerializer()
-        self.enabled_checkpoints: set[str] = set(workflow._graph.steps)
+        self.enabled_checkpoints: set[str] = set(workflow.__workflow_parts__.graph.steps)
         self._runs: list[str] = []
         for name in disabled_steps:
             self.disable_checkpoint(name)
 
     def _known(self, step: str) -> None:
-        if step not in self.workflow._graph.steps:
-            names = ", ".join(sorted(self.workflow._graph.steps))
+        parts = self.workflow.__workflow_parts__
+        if step not in parts.graph.steps:
+            names = ", ".join(sorted(parts.graph.steps))
             msg = f"this workflow has no step named {step!r} (its steps: {names})"
             raise WorkflowValidationError(msg)
 
@@ -91,9 +92,8 @@ class WorkflowCheckpointer:
                 if cp.last_completed_step is not None
                 and cp.last_completed_step in self.enabled_checkpoints
             ]
-            for cp in found:
-                cp._source = (self.workflow, self._checkpoint_serializer)
-            out[run_id] = found
+            serializer = self._checkpoint_serializer
+            out[run_id] = [listed_by(cp, self.workflow, serializer) for cp in found]
         return out
 
     def filter_checkpoints(

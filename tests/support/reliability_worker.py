@@ -249,7 +249,7 @@ def _ack(x: Any, seq: int) -> None:
 
 async def counter(db: str, items: str, *run_ids: str) -> int:
     wf = flow(Counter, db, timeout=None, max_recovery_attempts=1_000_000)
-    wf._commit_hook = _ack
+    wf.__workflow_parts__.commit_hook = _ack
     return await _runs(wf, int(items), list(run_ids))
 
 
@@ -292,7 +292,7 @@ async def diskfull(db: str, pages: str, run_id: str, flow: str, wait: str) -> in
 
         _sqlite.connect = limited
     wf = (Bulky if flow == "bulky" else Blob)(store=db, timeout=None)
-    wf._commit_hook = _ack
+    wf.__workflow_parts__.commit_hook = _ack
     handler = wf.run(run_id=run_id, items=40)
     say("START")
     try:

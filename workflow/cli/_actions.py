@@ -113,7 +113,7 @@ def resume(
     """Continue RUN from the end of its log: only unfinished work runs again."""
     raw = parse_sets(sets)
     wf = build_workflow(db, workflow_spec, timeout)
-    updates = {k: wf._codec.load(v) for k, v in raw.items()}
+    updates = {k: wf.__workflow_parts__.codec.load(v) for k, v in raw.items()}
 
     async def go() -> tuple[str, Any]:
         with recorded_by_other(run, "--allow-stranded"):
@@ -152,7 +152,7 @@ def fork(
     with open_store(db) as store:
         check_seq(store, run, at)
     wf = build_workflow(db, workflow_spec, timeout)
-    updates = {k: wf._codec.load(v) for k, v in raw.items()}
+    updates = {k: wf.__workflow_parts__.codec.load(v) for k, v in raw.items()}
     new_id: list[str] = []
 
     async def go() -> tuple[str, Any]:

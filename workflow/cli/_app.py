@@ -263,7 +263,8 @@ def state(
         # What wf.state_at(run, at) gives, decoded by the user's classes (which fails
         # loudly if the log no longer fits them), without its ownership probe's lock file;
         # and beside it the failed attempts' tracebacks, which a RunState does not hold.
-        data = to_run_state(s, wf._codec, status).to_json(wf._codec)
+        codec = wf.__workflow_parts__.codec
+        data = to_run_state(s, codec, status).to_json(codec)
         data["error"] = error_json(s, failed)
         data["failed_attempts"] = failed
         emit_json(data)
@@ -273,7 +274,7 @@ def state(
         emit_json(state_json(s, status, inbox, failed))
         return
     if wf is not None:  # the context as --json and wf.state_at give it: upcast
-        s = upcast_shown(s, wf._codec, wf._state_type)
+        s = _upcast_for(wf)(s)
     click.echo(state_text(s, status, inbox, view))
     if show_tb:
         click.echo("\n" + failures_text(failed))
@@ -281,7 +282,8 @@ def state(
 
 def _upcast_for(wf: Workflow) -> Callable[[Folded], Folded]:
     """A state as ``wf`` shows it: its context upcast to the state model's version."""
-    return lambda s: upcast_shown(s, wf._codec, wf._state_type)
+    parts = wf.__workflow_parts__
+    return lambda s: upcast_shown(s, parts.codec, parts.state_type)
 
 
 def _section(title: str, rows: list[tuple[Any, ...]], headers: list[str], none: str) -> str:

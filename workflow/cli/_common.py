@@ -218,9 +218,10 @@ def load_workflow(spec: str, store: EventStore | str, **kwargs: Any) -> Workflow
     # The command line's pickle opt-in, whatever the class's own default; a refused pickle
     # names the flag.
     ctx = click.get_current_context(silent=True)
+    wf_codec = wf.__workflow_parts__.codec
     if ctx is not None and ctx.find_root().meta.get(_ALLOW_PICKLE):
-        wf._codec.allow_pickle = True
-    wf._codec._pickles.how_to_allow = "--allow-pickle"
+        wf_codec.allow_pickle = True
+    wf_codec.how_to_allow_pickle = "--allow-pickle"
     return wf
 
 
@@ -249,7 +250,7 @@ def reader(db: str, workflow_spec: str | None) -> tuple[EventStore, Viewer, Work
     if workflow_spec is None:
         return store, Viewer(), None
     wf = load_workflow(workflow_spec, store)
-    return store, Viewer(wf._codec), wf
+    return store, Viewer(wf.__workflow_parts__.codec), wf
 
 
 def _stderr_is_tty() -> bool:

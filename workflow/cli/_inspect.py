@@ -8,6 +8,7 @@ become text (raw dumps, or decoded and repr'd when the user named the workflow).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, Final, TypeVar
 import click
 
 from eventstore import Codec, EventStore, NotAStoreError, PickleDisabledError, StoredRecord
+from eventstore._pg_connect import is_url  # the store's own test of a location
 
 from .. import _journal as journal
 from .._buffers import taken
@@ -33,6 +35,7 @@ __all__ = [
     "is_url",
     "open_store",
     "record_json",
+    "shown_location",
     "state_json",
     "traceback_lines",
 ]
@@ -63,9 +66,13 @@ class Viewer:
         return show_typed(value, limit)
 
 
-def is_url(db: str) -> bool:
-    """Whether DB names a PostgreSQL database rather than a file."""
-    return db.startswith(("postgresql://", "postgres://"))
+# The password of a URL's user (``postgresql://user:secret@host/db``).
+_PASSWORD: Final = re.compile(r"://([^:/@]+):[^@]*@")
+
+
+def shown_location(db: str) -> str:
+    """DB as a command may print it: a URL's password masked."""
+    return _PASSWORD.sub(r"://\1:***@", db)
 
 
 def open_store(db: str, *, readonly: bool = True) -> EventStore:

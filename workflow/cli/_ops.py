@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import sys
 from typing import Any
 
@@ -19,7 +18,7 @@ from ._common import (
     json_option,
     load_workflow,
 )
-from ._inspect import open_store
+from ._inspect import open_store, shown_location
 
 __all__ = ["verify", "worker"]
 
@@ -129,7 +128,7 @@ def worker(db: str, workflow_spec: str, concurrency: int, poll: float) -> None:
 
     async def go() -> int:
         w = Worker(wf, concurrency=concurrency, poll_interval=poll)
-        where = re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", db)  # never print a password
+        where = shown_location(db)  # never print a password
         click.echo(f"worker on {where}: {workflow_spec}, concurrency {concurrency}", err=True)
         return await w.run(handle_signals=True)
 

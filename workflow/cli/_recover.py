@@ -142,7 +142,7 @@ def _recovery_row(
         status, value = end
         row["status"] = status
         if status == "finished":
-            row["result"] = wf._codec.dump(value)
+            row["result"] = wf.__workflow_parts__.codec.dump(value)
             text = show_typed(value, 2000)
         elif status == "failed":
             row["error"] = text = _error_text(value)

@@ -139,7 +139,7 @@ def report(wf: Workflow, run_id: str, outcome: tuple[str, Any], as_json: bool, d
     if as_json:
         data: dict[str, Any] = {"run_id": run_id, "status": status}
         if status == "finished":
-            data["result"] = wf._codec.dump(value)
+            data["result"] = wf.__workflow_parts__.codec.dump(value)
         elif status == "failed":
             data["error"] = f"{type(value).__name__}: {value}"
         elif state is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import socket
 from typing import Any
 
@@ -10,6 +9,7 @@ import click
 
 from ._app import cli
 from ._common import allow_pickle_option, load_workflow, reader
+from ._inspect import shown_location
 
 __all__ = ["serve"]
 
@@ -84,7 +84,7 @@ def serve(
     actions = None
     if allow_actions and workflow_spec is not None:
         actions = Actions(load_workflow(workflow_spec, db, timeout=None), execute=execute)
-    where = re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", db)  # never show a password
+    where = shown_location(db)  # never show a password
     app = create_app(store, where, view, actions, wf)  # wf: old state versions upcast
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

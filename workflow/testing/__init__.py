@@ -208,7 +208,7 @@ async def _check(
             raise AssertionError(msg)
         pure = to_run_state(
             fold(Folded(run_id), [r for r in records if r.commit_seq <= cp.seq]),
-            wf._codec,
+            wf.__workflow_parts__.codec,
             a.status,
         )
         if a != pure:

@@ -19,16 +19,12 @@ import orjson
 
 from eventstore import Commit, NewRun
 
-from .. import _journal as J
 from .._errors import WorkflowError, WorkflowRuntimeError
 from .._events import Event
-from .._fold import rename_steps
 from .._handler import WorkflowHandler, executor_of
 from .._ownership import probe_owners
-from .._read import check_seq, fold_run, run_info
-from .._renames import moves_for
+from .._read import check_seq, run_info
 from .._state import TERMINAL
-from .._state_versions import resume_upcast, state_tag
 from .._workflow import Workflow
 from ..cli._common import import_object
 from ..cli._operator import cancel_run
@@ -153,7 +149,7 @@ class Actions:
             raise ActionError(400, str(exc)) from None
         raw = _object(updates, "updates")
         try:
-            values = {k: self.wf._codec.load(v) for k, v in raw.items()}
+            values = {k: self.wf.__workflow_parts__.codec.load(v) for k, v in raw.items()}
         except Exception as exc:  # a dump the codec cannot rebuild: the caller's input
             raise ActionError(400, f"updates: {type(exc).__name__}: {exc}") from None
         if self.execute:
@@ -173,29 +169,16 @@ class Actions:
         """Records a fork's first commit and leaves it for a worker, which resumes it as
         any run whose executor went away (``Workflow.run_from`` without running it)."""
         wf = self.wf
-        folded = fold_run(wf.store, run_id, seq)
-        renamed = moves_for(folded, wf._renames)  # work under steps renamed since: routed
-        rename_steps(folded, renamed)
+        parts = wf.__workflow_parts__
         try:
-            wf._check_stranded(run_id, folded, False)
-            upcast = resume_upcast(run_id, folded, wf._codec, wf._state_type)
+            folded, renamed, upcast = parts.fork_point(run_id, seq)
         except WorkflowError as exc:
             raise ActionError(409, str(exc)) from None
         new_id = uuid.uuid4().hex
         parent = (run_id, folded.seq)
-        started = J.run_started(
-            wf._name,
-            wf._graph.fingerprint(),
-            0,
-            None,
-            parent,
-            wf._codec,
-            wf._graph.describe(),
-            renamed=renamed,
-            state=state_tag(wf._state_type),
-        )
+        started = parts.fork_started(parent, renamed)
         create = NewRun(
-            meta={"workflow": wf._name, "submitted": True},
+            meta={"workflow": parts.name, "submitted": True},
             parent_run_id=parent[0],
             parent_seq=parent[1],
             status="running",
@@ -222,7 +205,7 @@ class Actions:
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             raise ActionError(400, " ".join(str(exc).split())) from None
         entry = self.wf.send(run_id, event)
-        shown = show_dump(self.wf._codec.dump(event), 120)
+        shown = show_dump(self.wf.__workflow_parts__.codec.dump(event), 120)
         return Done(f"sent {shown} to run {run_id} (inbox entry {entry})", run_id)
 
     def close(self) -> None:

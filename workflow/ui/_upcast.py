@@ -36,7 +36,7 @@ _CHANGING: Final = frozenset({J.STATE_SET, J.STATE_DELETED, J.RUN_STARTED, J.RUN
 def _ours(wf: Workflow | None, s: Folded) -> bool:
     """Whether ``s`` is a run of ``wf`` (with a typed state model): another workflow's run
     in the same store is shown as its log has it."""
-    if wf is None or wf._state_type is None:
+    if wf is None or wf.__workflow_parts__.state_type is None:
         return False
     return not s.workflow or same_name(s.workflow, type(wf))
 
@@ -44,9 +44,9 @@ def _ours(wf: Workflow | None, s: Folded) -> bool:
 def _texts(wf: Workflow, s: Folded, view: Viewer) -> dict[str, str] | None:
     """The context's texts upcast to ``wf``'s state model; None when it is in that version
     already, holds nothing, or cannot be upcast (the page then shows the keys as stored)."""
-    codec = wf._codec
+    codec = wf.__workflow_parts__.codec
     try:
-        values = upcast_values(s, codec, wf._state_type)
+        values = upcast_values(s, codec, wf.__workflow_parts__.state_type)
         if values is None or not any(k[:1] != "\x00" for k in s.context):
             return None  # nothing to upcast (nothing recorded: the fold's empty context)
         return {k: view.show(codec.dump(v, name=k), TEXT) for k, v in values.items()}
@@ -61,7 +61,7 @@ def upcast_contexts(
     None]`` at each commit after which the upcast context differs from the one before
     (index -1: the window's base), in order; None when no state of the window is in an
     older version (or ``wf`` is not the run's workflow)."""
-    if wf is None or wf._state_type is None:
+    if wf is None or wf.__workflow_parts__.state_type is None:
         return None
     start = data["window"]["after"]
     seqs = data["commits"]["seq"]
@@ -92,7 +92,7 @@ def upcast_contexts(
 def _in_current_version(store: EventStore, run_id: str, wf: Workflow) -> bool:
     """Whether every session of the run (its ``run_started`` and ``run_resumed`` records)
     wrote the context in ``wf``'s state model version: then nothing of it is upcast."""
-    now = state_tag(wf._state_type)
+    now = state_tag(wf.__workflow_parts__.state_type)
     rows = store.query(
         "SELECT payload FROM records WHERE run_id = ? AND kind IN (?, ?)",
         (run_id, J.RUN_STARTED, J.RUN_RESUMED),
@@ -109,6 +109,6 @@ def shown_state(wf: Workflow | None, s: Folded) -> Folded:
     if wf is None or not _ours(wf, s):
         return s
     try:
-        return upcast_shown(s, wf._codec, wf._state_type)
+        return upcast_shown(s, wf.__workflow_parts__.codec, wf.__workflow_parts__.state_type)
     except CodecError:
         return s
