@@ -8,7 +8,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, overload
 
 from . import _sql
 from ._backend import Backend, Connection
@@ -174,21 +174,48 @@ class EventStore:
             commit = self._sealer.commit(commit)
         return self._committer.submit_async(lambda w: w.append(commit), lazy=lazy, then=then)
 
+    @overload
     def submit_many(
-        self, commits: Sequence[Commit], *, lazy: bool = False, then: Then | None = None
-    ) -> asyncio.Future[list[AppendResult]]:
+        self,
+        commits: Sequence[Commit],
+        *,
+        lazy: bool = ...,
+        then: Then | None = ...,
+        last_alone: Literal[False] = ...,
+    ) -> asyncio.Future[list[AppendResult]]: ...
+
+    @overload
+    def submit_many(
+        self,
+        commits: Sequence[Commit],
+        *,
+        lazy: bool = ...,
+        then: Then | None = ...,
+        last_alone: bool,
+    ) -> asyncio.Future[list[AppendResult | Exception]]: ...
+
+    def submit_many(
+        self,
+        commits: Sequence[Commit],
+        *,
+        lazy: bool = False,
+        then: Then | None = None,
+        last_alone: bool = False,
+    ) -> asyncio.Future[list[AppendResult]] | asyncio.Future[list[AppendResult | Exception]]:
         """Queues several commits, in order, as one operation: all are written or none.
 
         Each stays a commit of its own (its own seqs and commit boundary); the future
         resolves with their results once they are durable (``then`` as for
-        :meth:`submit`). One submission instead of one per commit, for an executor that
-        records a dequeue and an attempt's start at once.
+        :meth:`submit`). One submission instead of one per commit, for an executor whose
+        records of work begun (a dequeue, an attempt's start) ride with its next commit.
+        With ``last_alone`` the last commit may be refused alone: the others are written
+        all the same, and the error that refused it is its result.
         """
         batch = list(commits)
         if self._sealer is not None:
             batch = [self._sealer.commit(c) for c in batch]
         return self._committer.submit_async(
-            lambda w: [w.append(c) for c in batch], lazy=lazy, then=then
+            lambda w: w.append_all(batch, last_alone=last_alone), lazy=lazy, then=then
         )
 
     async def append(self, commit: Commit) -> AppendResult:

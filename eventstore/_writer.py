@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from ._backend import Busy, PreparedCommit, Reply, Request, ServerWriteSQL, WriteSQL, now_us
 from ._errors import (
@@ -47,10 +47,21 @@ Op = Callable[["BatchWriter"], Any]
 class _Redo(Exception):
     """An op failed where the transaction may hold part of it: the batch runs without it."""
 
-    def __init__(self, index: int, error: Exception) -> None:
+    def __init__(self, index: int, error: Exception, instead: Op | None = None) -> None:
         self.index = index
         self.error = error
+        self.instead = instead
         super().__init__(f"op {index} failed after writing: {error!r}")
+
+
+class _Instead(Exception):
+    """An op failed where the transaction may hold part of it, and names the op to run in
+    its place when the batch runs again (rather than none)."""
+
+    def __init__(self, error: Exception, op: Op) -> None:
+        self.error = error
+        self.op = op
+        super().__init__(f"op failed after writing: {error!r}")
 
 
 class _Pending:
@@ -129,7 +140,10 @@ class BatchWriter:
             try:
                 return self._run_once(ops, refused)
             except _Redo as redo:
-                refused[redo.index] = redo.error
+                if redo.instead is None:
+                    refused[redo.index] = redo.error
+                else:
+                    ops = [*ops[: redo.index], redo.instead, *ops[redo.index + 1 :]]
 
     def _run_on_server(self, sql: ServerWriteSQL, ops: Sequence[Op]) -> list[tuple[bool, Any]]:
         """The batch as one statement: the ops queue requests (running the hooks with the
@@ -247,6 +261,8 @@ class BatchWriter:
                 self._wrote = False
                 try:
                     result = op(self)
+                except _Instead as instead:
+                    raise _Redo(i, instead.error, instead.op) from instead.error
                 except Exception as exc:
                     if sql.is_fatal(exc):
                         raise
@@ -328,6 +344,101 @@ class BatchWriter:
         if commit.on_written is not None:
             commit.on_written(Seq(last))
         return AppendResult(Seq(first), Seq(last), ts)
+
+    def append_all(
+        self, commits: Sequence[Commit], *, last_alone: bool = False
+    ) -> list[AppendResult | Exception]:
+        """Writes commits in order, each a commit of its own (its seqs, its ``commit_seq``),
+        as :meth:`append` one by one would; returns their results.
+
+        All are written or none, unless ``last_alone``: then the last one may be refused
+        alone (its check, its records, its write), the others written all the same, and the
+        error that refused it takes its place in the results (an executor's records of work
+        begun, which stay whatever becomes of the attempt's commit that they ride with).
+
+        Commits of one existing run under one epoch whose hooks and extras are the last
+        one's only are fenced and checked first, in order, then written as one statement
+        for all their rows; any others go through :meth:`append` each.
+        """
+        if self._plan is not None or not _joinable(commits):
+            if not last_alone:
+                return [self.append(c) for c in commits]
+            out: list[AppendResult | Exception] = [self.append(c) for c in commits[:-1]]
+            wrote, self._wrote = self._wrote, False
+            try:
+                out.append(self.append(commits[-1]))
+            except Exception as exc:
+                if self._plan is None and (self._wrote or isinstance(exc, self._sql.errors)):
+                    self._instead(exc, commits)
+                out.append(exc)  # refused before anything of it was written
+            finally:
+                self._wrote = self._wrote or wrote
+            return out
+        last_c = commits[-1]
+        run_id = last_c.run_id
+        run = self._runs.get(run_id) or self._run(run_id)
+        refused: Exception | None = None
+        for c in commits:
+            # Only the last has an on_written, so each check sees what it would see with
+            # the commits before it written: nothing of theirs is visible before it.
+            try:
+                if c.epoch is not None and c.epoch != run.epoch:
+                    raise _fenced(run_id, c.epoch, run.epoch)
+                if c.check is not None:
+                    c.check()
+                _check_records(c.records)
+            except Exception as exc:
+                if not last_alone or c is not last_c:
+                    raise
+                refused = exc
+        written = commits if refused is None else commits[:-1]
+        ts = now_us()
+        rid = run.rid
+        seq = self.last_seq + 1
+        rows: list[Any] = []
+        results: list[AppendResult | Exception] = []
+        for c in written:
+            last = seq + len(c.records) - 1
+            rows.extend(
+                (seq + i, rid, r.kind, r.step, r.payload, last, ts) for i, r in enumerate(c.records)
+            )
+            results.append(AppendResult(Seq(seq), Seq(last), ts))
+            seq = last + 1
+        last = seq - 1
+        extras = last_c if refused is None else None
+        self._wrote = True
+        try:
+            self._write(rid, rows, last, extras)
+            self.last_seq = last
+            if extras is not None and extras.on_written is not None:
+                extras.on_written(Seq(last))
+        except Exception as exc:
+            if not last_alone or refused is not None:
+                raise
+            self._instead(exc, commits)
+        if refused is not None:
+            results.append(refused)
+        return results
+
+    def _instead(self, exc: Exception, commits: Sequence[Commit]) -> NoReturn:
+        """The last of ``commits`` failed inside the database, where the transaction may
+        hold part of it: the batch runs again with only the others in this op's place, and
+        the error in the last one's."""
+        if self._sql.is_fatal(exc):
+            raise exc
+        others = list(commits[:-1])
+        raise _Instead(exc, lambda w: [*w.append_all(others), exc]) from exc
+
+    def _write(self, rid: int, rows: list[Any], last: int, extras: Commit | None) -> None:
+        """Writes the rows of joined commits, with the status, inbox marks and snapshot of
+        ``extras`` (the last of them) when it is written."""
+        if extras is None:
+            prepared = PreparedCommit(rid, rows, last, None, (), None)
+        else:
+            prepared = PreparedCommit(
+                rid, rows, last, extras.status, extras.inbox_taken, _snapshot(extras)
+            )
+        self._sql.write(prepared)
 
     def _append_on_server(self, commit: Commit) -> _Pending:
         # The fence and the run's existence are the database's to check, under its locks.
@@ -422,6 +533,20 @@ def _snapshot(commit: Commit) -> Snapshot | None:
     if snap is not None and not isinstance(snap, Snapshot):
         snap = Snapshot(*snap)
     return snap
+
+
+def _joinable(commits: Sequence[Commit]) -> bool:
+    """Whether :meth:`BatchWriter.append_all` may write ``commits`` as one write."""
+    if len(commits) < 2:
+        return False
+    run_id = commits[-1].run_id
+    for c in commits:
+        if c.run_id != run_id or c.create is not None or c.seq is not None or c.ts is not None:
+            return False
+    return all(
+        c.status is None and not c.inbox_taken and c.snapshot is None and c.on_written is None
+        for c in commits[:-1]
+    )
 
 
 def _check_records(records: Sequence[Any]) -> None:

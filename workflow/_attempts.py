@@ -163,10 +163,10 @@ class StepRunner:
                 await self._executor.append(started)
                 durable_start = False
             elif dequeued is not None:
-                self._executor.log.lazy_pair(dequeued, started)
+                self._executor.log.begun(dequeued, started)
                 dequeued = None
             else:
-                self._executor.log.lazy(started)
+                self._executor.log.begun(started)
             att = Attempt(step, d.event_id, attempt, d.event, host=self._executor)
             att.retry = clock
             self._executor.stream.step_state(step, worker, StepState.RUNNING, d.event)
