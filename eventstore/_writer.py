@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 from ._backend import Busy, PreparedCommit, Reply, Request, ServerWriteSQL, WriteSQL, now_us
 from ._errors import (
@@ -36,7 +36,8 @@ from ._errors import (
     StoreUnavailableError,
     WriterFailedError,
 )
-from ._records import AppendResult, Commit, Seq, Snapshot
+from ._joined import Instead, JoinedAppends, RunKey, check_records, fenced, snapshot_of
+from ._records import AppendResult, Commit, Seq
 
 __all__ = ["BatchWriter", "Op"]
 
@@ -52,16 +53,6 @@ class _Redo(Exception):
         self.error = error
         self.instead = instead
         super().__init__(f"op {index} failed after writing: {error!r}")
-
-
-class _Instead(Exception):
-    """An op failed where the transaction may hold part of it, and names the op to run in
-    its place when the batch runs again (rather than none)."""
-
-    def __init__(self, error: Exception, op: Op) -> None:
-        self.error = error
-        self.op = op
-        super().__init__(f"op failed after writing: {error!r}")
 
 
 class _Pending:
@@ -93,17 +84,7 @@ def _resolved(settled: list[tuple[bool, Any]], ok: bool, value: Any) -> tuple[bo
     return ok, value
 
 
-class _Run:
-    """What the writer knows of a run: its key in the store and its current epoch."""
-
-    __slots__ = ("epoch", "rid")
-
-    def __init__(self, rid: int, epoch: int) -> None:
-        self.rid = rid
-        self.epoch = epoch
-
-
-class BatchWriter:
+class BatchWriter(JoinedAppends):
     """Runs batches of operations over one backend write connection, a transaction each.
 
     One thread at a time uses it. What it caches (the last seq, each run's key and epoch)
@@ -114,7 +95,7 @@ class BatchWriter:
     def __init__(self, sql: WriteSQL | ServerWriteSQL) -> None:
         self.sql = sql
         self.last_seq = 0
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, RunKey] = {}
         self._wrote = False  # whether the op running now has written anything
         # On a server-rules backend, the batch's requests while its ops run; else None.
         self._plan: list[Request] | None = None
@@ -211,7 +192,7 @@ class BatchWriter:
             return False, ConcurrencyError(f"run {run_id!r} already exists", run_id=run_id)
         if code == "fenced":
             assert req.commit is not None
-            return False, _fenced(run_id, req.commit.epoch, first)
+            return False, fenced(run_id, req.commit.epoch, first)
         if code == "lowseq":
             assert req.commit is not None
             assert req.commit.seq is not None
@@ -261,7 +242,7 @@ class BatchWriter:
                 self._wrote = False
                 try:
                     result = op(self)
-                except _Instead as instead:
+                except Instead as instead:
                     raise _Redo(i, instead.error, instead.op) from instead.error
                 except Exception as exc:
                     if sql.is_fatal(exc):
@@ -288,16 +269,16 @@ class BatchWriter:
 
     # ------------------------------------------------------------------ runs
 
-    def _find(self, run_id: str) -> _Run | None:
+    def _find(self, run_id: str) -> RunKey | None:
         run = self._runs.get(run_id)
         if run is None:
             found = self._sql.find_run(run_id)
             if found is None:
                 return None
-            run = self._runs[run_id] = _Run(*found)
+            run = self._runs[run_id] = RunKey(*found)
         return run
 
-    def _run(self, run_id: str) -> _Run:
+    def _run(self, run_id: str) -> RunKey:
         run = self._find(run_id)
         if run is None:
             raise RunNotFoundError(run_id, "the store (commits to a new run need create=)")
@@ -313,21 +294,21 @@ class BatchWriter:
         if create is None:
             run = self._runs.get(run_id) or self._run(run_id)
             if commit.epoch is not None and commit.epoch != run.epoch:
-                raise _fenced(run_id, commit.epoch, run.epoch)
+                raise fenced(run_id, commit.epoch, run.epoch)
         elif self._find(run_id) is not None:
             msg = f"run {run_id!r} already exists"
             raise ConcurrencyError(msg, run_id=run_id)
         if commit.check is not None:
             commit.check()
         records = commit.records
-        _check_records(records)
+        check_records(records)
         if commit.seq is not None and commit.seq <= self.last_seq:
             raise _low_seq(commit.seq, self.last_seq)
         self._wrote = True
         if create is not None:
             epoch = commit.epoch or 0
             rid = self._sql.insert_run(run_id, epoch, create, create.created or now_us())
-            self._runs[run_id] = _Run(rid, epoch)
+            self._runs[run_id] = RunKey(rid, epoch)
         else:
             rid = run.rid
         first = self.last_seq + 1 if commit.seq is None else commit.seq
@@ -338,113 +319,18 @@ class BatchWriter:
         ]
         status = commit.status if create is None else None  # a new run's is in its row
         self._sql.write(
-            PreparedCommit(rid, rows, last, status, commit.inbox_taken, _snapshot(commit))
+            PreparedCommit(rid, rows, last, status, commit.inbox_taken, snapshot_of(commit))
         )
         self.last_seq = last
         if commit.on_written is not None:
             commit.on_written(Seq(last))
         return AppendResult(Seq(first), Seq(last), ts)
 
-    def append_all(
-        self, commits: Sequence[Commit], *, last_alone: bool = False
-    ) -> list[AppendResult | Exception]:
-        """Writes commits in order, each a commit of its own (its seqs, its ``commit_seq``),
-        as :meth:`append` one by one would; returns their results.
-
-        All are written or none, unless ``last_alone``: then the last one may be refused
-        alone (its check, its records, its write), the others written all the same, and the
-        error that refused it takes its place in the results (an executor's records of work
-        begun, which stay whatever becomes of the attempt's commit that they ride with).
-
-        Commits of one existing run under one epoch whose hooks and extras are the last
-        one's only are fenced and checked first, in order, then written as one statement
-        for all their rows; any others go through :meth:`append` each.
-        """
-        if self._plan is not None or not _joinable(commits):
-            if not last_alone:
-                return [self.append(c) for c in commits]
-            out: list[AppendResult | Exception] = [self.append(c) for c in commits[:-1]]
-            wrote, self._wrote = self._wrote, False
-            try:
-                out.append(self.append(commits[-1]))
-            except Exception as exc:
-                if self._plan is None and (self._wrote or isinstance(exc, self._sql.errors)):
-                    self._instead(exc, commits)
-                out.append(exc)  # refused before anything of it was written
-            finally:
-                self._wrote = self._wrote or wrote
-            return out
-        last_c = commits[-1]
-        run_id = last_c.run_id
-        run = self._runs.get(run_id) or self._run(run_id)
-        refused: Exception | None = None
-        for c in commits:
-            # Only the last has an on_written, so each check sees what it would see with
-            # the commits before it written: nothing of theirs is visible before it.
-            try:
-                if c.epoch is not None and c.epoch != run.epoch:
-                    raise _fenced(run_id, c.epoch, run.epoch)
-                if c.check is not None:
-                    c.check()
-                _check_records(c.records)
-            except Exception as exc:
-                if not last_alone or c is not last_c:
-                    raise
-                refused = exc
-        written = commits if refused is None else commits[:-1]
-        ts = now_us()
-        rid = run.rid
-        seq = self.last_seq + 1
-        rows: list[Any] = []
-        results: list[AppendResult | Exception] = []
-        for c in written:
-            last = seq + len(c.records) - 1
-            rows.extend(
-                (seq + i, rid, r.kind, r.step, r.payload, last, ts) for i, r in enumerate(c.records)
-            )
-            results.append(AppendResult(Seq(seq), Seq(last), ts))
-            seq = last + 1
-        last = seq - 1
-        extras = last_c if refused is None else None
-        self._wrote = True
-        try:
-            self._write(rid, rows, last, extras)
-            self.last_seq = last
-            if extras is not None and extras.on_written is not None:
-                extras.on_written(Seq(last))
-        except Exception as exc:
-            if not last_alone or refused is not None:
-                raise
-            self._instead(exc, commits)
-        if refused is not None:
-            results.append(refused)
-        return results
-
-    def _instead(self, exc: Exception, commits: Sequence[Commit]) -> NoReturn:
-        """The last of ``commits`` failed inside the database, where the transaction may
-        hold part of it: the batch runs again with only the others in this op's place, and
-        the error in the last one's."""
-        if self._sql.is_fatal(exc):
-            raise exc
-        others = list(commits[:-1])
-        raise _Instead(exc, lambda w: [*w.append_all(others), exc]) from exc
-
-    def _write(self, rid: int, rows: list[Any], last: int, extras: Commit | None) -> None:
-        """Writes the rows of joined commits, with the status, inbox marks and snapshot of
-        ``extras`` (the last of them) when it is written."""
-        if extras is None:
-            prepared = PreparedCommit(rid, rows, last, None, (), None)
-        else:
-            prepared = PreparedCommit(
-                rid, rows, last, extras.status, extras.inbox_taken, _snapshot(extras)
-            )
-        self._sql.write(prepared)
-
     def _append_on_server(self, commit: Commit) -> _Pending:
         # The fence and the run's existence are the database's to check, under its locks.
         if commit.check is not None:
             commit.check()
-        _check_records(commit.records)
+        check_records(commit.records)
         ts = now_us() if commit.ts is None else commit.ts
         pending = self._request(Request("append", commit.run_id, commit, ts))
         if commit.seq is not None:  # kept by the database unless the log is past it
@@ -516,42 +402,5 @@ class BatchWriter:
         return self._sql.insert_post(run_id, key, payload, now_us()), True
 
 
-def _fenced(run_id: str, epoch: int | None, current: int | None) -> ConcurrencyError:
-    msg = (
-        f"run {run_id!r}: append under epoch {epoch} refused, the run's"
-        f" epoch is {current}; another executor took the run over"
-    )
-    return ConcurrencyError(msg, run_id=run_id)
-
-
 def _low_seq(seq: int, last: int) -> ValueError:
     return ValueError(f"a commit cannot keep seq {seq}: the log's last seq is {last}")
-
-
-def _snapshot(commit: Commit) -> Snapshot | None:
-    snap = commit.snapshot
-    if snap is not None and not isinstance(snap, Snapshot):
-        snap = Snapshot(*snap)
-    return snap
-
-
-def _joinable(commits: Sequence[Commit]) -> bool:
-    """Whether :meth:`BatchWriter.append_all` may write ``commits`` as one write."""
-    if len(commits) < 2:
-        return False
-    run_id = commits[-1].run_id
-    for c in commits:
-        if c.run_id != run_id or c.create is not None or c.seq is not None or c.ts is not None:
-            return False
-    return all(
-        c.status is None and not c.inbox_taken and c.snapshot is None and c.on_written is None
-        for c in commits[:-1]
-    )
-
-
-def _check_records(records: Sequence[Any]) -> None:
-    for r in records:
-        # Refused here, before anything of the commit is written.
-        if not isinstance(r.kind, str) or not isinstance(r.payload, str):
-            msg = f"a record needs a str kind and a JSON text payload, got {r!r}"
-            raise TypeError(msg)

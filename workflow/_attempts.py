@@ -362,8 +362,8 @@ class StepRunner:
             first_id=first_id,
         )
         written = [c.key for c in changes]
-        taken_keys = sorted({COLLECT_PREFIX + k for k, _ in att.taken})
-        owners = [o for o in att.deps if not o.put_written]
+        taken_keys = sorted({COLLECT_PREFIX + k for k, _ in att.taken}) if att.taken else []
+        owners = [o for o in att.deps if not o.put_written] if att.deps else []
         if owners and not att.holds_lock:
             # Its take is written after the puts it took (so the log folds to the live
             # buffer), or not at all if one of those attempts does not commit.

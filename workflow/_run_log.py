@@ -88,33 +88,41 @@ class RunLog:
     ) -> Commit:
         """A commit of ``records`` by this executor (``status``: the run's status it sets)."""
         run_id = self.run_id
+        guard = self._unsealed
+        if check is not None:
+            unsealed = guard
 
-        # Once a commit that ends the run is written, nothing of this executor may follow
-        # it: the guard runs in the writer, in seq order, so no commit in flight can.
-        def guard() -> None:
-            if self._sealed:
-                raise Sealed(run_id)
-            if check is not None:
+            # Once a commit that ends the run is written, nothing of this executor may
+            # follow it: the guard runs in the writer, in seq order, so no commit in flight
+            # can.
+            def guard() -> None:
+                unsealed()
                 check()
 
-        sealing = status in ENDING
-        written = on_written
+        if status in ENDING:
+            written = on_written
 
-        def seal(seq: Any) -> None:
-            self._sealed = True
-            if written is not None:
-                written(seq)
+            def seal(seq: Any) -> None:
+                self._sealed = True
+                if written is not None:
+                    written(seq)
 
+            on_written = seal
         return Commit(
             run_id,
             records,
             epoch=self.epoch,
             status=status,
             check=guard,
-            on_written=seal if sealing else on_written,
+            on_written=on_written,
             inbox_taken=inbox_taken or (),
             create=create,
         )
+
+    def _unsealed(self) -> None:
+        """Refuses a commit once a commit that ended the run was written (in the writer)."""
+        if self._sealed:
+            raise Sealed(self.run_id)
 
     def submit(
         self, records: list[Record], *, lazy: bool = False, **kw: Any
@@ -154,14 +162,13 @@ class RunLog:
                     fut.set_exception(res)
                     fut.exception()  # told to on_failure: not an exception nobody retrieved
                 return
-            for recs, r in zip(starts, res, strict=False):
-                self._keep(recs, r)
             last = res[-1]
             if isinstance(last, Exception):  # refused alone: the others stay written
+                self._keep_all(list(zip(starts, res, strict=False)))
                 if not fut.done():
                     fut.set_exception(last)
                 return
-            self._keep(records, last)
+            self._keep_all(list(zip([*starts, records], res, strict=True)))
             if not fut.done():
                 fut.set_result(last)
 
@@ -199,14 +206,18 @@ class RunLog:
             if not ok:
                 self._on_failure(res)
                 return
-            for recs, r in zip(starts, res, strict=True):
-                self._keep(recs, r)
+            self._keep_all(list(zip(starts, res, strict=True)))
 
         self._store.submit_many([self.commit(s) for s in starts], then=done)
 
     def _keep(self, records: list[Record], res: Any) -> None:
-        self._unfolded.append((records, res))
-        self._since_snapshot += sum(len(r.payload) for r in records)
+        self._keep_all([(records, res)])
+
+    def _keep_all(self, written: list[tuple[list[Record], Any]]) -> None:
+        """Keeps durable commits (records, result) to fold; a snapshot once the log since
+        the last one weighs enough."""
+        self._unfolded.extend(written)
+        self._since_snapshot += sum([len(r.payload) for recs, _ in written for r in recs])
         if self._since_snapshot >= max(self._min_bytes, self._factor * self._snapshot_bytes):
             self.write_snapshot()
 
