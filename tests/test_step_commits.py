@@ -281,3 +281,38 @@ async def test_the_last_commit_may_be_refused_alone(tmp_path: Path, joined: bool
         assert seqs == sorted(set(seqs))
     finally:
         store.close()
+
+
+class Entered(Workflow):
+    """A step that says it began, then waits for the test."""
+
+    entered: asyncio.Event
+    release: asyncio.Event
+
+    @step
+    async def only(self, ev: StartEvent) -> StopEvent:
+        self.entered.set()
+        await self.release.wait()
+        return StopEvent(result="done")
+
+
+async def test_a_store_closed_under_pending_start_records(tmp_path: Path) -> None:
+    """The store closed while an attempt's start records wait to ride with its commit: the
+    run fails with the store's error, and nothing is left raising in the loop's callbacks
+    (the records' own write, due later, is told to the run as a failed commit)."""
+    loop = asyncio.get_running_loop()
+    raised: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: raised.append(context))
+    store = EventStore(tmp_path / "log.db")
+    wf = Entered(store=store, timeout=None)
+    wf.entered, wf.release = asyncio.Event(), asyncio.Event()
+    handler = wf.run()
+    async with asyncio.timeout(BOUND):
+        await wf.entered.wait()
+    store.close()
+    await asyncio.sleep(0.2)  # past the records' deadline (LAZY_FLUSH_S)
+    wf.release.set()
+    with pytest.raises(Exception, match="closed"):
+        async with asyncio.timeout(BOUND):
+            await handler
+    assert raised == []

@@ -17,6 +17,7 @@ from eventstore import (
     Commit,
     ConcurrencyError,
     EventStore,
+    EventStoreError,
     NewRun,
     Record,
     Seq,
@@ -208,7 +209,10 @@ class RunLog:
                 return
             self._keep_all(list(zip(starts, res, strict=True)))
 
-        self._store.submit_many([self.commit(s) for s in starts], then=done)
+        try:
+            self._store.submit_many([self.commit(s) for s in starts], then=done)
+        except EventStoreError as exc:  # closed, read-only, failed: as a failed commit
+            self._on_failure(exc)
 
     def _keep(self, records: list[Record], res: Any) -> None:
         self._keep_all([(records, res)])
