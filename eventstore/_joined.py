@@ -82,10 +82,14 @@ class JoinedAppends:
                 return [self.append(c) for c in commits]
             out: list[AppendResult | Exception] = [self.append(c) for c in commits[:-1]]
             wrote, self._wrote = self._wrote, False
+            plan, mark, seq = self._plan, len(self._plan or ()), self.last_seq
             try:
                 out.append(self.append(commits[-1]))
             except Exception as exc:
-                if self._plan is None and (self._wrote or isinstance(exc, self._sql.errors)):
+                if plan is not None:  # a server's: what it asked of the database is taken back
+                    del plan[mark:]
+                    self.last_seq = seq
+                elif self._wrote or isinstance(exc, self._sql.errors):
                     self._instead(exc, commits)
                 out.append(exc)  # refused before anything of it was written
             finally:
