@@ -107,6 +107,9 @@ class EventStore:
         self._local = threading.local()
         self._readers: list[Connection] = []
         self._closed = False
+        # What holds commits back to ride with a later one (an executor's records of work
+        # begun): told to submit them before a flush or close (:meth:`hold`).
+        self._holders: dict[int, Callable[[], None]] = {}
         # Only where a write costs no fsync and no server round trip may the event loop
         # write its own batches (see Committer); otherwise the writer thread does.
         inline = self._backend.writes_inline and durability == "normal" and not readonly
@@ -234,8 +237,23 @@ class EventStore:
         return self._committer.submit_sync(lambda w: w.append(commit))
 
     async def flush(self) -> None:
-        """Waits until every commit queued so far, lazy ones included, is durable."""
+        """Waits until every commit queued so far, lazy ones included, is durable (and
+        those held back to ride with a later one, :meth:`hold`)."""
+        for release in list(self._holders.values()):
+            release()
         await self._committer.submit_async(lambda w: None)
+
+    def hold(self, release: Callable[[], None]) -> Callable[[], None]:
+        """Registers ``release``, which submits the commits its caller holds back to ride
+        with a later one (as a lazy commit would): :meth:`flush` and :meth:`close` call it
+        first. Returns the function that unregisters it."""
+        key = id(release)
+        self._holders[key] = release
+
+        def unhold() -> None:
+            self._holders.pop(key, None)
+
+        return unhold
 
     async def claim(self, run_id: str) -> int:
         """Takes a run over: returns its new epoch; appends under older epochs now fail."""
@@ -460,6 +478,9 @@ class EventStore:
         if self._closed:
             return
         self._stop_listening.set()
+        for release in list(self._holders.values()):
+            with contextlib.suppress(Exception):  # no loop to submit on, a store failed
+                release()
         self._committer.close()
         self._closed = True
         with self._lock:

@@ -325,3 +325,24 @@ async def test_a_store_closed_under_pending_start_records(tmp_path: Path) -> Non
         async with asyncio.timeout(BOUND):
             await handler
     assert raised == []
+
+
+async def test_a_flush_of_the_store_writes_held_start_records(tmp_path: Path) -> None:
+    """``store.flush()`` writes every commit queued so far, lazy ones included: also the
+    start records an executor holds back for its next commit."""
+    store = EventStore(tmp_path / "log.db")
+    try:
+        wf = Entered(store=store, timeout=None)
+        wf.entered, wf.release = asyncio.Event(), asyncio.Event()
+        handler = wf.run()
+        async with asyncio.timeout(BOUND):
+            await wf.entered.wait()
+        await store.flush()
+        kinds = [r.kind for r in store.records(handler.run_id)]
+        assert kinds[-2:] == ["dequeued", "step_started"]
+        wf.release.set()
+        assert await handler == "done"
+        kinds = [r.kind for r in store.records(handler.run_id)]
+        assert kinds.count("step_started") == 1
+    finally:
+        store.close()

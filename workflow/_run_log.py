@@ -76,6 +76,7 @@ class RunLog:
         # Commits of work begun (:meth:`begun`) waiting to ride with the next commit.
         self._starts: list[list[Record]] = []
         self._starts_due: asyncio.TimerHandle | None = None
+        self._unhold = store.hold(self.flush_begun)  # a flush of the store writes them
 
     def commit(
         self,
@@ -155,23 +156,31 @@ class RunLog:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
         def absorb_all(ok: bool, res: Any) -> None:
+            # The future resolves whatever keeping the commits meets (a snapshot that
+            # fails is reported, as from any ``then``): its caller never waits forever.
             if not ok:
                 # Nothing was written: the run ended, or is another executor's now; as for
                 # records of work begun on their own, ``on_failure`` is told.
-                self._on_failure(res)
-                if not fut.done():
-                    fut.set_exception(res)
-                    fut.exception()  # told to on_failure: not an exception nobody retrieved
+                try:
+                    self._on_failure(res)
+                finally:
+                    if not fut.done():
+                        fut.set_exception(res)
+                        fut.exception()  # told to on_failure: not an unretrieved exception
                 return
             last = res[-1]
-            if isinstance(last, Exception):  # refused alone: the others stay written
-                self._keep_all(list(zip(starts, res, strict=False)))
+            refused = isinstance(last, Exception)  # refused alone: the others stay written
+            try:
+                if refused:
+                    self._keep_all(list(zip(starts, res, strict=False)))
+                else:
+                    self._keep_all(list(zip([*starts, records], res, strict=True)))
+            finally:
                 if not fut.done():
-                    fut.set_exception(last)
-                return
-            self._keep_all(list(zip([*starts, records], res, strict=True)))
-            if not fut.done():
-                fut.set_result(last)
+                    if refused:
+                        fut.set_exception(last)
+                    else:
+                        fut.set_result(last)
 
         # The commit may be refused alone (a conflict): what began stays written before it.
         self._store.submit_many(commits, lazy=lazy, then=absorb_all, last_alone=True)
@@ -193,6 +202,11 @@ class RunLog:
 
     def _flush_due(self) -> None:
         self._starts_due = None
+        self.flush_begun()
+
+    def close(self) -> None:
+        """The executor lets go of the run: what began and waits is submitted now."""
+        self._unhold()
         self.flush_begun()
 
     def flush_begun(self) -> None:

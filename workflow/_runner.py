@@ -479,7 +479,7 @@ class Executor:
             if w.timer is not None:
                 w.timer.cancel()
         self.stream.end(None if exc is None else self._last_event(exc))
-        self.log.flush_begun()  # what began and is unfinished is re-run by a resume
+        self.log.close()  # what began and is unfinished is re-run by a resume
         try:
             if self.log.unsnapshotted and not self.store.closed and self.store.failed is None:
                 # The next reader of the latest state folds nothing. A cache is never worth
