@@ -8,7 +8,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, overload
 
 from . import _sql
 from ._backend import Backend, Connection
@@ -107,6 +107,9 @@ class EventStore:
         self._local = threading.local()
         self._readers: list[Connection] = []
         self._closed = False
+        # What holds commits back to ride with a later one (an executor's records of work
+        # begun): told to submit them before a flush or close (:meth:`hold`).
+        self._holders: dict[int, Callable[[], None]] = {}
         # Only where a write costs no fsync and no server round trip may the event loop
         # write its own batches (see Committer); otherwise the writer thread does.
         inline = self._backend.writes_inline and durability == "normal" and not readonly
@@ -174,21 +177,48 @@ class EventStore:
             commit = self._sealer.commit(commit)
         return self._committer.submit_async(lambda w: w.append(commit), lazy=lazy, then=then)
 
+    @overload
     def submit_many(
-        self, commits: Sequence[Commit], *, lazy: bool = False, then: Then | None = None
-    ) -> asyncio.Future[list[AppendResult]]:
+        self,
+        commits: Sequence[Commit],
+        *,
+        lazy: bool = ...,
+        then: Then | None = ...,
+        last_alone: Literal[False] = ...,
+    ) -> asyncio.Future[list[AppendResult]]: ...
+
+    @overload
+    def submit_many(
+        self,
+        commits: Sequence[Commit],
+        *,
+        lazy: bool = ...,
+        then: Then | None = ...,
+        last_alone: bool,
+    ) -> asyncio.Future[list[AppendResult | Exception]]: ...
+
+    def submit_many(
+        self,
+        commits: Sequence[Commit],
+        *,
+        lazy: bool = False,
+        then: Then | None = None,
+        last_alone: bool = False,
+    ) -> asyncio.Future[list[AppendResult]] | asyncio.Future[list[AppendResult | Exception]]:
         """Queues several commits, in order, as one operation: all are written or none.
 
         Each stays a commit of its own (its own seqs and commit boundary); the future
         resolves with their results once they are durable (``then`` as for
-        :meth:`submit`). One submission instead of one per commit, for an executor that
-        records a dequeue and an attempt's start at once.
+        :meth:`submit`). One submission instead of one per commit, for an executor whose
+        records of work begun (a dequeue, an attempt's start) ride with its next commit.
+        With ``last_alone`` the last commit may be refused alone: the others are written
+        all the same, and the error that refused it is its result.
         """
         batch = list(commits)
         if self._sealer is not None:
             batch = [self._sealer.commit(c) for c in batch]
         return self._committer.submit_async(
-            lambda w: [w.append(c) for c in batch], lazy=lazy, then=then
+            lambda w: w.append_all(batch, last_alone=last_alone), lazy=lazy, then=then
         )
 
     async def append(self, commit: Commit) -> AppendResult:
@@ -207,8 +237,23 @@ class EventStore:
         return self._committer.submit_sync(lambda w: w.append(commit))
 
     async def flush(self) -> None:
-        """Waits until every commit queued so far, lazy ones included, is durable."""
+        """Waits until every commit queued so far, lazy ones included, is durable (and
+        those held back to ride with a later one, :meth:`hold`)."""
+        for release in list(self._holders.values()):
+            release()
         await self._committer.submit_async(lambda w: None)
+
+    def hold(self, release: Callable[[], None]) -> Callable[[], None]:
+        """Registers ``release``, which submits the commits its caller holds back to ride
+        with a later one (as a lazy commit would): :meth:`flush` and :meth:`close` call it
+        first. Returns the function that unregisters it."""
+        key = id(release)
+        self._holders[key] = release
+
+        def unhold() -> None:
+            self._holders.pop(key, None)
+
+        return unhold
 
     async def claim(self, run_id: str) -> int:
         """Takes a run over: returns its new epoch; appends under older epochs now fail."""
@@ -433,6 +478,9 @@ class EventStore:
         if self._closed:
             return
         self._stop_listening.set()
+        for release in list(self._holders.values()):
+            with contextlib.suppress(Exception):  # no loop to submit on, a store failed
+                release()
         self._committer.close()
         self._closed = True
         with self._lock:

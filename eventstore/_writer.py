@@ -36,7 +36,8 @@ from ._errors import (
     StoreUnavailableError,
     WriterFailedError,
 )
-from ._records import AppendResult, Commit, Seq, Snapshot
+from ._joined import Instead, JoinedAppends, RunKey, check_records, fenced, snapshot_of
+from ._records import AppendResult, Commit, Seq
 
 __all__ = ["BatchWriter", "Op", "ServerBatch"]
 
@@ -47,9 +48,10 @@ Op = Callable[["BatchWriter"], Any]
 class _Redo(Exception):
     """An op failed where the transaction may hold part of it: the batch runs without it."""
 
-    def __init__(self, index: int, error: Exception) -> None:
+    def __init__(self, index: int, error: Exception, instead: Op | None = None) -> None:
         self.index = index
         self.error = error
+        self.instead = instead
         super().__init__(f"op {index} failed after writing: {error!r}")
 
 
@@ -102,17 +104,7 @@ class ServerBatch:
         self.start = start
 
 
-class _Run:
-    """What the writer knows of a run: its key in the store and its current epoch."""
-
-    __slots__ = ("epoch", "rid")
-
-    def __init__(self, rid: int, epoch: int) -> None:
-        self.rid = rid
-        self.epoch = epoch
-
-
-class BatchWriter:
+class BatchWriter(JoinedAppends):
     """Runs batches of operations over one backend write connection, a transaction each.
 
     One thread at a time uses it. What it caches (the last seq, each run's key and epoch)
@@ -123,7 +115,7 @@ class BatchWriter:
     def __init__(self, sql: WriteSQL | ServerWriteSQL) -> None:
         self.sql = sql
         self.last_seq = 0
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, RunKey] = {}
         self._wrote = False  # whether the op running now has written anything
         # On a server-rules backend, the batch's requests while its ops run; else None.
         self._plan: list[Request] | None = None
@@ -149,7 +141,10 @@ class BatchWriter:
             try:
                 return self._run_once(ops, refused)
             except _Redo as redo:
-                refused[redo.index] = redo.error
+                if redo.instead is None:
+                    refused[redo.index] = redo.error
+                else:
+                    ops = [*ops[: redo.index], redo.instead, *ops[redo.index + 1 :]]
 
     def _run_on_server(self, sql: ServerWriteSQL, ops: Sequence[Op]) -> list[tuple[bool, Any]]:
         """The batch as one statement: the ops queue requests (running the hooks with the
@@ -245,7 +240,7 @@ class BatchWriter:
             return False, ConcurrencyError(f"run {run_id!r} already exists", run_id=run_id)
         if code == "fenced":
             assert req.commit is not None
-            return False, _fenced(run_id, req.commit.epoch, first)
+            return False, fenced(run_id, req.commit.epoch, first)
         if code == "lowseq":
             assert req.commit is not None
             assert req.commit.seq is not None
@@ -295,6 +290,8 @@ class BatchWriter:
                 self._wrote = False
                 try:
                     result = op(self)
+                except Instead as instead:
+                    raise _Redo(i, instead.error, instead.op) from instead.error
                 except Exception as exc:
                     if sql.is_fatal(exc):
                         raise
@@ -320,16 +317,16 @@ class BatchWriter:
 
     # ------------------------------------------------------------------ runs
 
-    def _find(self, run_id: str) -> _Run | None:
+    def _find(self, run_id: str) -> RunKey | None:
         run = self._runs.get(run_id)
         if run is None:
             found = self._sql.find_run(run_id)
             if found is None:
                 return None
-            run = self._runs[run_id] = _Run(*found)
+            run = self._runs[run_id] = RunKey(*found)
         return run
 
-    def _run(self, run_id: str) -> _Run:
+    def _run(self, run_id: str) -> RunKey:
         run = self._find(run_id)
         if run is None:
             raise RunNotFoundError(run_id, "the store (commits to a new run need create=)")
@@ -345,21 +342,21 @@ class BatchWriter:
         if create is None:
             run = self._runs.get(run_id) or self._run(run_id)
             if commit.epoch is not None and commit.epoch != run.epoch:
-                raise _fenced(run_id, commit.epoch, run.epoch)
+                raise fenced(run_id, commit.epoch, run.epoch)
         elif self._find(run_id) is not None:
             msg = f"run {run_id!r} already exists"
             raise ConcurrencyError(msg, run_id=run_id)
         if commit.check is not None:
             commit.check()
         records = commit.records
-        _check_records(records)
+        check_records(records)
         if commit.seq is not None and commit.seq <= self.last_seq:
             raise _low_seq(commit.seq, self.last_seq)
         self._wrote = True
         if create is not None:
             epoch = commit.epoch or 0
             rid = self._sql.insert_run(run_id, epoch, create, create.created or now_us())
-            self._runs[run_id] = _Run(rid, epoch)
+            self._runs[run_id] = RunKey(rid, epoch)
         else:
             rid = run.rid
         first = self.last_seq + 1 if commit.seq is None else commit.seq
@@ -370,7 +367,7 @@ class BatchWriter:
         ]
         status = commit.status if create is None else None  # a new run's is in its row
         self._sql.write(
-            PreparedCommit(rid, rows, last, status, commit.inbox_taken, _snapshot(commit))
+            PreparedCommit(rid, rows, last, status, commit.inbox_taken, snapshot_of(commit))
         )
         self.last_seq = last
         if commit.on_written is not None:
@@ -381,7 +378,7 @@ class BatchWriter:
         # The fence and the run's existence are the database's to check, under its locks.
         if commit.check is not None:
             commit.check()
-        _check_records(commit.records)
+        check_records(commit.records)
         ts = now_us() if commit.ts is None else commit.ts
         pending = self._request(Request("append", commit.run_id, commit, ts))
         if commit.seq is not None:  # kept by the database unless the log is past it
@@ -453,28 +450,5 @@ class BatchWriter:
         return self._sql.insert_post(run_id, key, payload, now_us()), True
 
 
-def _fenced(run_id: str, epoch: int | None, current: int | None) -> ConcurrencyError:
-    msg = (
-        f"run {run_id!r}: append under epoch {epoch} refused, the run's"
-        f" epoch is {current}; another executor took the run over"
-    )
-    return ConcurrencyError(msg, run_id=run_id)
-
-
 def _low_seq(seq: int, last: int) -> ValueError:
     return ValueError(f"a commit cannot keep seq {seq}: the log's last seq is {last}")
-
-
-def _snapshot(commit: Commit) -> Snapshot | None:
-    snap = commit.snapshot
-    if snap is not None and not isinstance(snap, Snapshot):
-        snap = Snapshot(*snap)
-    return snap
-
-
-def _check_records(records: Sequence[Any]) -> None:
-    for r in records:
-        # Refused here, before anything of the commit is written.
-        if not isinstance(r.kind, str) or not isinstance(r.payload, str):
-            msg = f"a record needs a str kind and a JSON text payload, got {r!r}"
-            raise TypeError(msg)

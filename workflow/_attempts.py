@@ -163,10 +163,10 @@ class StepRunner:
                 await self._executor.append(started)
                 durable_start = False
             elif dequeued is not None:
-                self._executor.log.lazy_pair(dequeued, started)
+                self._executor.log.begun(dequeued, started)
                 dequeued = None
             else:
-                self._executor.log.lazy(started)
+                self._executor.log.begun(started)
             att = Attempt(step, d.event_id, attempt, d.event, host=self._executor)
             att.retry = clock
             self._executor.stream.step_state(step, worker, StepState.RUNNING, d.event)
@@ -362,8 +362,8 @@ class StepRunner:
             first_id=first_id,
         )
         written = [c.key for c in changes]
-        taken_keys = sorted({COLLECT_PREFIX + k for k, _ in att.taken})
-        owners = [o for o in att.deps if not o.put_written]
+        taken_keys = sorted({COLLECT_PREFIX + k for k, _ in att.taken}) if att.taken else []
+        owners = [o for o in att.deps if not o.put_written] if att.deps else []
         if owners and not att.holds_lock:
             # Its take is written after the puts it took (so the log folds to the live
             # buffer), or not at all if one of those attempts does not commit.

@@ -17,12 +17,14 @@ from eventstore import (
     Commit,
     ConcurrencyError,
     EventStore,
+    EventStoreError,
     NewRun,
     Record,
     Seq,
     Snapshot,
     StoredRecord,
 )
+from eventstore._committer import LAZY_FLUSH_S
 
 from ._fold import FOLD_VERSION, Folded, fold
 from ._snapshot import dump_folded
@@ -71,6 +73,10 @@ class RunLog:
         self._fold_state = folded if folded is not None else Folded(run_id)
         self._since_snapshot = 0
         self._snapshot_bytes = 0
+        # Commits of work begun (:meth:`begun`) waiting to ride with the next commit.
+        self._starts: list[list[Record]] = []
+        self._starts_due: asyncio.TimerHandle | None = None
+        self._unhold = store.hold(self.flush_begun)  # a flush of the store writes them
 
     def commit(
         self,
@@ -84,81 +90,152 @@ class RunLog:
     ) -> Commit:
         """A commit of ``records`` by this executor (``status``: the run's status it sets)."""
         run_id = self.run_id
+        guard = self._unsealed
+        if check is not None:
+            unsealed = guard
 
-        # Once a commit that ends the run is written, nothing of this executor may follow
-        # it: the guard runs in the writer, in seq order, so no commit in flight can.
-        def guard() -> None:
-            if self._sealed:
-                raise Sealed(run_id)
-            if check is not None:
+            # Once a commit that ends the run is written, nothing of this executor may
+            # follow it: the guard runs in the writer, in seq order, so no commit in flight
+            # can.
+            def guard() -> None:
+                unsealed()
                 check()
 
-        sealing = status in ENDING
-        written = on_written
+        if status in ENDING:
+            written = on_written
 
-        def seal(seq: Any) -> None:
-            self._sealed = True
-            if written is not None:
-                written(seq)
+            def seal(seq: Any) -> None:
+                self._sealed = True
+                if written is not None:
+                    written(seq)
 
+            on_written = seal
         return Commit(
             run_id,
             records,
             epoch=self.epoch,
             status=status,
             check=guard,
-            on_written=seal if sealing else on_written,
+            on_written=on_written,
             inbox_taken=inbox_taken or (),
             create=create,
         )
+
+    def _unsealed(self) -> None:
+        """Refuses a commit once a commit that ended the run was written (in the writer)."""
+        if self._sealed:
+            raise Sealed(self.run_id)
 
     def submit(
         self, records: list[Record], *, lazy: bool = False, **kw: Any
     ) -> asyncio.Future[Any]:
         """Submits a commit of ``records`` (``kw``: :meth:`commit`'s); its future resolves
-        once it is durable."""
+        once it is durable, with its :class:`~eventstore.AppendResult`.
 
-        def absorb(ok: bool, res: Any) -> None:
-            """Keeps a durable commit to fold into the executor's copy of the folded state.
+        Records of work begun (:meth:`begun`) that wait go first, each its own commit, in
+        the same operation: one submission, one future and one callback for them all.
+        """
+        starts = self._starts
+        if not starts:
 
-            Folded lazily (:attr:`folded`): only a snapshot and recovery read that copy, so
-            a commit costs its fold once per snapshot's worth of records, not a fold each.
-            """
-            if ok:
-                self._keep(records, res)
+            def absorb(ok: bool, res: Any) -> None:
+                """Keeps a durable commit to fold into the executor's copy of the state.
 
-        # Absorbed in seq order, before the code that waits for the commit goes on.
-        return self._store.submit(self.commit(records, **kw), lazy=lazy, then=absorb)
+                Folded lazily (:attr:`folded`): only a snapshot and recovery read that copy,
+                so a commit costs its fold once per snapshot's worth of records, not a fold
+                each.
+                """
+                if ok:
+                    self._keep(records, res)
 
-    def lazy(self, records: list[Record]) -> None:
-        """Submits a commit nobody awaits (it rides with the next one); a failure of it is
-        told to ``on_failure``."""
+            # Absorbed in seq order, before the code that waits for the commit goes on.
+            return self._store.submit(self.commit(records, **kw), lazy=lazy, then=absorb)
+        self._starts = []
+        commits = [self.commit(s) for s in starts]
+        commits.append(self.commit(records, **kw))
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
-        def done(ok: bool, res: Any) -> None:
-            if ok:
-                self._keep(records, res)
-            else:
-                self._on_failure(res)
+        def absorb_all(ok: bool, res: Any) -> None:
+            # The future resolves whatever keeping the commits meets (a snapshot that
+            # fails is reported, as from any ``then``): its caller never waits forever.
+            if not ok:
+                # Nothing was written: the run ended, or is another executor's now; as for
+                # records of work begun on their own, ``on_failure`` is told.
+                try:
+                    self._on_failure(res)
+                finally:
+                    if not fut.done():
+                        fut.set_exception(res)
+                        fut.exception()  # told to on_failure: not an unretrieved exception
+                return
+            last = res[-1]
+            refused = isinstance(last, Exception)  # refused alone: the others stay written
+            try:
+                if refused:
+                    self._keep_all(list(zip(starts, res, strict=False)))
+                else:
+                    self._keep_all(list(zip([*starts, records], res, strict=True)))
+            finally:
+                if not fut.done():
+                    if refused:
+                        fut.set_exception(last)
+                    else:
+                        fut.set_result(last)
 
-        self._store.submit(self.commit(records), lazy=True, then=done)
+        # The commit may be refused alone (a conflict): what began stays written before it.
+        self._store.submit_many(commits, lazy=lazy, then=absorb_all, last_alone=True)
+        return fut
 
-    def lazy_pair(self, first: list[Record], second: list[Record]) -> None:
-        """Two commits that only say work began (a dequeue, an attempt's start), submitted
-        as one operation: one future and one callback for both."""
+    def begun(self, *commits: list[Record]) -> None:
+        """Records that only say work began (a dequeue, an attempt's start), one commit
+        each, to ride with the run's next commit (:meth:`submit`), or to be written on
+        their own within ``LAZY_FLUSH_S`` when none comes; nobody awaits them, and a failure
+        of theirs alone is told to ``on_failure``."""
+        self._starts.extend(commits)
+        self._arm()
+
+    def _arm(self) -> None:
+        # Armed once and left to run out (not cancelled by the commits before it), as the
+        # committer's timer for lazy commits: at most one wake-up per LAZY_FLUSH_S.
+        if self._starts_due is None:
+            self._starts_due = asyncio.get_running_loop().call_later(LAZY_FLUSH_S, self._flush_due)
+
+    def _flush_due(self) -> None:
+        self._starts_due = None
+        self.flush_begun()
+
+    def close(self) -> None:
+        """The executor lets go of the run: what began and waits is submitted now."""
+        self._unhold()
+        self.flush_begun()
+
+    def flush_begun(self) -> None:
+        """Submits the records of work begun that wait, on their own (the run ends, or no
+        commit came for them in time)."""
+        starts = self._starts
+        if not starts:
+            return
+        self._starts = []
 
         def done(ok: bool, res: Any) -> None:
             if not ok:
                 self._on_failure(res)
                 return
-            a, b = res
-            self._keep(first, a)
-            self._keep(second, b)
+            self._keep_all(list(zip(starts, res, strict=True)))
 
-        self._store.submit_many([self.commit(first), self.commit(second)], lazy=True, then=done)
+        try:
+            self._store.submit_many([self.commit(s) for s in starts], then=done)
+        except EventStoreError as exc:  # closed, read-only, failed: as a failed commit
+            self._on_failure(exc)
 
     def _keep(self, records: list[Record], res: Any) -> None:
-        self._unfolded.append((records, res))
-        self._since_snapshot += sum(len(r.payload) for r in records)
+        self._keep_all([(records, res)])
+
+    def _keep_all(self, written: list[tuple[list[Record], Any]]) -> None:
+        """Keeps durable commits (records, result) to fold; a snapshot once the log since
+        the last one weighs enough."""
+        self._unfolded.extend(written)
+        self._since_snapshot += sum([len(r.payload) for recs, _ in written for r in recs])
         if self._since_snapshot >= max(self._min_bytes, self._factor * self._snapshot_bytes):
             self.write_snapshot()
 

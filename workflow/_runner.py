@@ -1,5 +1,7 @@
 """The executor of one run: queues, workers, attempts, retries, waits, timeouts.
 
+Its time (the timeout's clock, the watchdog, the lease's heartbeat) is :mod:`._run_clock`'s.
+
 Every change goes to the log first; only once its commit is durable does it take effect in
 memory (the committed context, the queues): durable before visible.
 """
@@ -9,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from eventstore import (
@@ -45,6 +46,7 @@ from ._fold import Folded, MemoRec, result_of
 from ._live_context import LiveContext
 from ._live_runs import own, release
 from ._ownership import LeaseOwners
+from ._run_clock import RunClock
 from ._run_log import RunLog, Sealed
 from ._run_start import (
     fork_run,
@@ -125,8 +127,9 @@ class Executor:
         self.subscribe = stream.subscribe
         self.origins = stream.origins
         self.children_awaited = 0  # attempts awaiting a child run (their time is not counted)
-        self._exec_before = 0.0
-        self._clock_start: float | None = None
+        self.clock = clock = RunClock(self)
+        self.update_clock = clock.update
+        self.exec_time = clock.exec_time
         self._stream_from = stream_from
         # The executor's commits, and its copy of their fold.
         self.log = RunLog(
@@ -167,7 +170,7 @@ class Executor:
             self.buffers[buf] = {t: [(e.id, load(e.dump)) for e in es] for t, es in by_type.items()}
         self.waits.load(folded)
         self.next_id = folded.next_id
-        self._exec_before = folded.exec_us / 1e6
+        self.clock.before = folded.exec_us / 1e6
 
     # ------------------------------------------------------------------ helpers for Context
 
@@ -308,7 +311,7 @@ class Executor:
 
     def reset_budget(self) -> None:
         """A fresh timeout budget (a timed-out run resumed; the fold resets it too)."""
-        self._exec_before = 0.0
+        self.clock.before = 0.0
 
     def recovery_limit(self) -> RecoveryLimitError | None:
         """The error that ends this run at its resume if its in-progress input was started
@@ -331,12 +334,11 @@ class Executor:
                 self._spawn(self.steps.work(name, spec, worker))
         self._spawn(self.waits.inbox_loop())
         if self.config.timeout is not None:
-            self._spawn(self._watchdog(self.config.timeout))
+            self._spawn(self.clock.watchdog(self.config.timeout))
         owners = self.config.owners
         if isinstance(owners, LeaseOwners):
-            self._spawn(self._heartbeat(owners.renew, owners.ttl))
-        self._clock_start = time.monotonic()
-        self.update_clock()
+            self._spawn(self.clock.heartbeat(owners.renew, owners.ttl))
+        self.clock.start()
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -363,39 +365,11 @@ class Executor:
         if hook is not None:
             hook(self, seq)
 
-    # ------------------------------------------------------------------ time
+    # ------------------------------------------------------------------ time (``self.clock``)
 
     def only_waiters(self) -> bool:
+        """Whether all the run has pending is waits for events."""
         return bool(self.waiters) and self.steps.idle
-
-    def _paused(self) -> bool:
-        """Whether the run's clock stands: all it has pending is waits, timers or child runs
-        (every delivery under way is an attempt awaiting a child, which counts its own)."""
-        waiting = bool(self.waiters) or self.children_awaited > 0
-        return waiting and self.steps.busy == self.children_awaited
-
-    def update_clock(self) -> None:
-        now = time.monotonic()
-        paused = self._paused()
-        if paused and self._clock_start is not None:
-            self._exec_before += now - self._clock_start
-            self._clock_start = None
-            if self.only_waiters():  # nothing to do but wait for an event
-                self.stream.idle()
-        elif not paused and self._clock_start is None:
-            self._clock_start = now
-
-    def exec_time(self) -> float:
-        running = 0.0 if self._clock_start is None else time.monotonic() - self._clock_start
-        return self._exec_before + running
-
-    async def _heartbeat(self, renew: Callable[[str], Any], ttl: float) -> None:
-        """Renews the run's lease; an executor that lost it stops without writing more."""
-        while True:
-            await asyncio.sleep(ttl / 3)
-            if not await renew(self.run_id):
-                self.end_with(RunLostError(self.run_id, "its lease lapsed before renewal"))
-                return
 
     def abandon(self) -> None:
         """Stops without recording anything: the run stays unfinished for another executor.
@@ -404,28 +378,9 @@ class Executor:
         """
         self.end_with(RunAbandonedError(self.run_id))
 
-    async def _watchdog(self, timeout: float) -> None:  # noqa: ASYNC109 - the run's budget
-        while True:
-            self.update_clock()
-            remaining = timeout - self.exec_time()
-            if remaining <= 0:
-                active = self.steps.active_steps()
-                steps = (
-                    "Currently active steps: " + ", ".join(active) if active else "No steps active"
-                )
-                await self._end_run(
-                    journal.run_timed_out(self.exec_time()),
-                    WorkflowTimeoutError(
-                        f"Operation timed out after {timeout} seconds of execution"
-                        f" (run {self.run_id!r}). {steps}"
-                    ),
-                )
-                return
-            await asyncio.sleep(min(remaining, 0.5) if self._clock_start is not None else 0.05)
-
     # ------------------------------------------------------------------ ending
 
-    async def _end_run(self, record: Record, exc: BaseException) -> None:
+    async def end_run(self, record: Record, exc: BaseException) -> None:
         if self.closing:
             return
         status = {
@@ -445,13 +400,13 @@ class Executor:
 
     async def cancel(self) -> None:
         await self.wait_ready()
-        await self._end_run(
+        await self.end_run(
             journal.run_cancelled(), WorkflowCancelledByUser(f"run {self.run_id!r} was cancelled")
         )
 
     async def suspend(self, exc: BaseException) -> None:
         await self.wait_ready()
-        await self._end_run(journal.run_suspended(), exc)
+        await self.end_run(journal.run_suspended(), exc)
 
     def finish(self, stop: StopEvent) -> None:
         self.status = "finished"
@@ -524,6 +479,7 @@ class Executor:
             if w.timer is not None:
                 w.timer.cancel()
         self.stream.end(None if exc is None else self._last_event(exc))
+        self.log.close()  # what began and is unfinished is re-run by a resume
         try:
             if self.log.unsnapshotted and not self.store.closed and self.store.failed is None:
                 # The next reader of the latest state folds nothing. A cache is never worth
