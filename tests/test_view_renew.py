@@ -46,7 +46,7 @@ def _same_objects(view: list[Any], committed: list[Any]) -> bool:
 
 
 def test_a_view_nothing_holds_is_renewed_and_shows_the_committed_list() -> None:
-    store, spares = _committed(), {}
+    store, spares = _committed(), dict[str, Tracker]()
     _step(store, spares, lambda v: v.append({"new": 1}))
     tracker = renew(spares, "k", store["k"])
     assert tracker is not None  # made over, not copied
@@ -57,7 +57,7 @@ def test_a_view_nothing_holds_is_renewed_and_shows_the_committed_list() -> None:
 
 
 def test_what_a_view_changed_is_put_back_from_the_committed_list() -> None:
-    store, spares = _committed(), {}
+    store, spares = _committed(), dict[str, Tracker]()
 
     def edits(v: list[Any]) -> None:
         v[3]["i"] = "changed inside"  # a wrapped item
@@ -80,7 +80,7 @@ def test_what_a_view_changed_is_put_back_from_the_committed_list() -> None:
 
 
 def test_a_view_the_user_kept_is_never_renewed() -> None:
-    store, spares = _committed(), {}
+    store, spares = _committed(), dict[str, Tracker]()
     kept = _step(store, spares, lambda v: v.append("mine")).view
     shown = list(list.__iter__(kept))
     assert renew(spares, "k", store["k"]) is None
@@ -91,7 +91,7 @@ def test_a_view_the_user_kept_is_never_renewed() -> None:
 
 
 def test_a_tracker_its_attempt_still_holds_is_never_renewed() -> None:
-    store, spares = _committed(), {}
+    store, spares = _committed(), dict[str, Tracker]()
     live = _step(store, spares, lambda v: None)  # its attempt is still running
     assert renew(spares, "k", store["k"]) is None
     other = _step(store, spares, lambda v: v.append("other"))
@@ -101,7 +101,7 @@ def test_a_tracker_its_attempt_still_holds_is_never_renewed() -> None:
 
 
 def test_a_list_changed_in_place_under_the_spare_is_checked_item_by_item() -> None:
-    store, spares = _committed(), {}
+    store, spares = _committed(), dict[str, Tracker]()
     _step(store, spares, lambda v: None)
     store["k"][7] = "another commit's"  # a change the spare view never saw
     assert renew(spares, "k", store["k"]) is None
@@ -111,7 +111,7 @@ def test_a_list_changed_in_place_under_the_spare_is_checked_item_by_item() -> No
 
 
 def test_a_rewritten_view_is_not_renewed() -> None:
-    store, spares = _committed(), {}
+    store, spares = _committed(), dict[str, Tracker]()
     _step(store, spares, lambda v: v.sort(key=lambda x: -x["i"]))
     # A rewrite replaces the committed list whole: the spare is a view of the old one.
     assert store["k"][0] == {"i": N - 1}
