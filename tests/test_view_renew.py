@@ -154,3 +154,13 @@ async def test_a_run_renews_its_views_and_folds_to_the_live_value(tmp_path: Path
     (kept,) = Grow.kept
     assert list(kept) == expected[: N + 5]  # as it was when set at step 5
     wf.store.close()
+
+
+def test_the_state_alone_benchmark_measures_every_update_as_a_patch() -> None:
+    """``python -m benchmarks.state_alone`` times each update through renewed views; each
+    of its updates must stay a patch (its child raises otherwise)."""
+    from benchmarks import state_alone
+
+    for name in state_alone.UPDATES:
+        out = state_alone.child(name, 2 * SPARE_MIN)
+        assert out["us"] > 0
