@@ -71,8 +71,9 @@ __all__ = [
     "spare",
 ]
 
-# A list view of at least this many items is kept to be renewed (smaller ones copy fast).
-SPARE_MIN: Final = 64
+# A list view of at least this many items is kept to be renewed: a smaller one copies about
+# as fast as it is renewed.
+SPARE_MIN: Final = 256
 
 
 def is_view(x: Any) -> bool:
