@@ -71,9 +71,9 @@ __all__ = [
     "spare",
 ]
 
-# A list view of at least this many items is kept to be renewed: a smaller one copies about
-# as fast as it is renewed.
-SPARE_MIN: Final = 256
+# A list view of at least this many items is kept to be renewed (a smaller one copies about as
+# fast; the spellings property's padded lists, 70 items, are renewed, so it checks renewal).
+SPARE_MIN: Final = 64
 
 
 def is_view(x: Any) -> bool:
