@@ -10,7 +10,10 @@
    items and what N = 10,000 adds; the user's own update (as
    ``benchmarks/peers/state_flows.py`` writes it) is timed apart and shown beside.
    Also a list decoded afresh and grown (nothing shared by identity, so the encoded forms
-   are compared) and a deep copy of a plain list changed in one place.
+   are compared), a deep copy of a plain list changed in one place, and an agent's memory
+   (N pydantic chat messages, two appended a step, as ``Context[AgentState]`` keeps them).
+   The view is taken as ``ctx.store.get`` takes it: made from the step before's when
+   nothing holds that any more (:func:`workflow._diff.renew`).
 2. **ours, whole steps** (unless ``--no-full``): every spelling of
    ``benchmarks/peers/state_flows.py`` at N = 1,000 and 10,000 on a file store
    (``state_run.py``, durability normal), process CPU µs per step and its ratio: the
@@ -80,6 +83,13 @@ def _rebuilt(v: Any, i: int) -> Any:
     return [*orjson.loads(orjson.dumps(list(v))), ITEM]  # new objects, equal to the old
 
 
+def _two_messages(v: Any, i: int) -> Any:
+    from .peers.state_flows import _turn
+
+    v.extend(_turn(i))
+    return v
+
+
 def _plain_deepcopy_one(v: Any, i: int) -> Any:
     new = copy.deepcopy(list(v))
     new[len(new) // 2] = f"changed {i}"
@@ -99,10 +109,12 @@ UPDATES: dict[str, tuple[str, Update]] = {
     "dict_call": ("dict", lambda v, i: dict(v, **{f"k{i}": ITEM})),
     "rebuilt": ("list", _rebuilt),
     "deepcopy_changed": ("list", _plain_deepcopy_one),
+    "agent_messages": ("messages", _two_messages),
 }
 EXTRA = {
     "rebuilt": "a list decoded afresh, then `+ [x]` (nothing shared by identity)",
     "deepcopy_changed": "`copy.deepcopy(list(items))` with one item changed in the middle",
+    "agent_messages": "N chat messages (pydantic), `state.messages` gets two a step",
 }
 
 
@@ -112,16 +124,28 @@ def child(name: str, n: int) -> dict[str, Any]:
     from workflow._changes import BY_SET, encode_tracked, value_change
     from workflow._diff import Tracker, apply
 
+    try:
+        from workflow._diff import renew, spare
+    except ImportError:  # a tree from before views were renewed: always a copy
+        renew, spare = (lambda spares, key, base: None), (lambda tracker: False)
+
     shape, update = UPDATES[name]
     base: Any = [f"{ITEM}{i}" for i in range(n)]
     if shape == "dict":
         base = {f"k{i}": v for i, v in enumerate(base)}
+    elif shape == "messages":
+        base = []
+        for i in range(n // 2):
+            _two_messages(base, i)
     committed, versions = {"k": base}, {"k": 1}
+    spares: dict[str, Any] = {}
     user = 0.0
     clock = time.process_time
     start = clock()
     for i in range(STEPS):
-        tracker = Tracker(committed["k"], codec=codec)
+        tracker = renew(spares, "k", committed["k"]) or Tracker(committed["k"], codec=codec)
+        if spare(tracker):
+            spares["k"] = tracker
         t = clock()
         new = update(tracker.view, n + i)
         user += clock() - t
@@ -138,6 +162,7 @@ def child(name: str, n: int) -> dict[str, Any]:
             msg = f"{name}: the change is not a patch ({change})"
             raise AssertionError(msg)
         committed["k"] = apply(committed["k"], change.ops)
+        del tracker, new, change
     total = clock() - start
     return {"us": (total - user) / STEPS * 1e6, "user_us": user / STEPS * 1e6}
 

@@ -24,6 +24,7 @@ from eventstore import EncodeError
 
 from ._diff import KeyRef, Op, Tracker, diff
 from ._errors import WorkflowRuntimeError
+from ._values import ATOMS
 
 if TYPE_CHECKING:
     from eventstore import Codec
@@ -192,6 +193,14 @@ def value_change(
     """
     version = versions.get(key, 0)
     old = committed.get(key, ABSENT)
+    if type(value) in ATOMS and (old is ABSENT or type(old) in ATOMS):
+        # A scalar is its own smallest patch: written whole, or not at all if its text is
+        # the committed one's (so 1, 1.0 and True stay apart).
+        if text is None:
+            text = encode_value(codec, key, value, "{}", how)
+        if old is not ABSENT and (old is value or codec.encode(old) == text):
+            return None, version
+        return KeyChange(key, full=value, text=text), version
     if old is ABSENT:
         if text is None:
             text = encode_value(codec, key, value, "{}", how)

@@ -19,7 +19,7 @@ from eventstore import EncodeError
 
 from ._attempt import MISSING, Attempt, Write, current_attempt
 from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, value_change
-from ._diff import Tracker, is_view, materialize
+from ._diff import Tracker, is_view, materialize, renew, spare
 from ._errors import ContextKeyError
 from ._events import Event
 
@@ -128,6 +128,9 @@ class ContextStore(Generic[S]):
     def __init__(self, host: StoreHost, state_type: type[S] | None) -> None:
         self._host = host
         self._state_type = state_type
+        # Per key, the tracker of a large list an attempt read last: the next attempt's view
+        # is made from it when nothing holds it any more (:func:`workflow._diff.renew`).
+        self._spares: dict[str, Tracker] = {}
 
     def bind(self, host: StoreHost) -> None:
         """Reads and writes go through ``host`` from now on (the context was bound or went idle)."""
@@ -160,7 +163,11 @@ class ContextStore(Generic[S]):
         value = host.committed.get(key, MISSING)
         if value is MISSING:
             return MISSING
-        tracker = att.trackers[key] = Tracker(value)
+        spares = self._spares
+        tracker = (key in spares and renew(spares, key, value)) or Tracker(value)
+        if spare(tracker):
+            spares[key] = tracker
+        att.trackers[key] = tracker
         return tracker.view
 
     def _field_default(self, key: str) -> Any:

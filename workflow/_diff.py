@@ -29,7 +29,8 @@ express more cheaply (an insert inside a list, sort, clear). JSON form: ``[kind,
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, Final
 
 from eventstore import Codec, default_codec
 
@@ -66,7 +67,13 @@ __all__ = [
     "ops_to_json",
     "patch_size",
     "register_views",
+    "renew",
+    "spare",
 ]
+
+# A list view of at least this many items is kept to be renewed (a smaller one copies about as
+# fast; the spellings property's padded lists, 70 items, are renewed, so it checks renewal).
+SPARE_MIN: Final = 64
 
 
 def is_view(x: Any) -> bool:
@@ -129,3 +136,57 @@ def diff(
     """
     node, token = (None, None) if hint is None else (hint.node, hint.token)
     return _delta.diff(old, new, codec, whole_size=whole_size, hint=node, text=text, token=token)
+
+
+def spare(tracker: Tracker) -> bool:
+    """Whether to keep tracker once its attempt ends, for :func:`renew` (a large list's)."""
+    view = tracker.node
+    return type(view) is TrackedList and list.__len__(view) >= SPARE_MIN
+
+
+def _take(spares: dict[str, Tracker], key: str) -> tuple[Tracker | None, tuple[int, int]]:
+    """Pops key's spare tracker, with the references to it and to its view then: those
+    of this function's frame alone when nothing else holds either."""
+    kept = spares.pop(key, None)
+    if kept is None:
+        return None, (0, 0)
+    return kept, (sys.getrefcount(kept), sys.getrefcount(kept._view))
+
+
+def _sole_counts() -> tuple[int, int] | None:
+    """What :func:`_take` counts for a spare nothing else holds (None: not CPython with
+    its GIL, where counts say who holds an object)."""
+    gil = getattr(sys, "_is_gil_enabled", None)
+    if sys.implementation.name != "cpython" or (gil is not None and not gil()):
+        return None
+    probe = Tracker([[] for _ in range(SPARE_MIN)])
+    spares = {"probe": probe}
+    del probe
+    _, counts = _take(spares, "probe")
+    return counts
+
+
+def renew(spares: dict[str, Tracker], key: str, base: Any) -> Tracker | None:
+    """A tracker of base made from key's spare (popped from spares), when nothing but
+    spares holds that tracker and its view: its attempt has ended, and neither the user's
+    code nor anything else kept the view. None otherwise.
+
+    A committed list is copied into each attempt's view (C speed, yet a cost growing with
+    the list, which a step appending one item to a long list would pay every step). The
+    view of the attempt before is made over instead, putting back only what it changed
+    (:meth:`TrackedList._renew`), so a step costs its change. Reference counts are what
+    proves the view unreachable: where they do not (another interpreter, no GIL) every
+    view is a copy.
+    """
+    kept, counts = _take(spares, key)
+    if kept is None or counts != _SOLE:
+        return None
+    view = kept.node
+    token = object()
+    if type(view) is not TrackedList or not view._renew(base, token):
+        return None
+    kept.base, kept.token = base, token
+    return kept
+
+
+_SOLE: Final = _sole_counts()

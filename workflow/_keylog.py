@@ -9,6 +9,8 @@ import copy
 from collections.abc import Callable
 from typing import Any, Final
 
+import orjson
+
 from ._patch import apply_json
 
 __all__ = ["KeyLog"]
@@ -25,7 +27,16 @@ class KeyLog:
     builds it from the log on the first read of :attr:`dump`.
     """
 
-    __slots__ = ("_dump", "full_bytes", "full_seq", "moved", "patch_bytes", "seq", "source")
+    __slots__ = (
+        "_dump",
+        "_size",
+        "full_bytes",
+        "full_seq",
+        "moved",
+        "patch_bytes",
+        "seq",
+        "source",
+    )
 
     def __init__(
         self,
@@ -44,6 +55,11 @@ class KeyLog:
         self.full_seq = full_seq
         self.source = source
         self.moved = False  # an unread value patched since it was read from its snapshot
+        # (about the length of the value's JSON, the history bytes when it was taken): a
+        # value just written whole weighs about its record's payload.
+        self._size: tuple[int, int] | None = (
+            (full_bytes, full_bytes) if patch_bytes == 0 and dump is not _UNREAD else None
+        )
 
     @classmethod
     def unread(cls, full_bytes: int, patch_bytes: int, seq: int, full_seq: int) -> KeyLog:
@@ -73,6 +89,24 @@ class KeyLog:
     def dump(self, value: Any) -> None:
         self._dump = value
         self.source = None
+        self._size = None
+
+    def json_size(self) -> int:
+        """About the length of the value's JSON, for a snapshot's choice between a copy and
+        a reference (a heuristic: either is exact).
+
+        Measured (one C-speed encode of the value) at most once per the value's size of
+        log written since it was last measured, and taken from the full write's payload
+        until then: a snapshot written every few steps would otherwise encode a large
+        value each time only to weigh it, a cost growing with the value, not the change.
+        """
+        history = self.full_bytes + self.patch_bytes
+        known = self._size
+        if known is not None and history - known[1] < known[0]:
+            return known[0]
+        size = len(orjson.dumps(self.dump))
+        self._size = (size, history)
+        return size
 
     def patched(self, patch: Any, seq: int, size: int) -> None:
         """Applies a patch record's patch (an unread value only moves its seq)."""
@@ -96,7 +130,7 @@ class KeyLog:
         # An unread value shares its source (the store it reads from); a value is copied.
         dump = self._dump if self._dump is _UNREAD else copy.deepcopy(self._dump, memo)
         new = KeyLog(dump, self.full_bytes, self.patch_bytes, self.seq, self.full_seq)
-        new.source, new.moved = self.source, self.moved
+        new.source, new.moved, new._size = self.source, self.moved, self._size
         return new
 
     def __repr__(self) -> str:

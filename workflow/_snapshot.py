@@ -128,7 +128,7 @@ def _context_entry(s: Folded, v: KeyLog) -> list[Any]:
         and v.full_seq is not None
         and s.first_seq is not None
         and v.full_seq >= s.first_seq  # in the run's own log, not an ancestor's
-        and history <= REF_FACTOR * len(orjson.dumps(v.dump))
+        and history <= REF_FACTOR * v.json_size()
     ):
         return [None, v.full_bytes, v.patch_bytes, v.seq, v.full_seq, _REF]
     return [v.dump, v.full_bytes, v.patch_bytes, v.seq, v.full_seq]

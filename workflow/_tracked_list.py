@@ -14,6 +14,7 @@ from typing import Any, SupportsIndex, overload
 from eventstore import Codec, default_codec
 
 from ._delta import diff_into
+from ._identity import same_items
 from ._patch import Op, Path
 from ._values import (
     ATOMS,
@@ -112,6 +113,33 @@ class TrackedList(list):  # type: ignore[type-arg]
         if self._own:
             new._wrapped = True
         return new
+
+    def _renew(self, base: list[Any], token: object) -> bool:
+        """Makes this view over into a new view of ``base`` without copying its items; False
+        (and this view is left unusable) when it cannot.
+
+        Only what this view changed is put back (its assigned and wrapped items, and its
+        end from the first item it no longer shows at its committed index: what its
+        attempt appended, and base's own new end), then every item is checked to be
+        base's, by identity at memory speed: exact whatever else changed base in place.
+        The caller makes sure nothing else holds this view (:func:`workflow._diff.renew`),
+        so no other thread can resize it meanwhile.
+        """
+        if type(self) is not TrackedList or self._own or self._base is not base:
+            return False
+        m = self._n
+        if m > list.__len__(base):
+            return False
+        for i in itertools.chain(self._set, self._kids):
+            list.__setitem__(self, i, list.__getitem__(base, i))
+        list.__setitem__(self, slice(m, None), list.__getitem__(base, slice(m, None)))
+        if not same_items(self, base, m):
+            return False
+        self._token = token
+        self._n = self._n0 = list.__len__(base)
+        self._set, self._kids, self._shared = {}, {}, {}
+        self._wrapped = False
+        return True
 
     def _wrap(self, i: int) -> Any:
         """The item at index i (0 <= i < len), its committed value wrapped if mutable."""

@@ -135,19 +135,48 @@ def fresh(x: Any) -> Any:
     if t in ATOMS:
         return x
     if t is list:
-        return [fresh(v) for v in x]
+        return [v if type(v) in ATOMS else fresh(v) for v in x]
     if t is dict:
-        return {k: fresh(v) for k, v in x.items()}
+        return {k: v if type(v) in ATOMS else fresh(v) for k, v in x.items()}
     if t in VIEWS:
         return x._materialize()
     if t is tuple:
         return tuple(map(fresh, x))
     if isinstance(x, FROZEN):
         return x
+    if _plain_model(t):
+        return _fresh_model(x, x.__class__)
     names = field_names(x)
     if names is not None:
         return rebuild(x, {f: fresh(getattr(x, f)) for f in names}, deep=True)
     return copy.deepcopy(x)
+
+
+# Per pydantic class: whether it copies as BaseModel does (no __copy__ of its own).
+_PLAIN_MODELS: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def _plain_model(t: type) -> bool:
+    known = _PLAIN_MODELS.get(t)
+    if known is None:
+        known = _PLAIN_MODELS[t] = issubclass(t, BaseModel) and t.__copy__ is BaseModel.__copy__
+    return known
+
+
+def _fresh_model(x: Any, t: type[BaseModel]) -> Any:
+    """:func:`fresh` of a pydantic model whose class copies as ``BaseModel`` does: what
+    ``rebuild(copy.copy(x), fresh fields, deep=True)`` makes, built directly (fields
+    fresh, extras and private values deep-copied, the set of fields set copied)."""
+    new = t.__new__(t)
+    setattr_ = object.__setattr__
+    setattr_(
+        new, "__dict__", {k: v if type(v) in ATOMS else fresh(v) for k, v in x.__dict__.items()}
+    )
+    setattr_(new, "__pydantic_fields_set__", set(x.__pydantic_fields_set__))
+    for attr in PYDANTIC_EXTRAS:
+        value = getattr(x, attr, None)
+        setattr_(new, attr, None if value is None else copy.deepcopy(value))
+    return new
 
 
 def materialize(obj: Any) -> Any:
