@@ -17,6 +17,7 @@ from ._errors import RunFinishedError, WorkflowRuntimeError
 from ._fold import rename_steps, to_run_state
 from ._handler import WorkflowHandler
 from ._live_runs import live_executor, register
+from ._log_refs import as_fork
 from ._read import refuse_cut
 from ._renames import moves_for
 from ._state import TERMINAL, Checkpoint
@@ -120,9 +121,7 @@ def fork_run(
     folded, renamed, upcast = parts.fork_point(parent_id, seq)
     run_id = uuid.uuid4().hex
     at = folded.seq
-    folded.run_id = run_id
-    folded.first_seq = None  # the fork's own records start it
-    folded.records = 0
+    as_fork(folded, run_id)  # its snapshots refer to its own log only, never the parent's
     executor = parts.executor(run_id, folded)
     handler = WorkflowHandler(wf, run_id, executor.done, executor)
     executor.fork(folded, (parent_id, at), updates, deletes, renamed=renamed, upcast=upcast)

@@ -9,13 +9,11 @@ records. What the commits say about events (checkpoints, event classes) is
 
 from __future__ import annotations
 
-import functools
 import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final
 
 from eventstore import (
     EventStore,
@@ -25,16 +23,15 @@ from eventstore import (
     StoredRecord,
 )
 
-from . import _journal as J
 from ._errors import (
     CheckpointNotFoundError,
     RunNotFoundError,
     SnapshotIgnoredWarning,
     WorkflowRuntimeError,
 )
-from ._fold import FOLD_VERSION, Folded, KeyLog, fold, payload_of
+from ._fold import FOLD_VERSION, Folded, fold
+from ._log_refs import as_fork, bind_refs
 from ._ownership import LeaseOwners, Owners
-from ._patch import apply_json
 from ._snapshot import SnapshotError, load_folded
 
 # Wraps the records a fold reads as they are read (a progress bar), yielding each of them.
@@ -182,13 +179,7 @@ def start_state(
     if info.parent_run_id is None or info.parent_seq is None:
         return Folded(info.run_id)
     state = fold_run(store, info.parent_run_id, info.parent_seq, cached=cached, wrap=wrap)
-    for entry in state.context.values():
-        if entry.is_unread:  # the fork's patches will be in its own log, not the parent's
-            entry.dump  # noqa: B018 - built from the parent's log, where its patches are
-    state.run_id = info.run_id
-    state.first_seq = None
-    state.records = 0
-    return state
+    return as_fork(state, info.run_id)  # the fork's patches are in its own log
 
 
 def load_snapshot(store: EventStore, info: RunInfo, snap: Snapshot) -> Folded:
@@ -206,9 +197,6 @@ def load_snapshot(store: EventStore, info: RunInfo, snap: Snapshot) -> Folded:
         msg = f"it was folded by fold version {snap.version}, this is version {FOLD_VERSION}"
         raise SnapshotError(msg, stale=True)
     state = load_folded(snap.data)
-    for key, entry in state.context.items():
-        if entry.is_unread:
-            entry.source = functools.partial(_rebuild, store, info.run_id, key)
     if state.run_id != info.run_id:
         msg = f"it is the state of run {state.run_id!r}"
         raise SnapshotError(msg)
@@ -232,53 +220,8 @@ def load_snapshot(store: EventStore, info: RunInfo, snap: Snapshot) -> Folded:
         state.records = int(count)
     else:
         state.records = snap.records
+    bind_refs(store, info, state)  # last: the seqs it checks against are the run's
     return state
-
-
-def _rebuild(store: EventStore, run_id: str, key: str, entry: KeyLog) -> Any:
-    """The value of a context key a snapshot keeps by reference to the log: its full write
-    at ``entry.full_seq`` and its patches after it, up to ``entry.seq``.
-
-    :raises LogCorruptedError: those records are not there as the reference says, or one
-        of them is damaged (naming the key and the record's seq).
-    """
-    assert entry.full_seq is not None  # an unread entry has one
-    value: Any = _NOTHING
-    kinds = [J.STATE_SET, J.STATE_DELETED]
-    for r in store.records(run_id, after=entry.full_seq - 1, upto=entry.seq, kinds=kinds):
-        try:
-            p = payload_of(r)
-        except LogCorruptedError as exc:  # it may be one of the key's: the value is unknown
-            msg = f"context key {key!r} cannot be built from the log: {exc}"
-            raise LogCorruptedError(msg, seq=r.seq) from exc
-        if p.get("key") != key:
-            continue
-        first = value is _NOTHING  # the full write, then only patches: else not this value
-        if (
-            r.kind == J.STATE_DELETED
-            or first != (r.seq == entry.full_seq)
-            or first != ("value" in p)
-        ):
-            value = _NOTHING
-            break
-        try:
-            value = p["value"] if "value" in p else apply_json(value, p["patch"])
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            msg = (
-                f"record seq {r.seq} of run {run_id!r}: the patch of context key {key!r}"
-                f" does not apply to its value ({exc!r})"
-            )
-            raise LogCorruptedError(msg, seq=r.seq) from exc
-    if value is _NOTHING:
-        msg = (
-            f"run {run_id!r}: context key {key!r} is kept by its snapshot as its write at seq"
-            f" {entry.full_seq} and patches up to seq {entry.seq}, which the log does not hold"
-        )
-        raise LogCorruptedError(msg, seq=entry.seq)
-    return value
-
-
-_NOTHING: Final = object()
 
 
 def snapshots(store: EventStore, run_id: str) -> list[Snapshot]:

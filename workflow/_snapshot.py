@@ -119,17 +119,16 @@ def dump_folded(s: Folded) -> bytes:
 
 
 def _context_entry(s: Folded, v: KeyLog) -> list[Any]:
-    """A context value as a snapshot keeps it: its JSON, or a reference to the log."""
-    if v.is_unread and not v.moved:  # as its snapshot kept it: still a reference
+    """A context value as a snapshot keeps it: its JSON, or a reference to the log.
+
+    A reference names records of the run's own log only: a fork's log does not hold its
+    parent's, so a value last written whole before the fork began is copied.
+    """
+    own = v.full_seq is not None and s.first_seq is not None and v.full_seq >= s.first_seq
+    if v.is_unread and not v.moved and own:  # as its snapshot kept it: still a reference
         return [None, v.full_bytes, v.patch_bytes, v.seq, v.full_seq, _REF]
     history = v.full_bytes + v.patch_bytes
-    if (
-        history >= REF_MIN_BYTES
-        and v.full_seq is not None
-        and s.first_seq is not None
-        and v.full_seq >= s.first_seq  # in the run's own log, not an ancestor's
-        and history <= REF_FACTOR * v.json_size()
-    ):
+    if own and history >= REF_MIN_BYTES and history <= REF_FACTOR * v.json_size():
         return [None, v.full_bytes, v.patch_bytes, v.seq, v.full_seq, _REF]
     return [v.dump, v.full_bytes, v.patch_bytes, v.seq, v.full_seq]
 
