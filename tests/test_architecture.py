@@ -53,6 +53,7 @@ ALLOWED_PRIVATE_READS: dict[str, str] = {
     "workflow/_delta.py: src._entries": "views' tracker",
     "workflow/_delta.py: src._collect": "views' tracker",
     "workflow/_diff.py: self.node._collect": "views' tracker",
+    "workflow/_diff.py: view._renew": "views' tracker",
     "workflow/_values.py: x._materialize": "views' copy",
     "workflow/_values.py: obj._materialize": "views' copy",
 }
