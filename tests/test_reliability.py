@@ -99,6 +99,25 @@ def wait_line(proc: subprocess.Popen[bytes], prefix: str) -> str:
     return line
 
 
+def wait_start(proc: subprocess.Popen[bytes]) -> list[str]:
+    """Reads the worker's lines up to its ``START`` (which comes last in the list).
+
+    A run's ``ACK`` lines may come first: on PostgreSQL the worker starts its first run and
+    then waits for a killed worker's lease on the second to lapse, while the first commits.
+    """
+    assert proc.stdout is not None
+    lines: list[str] = []
+    while True:
+        line = proc.stdout.readline().decode()
+        if not line.startswith(("START", "ACK")):
+            proc.kill()
+            _, _, err = finish(proc)
+            pytest.fail(f"expected 'START' or 'ACK' from the worker, got {line!r}; stderr:\n{err}")
+        lines.append(line.rstrip("\n"))
+        if line.startswith("START"):
+            return lines
+
+
 def integrity(db: Store) -> list[tuple[Any, ...]]:
     """SQLite's own check of the whole file (a PostgreSQL server checks its own pages: the
     store's checks there are the log's, :func:`check_gap_free` and the runs')."""
@@ -225,13 +244,13 @@ def crash_loop(db: Store, *, kills: int, seed: int, items: int = ITEMS) -> Crash
         while True:
             proc = spawn("counter", db, str(items), *run_ids)
             loop.processes += 1
-            first = wait_line(proc, "START")
+            first = wait_start(proc)
             if loop.kills < kills:
                 time.sleep(rng.uniform(0, MAX_KILL_DELAY_S))
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGKILL)
             code, lines, err = finish(proc)
-            lines.insert(0, first.rstrip("\n"))
+            lines[:0] = first
             loop.acks |= acks_in(lines)
             if code == -signal.SIGKILL:
                 loop.kills += 1
@@ -478,7 +497,7 @@ def test_reader_of_a_live_run_sees_consistent_states(db: str) -> None:
     """A read-only reader in another process sees, at every seq, the final log's state there."""
     EventStore(db).close()
     writer = spawn("counter", db, "40", "live-a", "live-b")
-    wait_line(writer, "START")
+    wait_start(writer)
     rng = random.Random(3)
     seen: dict[tuple[str, int], RunState] = {}
     reads = 0
