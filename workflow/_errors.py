@@ -10,6 +10,8 @@ WorkflowError
   + RunOwnedError             another live executor owns the run
   + RunSuspendedError         the caller left a waiting run; resume it later
   + RunAbandonedError         this process stopped running the run; another may take it
+  + DeprecatedPatchError      (a WorkflowRuntimeError) this code's deprecate_patch refused an
+                              input begun by older code: the run stopped, left resumable
   + RunFinishedError          a finished run cannot take updates; fork it instead
   + StateConflictError        an operator's edit read state a step changed before it was written
   + RecoveryLimitError        an input killed the process too many times
@@ -41,6 +43,7 @@ __all__ = [
     "ContextKeyError",
     "ContextSerdeError",
     "ContextStateError",
+    "DeprecatedPatchError",
     "MemoizedError",
     "RecoveryLimitError",
     "RunAbandonedError",
@@ -142,6 +145,29 @@ class RunAbandonedError(WorkflowError):
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         super().__init__(f"run {run_id!r} was left unfinished for another executor to resume")
+
+
+class DeprecatedPatchError(WorkflowRuntimeError):
+    """``ctx.deprecate_patch(id)`` refused a step input that takes the patch's old branch.
+
+    The code that would finish the input is gone from this deploy, so the run is not failed
+    (as a Temporal non-determinism error blocks the workflow task): the executor stops it
+    with nothing recorded, and it stays ``interrupted``, resumable by code that still has
+    ``if await ctx.patched(id):`` and its old branch.
+    """
+
+    def __init__(self, run_id: str | None, step: str, event_id: int, patch_id: str, why: str):
+        self.run_id = run_id
+        self.step = step
+        self.event_id = event_id
+        self.patch_id = patch_id
+        where = f"run {run_id!r}, " if run_id is not None else ""
+        super().__init__(
+            f"{where}step {step!r}, event {event_id}: patch {patch_id!r} is deprecated, but"
+            f" {why}; the run was stopped, not failed, and is left resumable: keep"
+            f" `if await ctx.patched({patch_id!r}):` and its old branch until such runs are"
+            " done, and resume it with that code"
+        )
 
 
 class RunLostError(WorkflowRuntimeError):

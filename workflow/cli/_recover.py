@@ -98,7 +98,10 @@ def recover(db: str, workflow_spec: str, check: bool, timeout: float | None, as_
         counts[row["outcome"]] = counts.get(row["outcome"], 0) + 1
     listed = ", ".join(f"{n} {outcome}" for outcome, n in counts.items())
     click.echo(f"{len(rows)} pending run(s): {listed}" if rows else "no pending runs", err=True)
-    if any(row["outcome"] in _NOT_RESUMED or row["status"] == "failed" for row, _ in rows):
+    if any(
+        row["outcome"] in _NOT_RESUMED or row["status"] in ("failed", "interrupted")
+        for row, _ in rows
+    ):
         raise click.exceptions.Exit(1)
 
 
@@ -144,7 +147,7 @@ def _recovery_row(
         if status == "finished":
             row["result"] = wf.__workflow_parts__.codec.dump(value)
             text = show_typed(value, 2000)
-        elif status == "failed":
+        elif status in ("failed", "interrupted"):  # interrupted: this code cannot finish it
             row["error"] = text = _error_text(value)
         else:
             row["waiting_for"] = [w.awaited for w in wf.state_at(recovery.run_id).waiters]
