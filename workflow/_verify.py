@@ -30,7 +30,7 @@ from ._patch_check import patch_problems
 from ._read import commits, fold_run, run_info, start_state
 from ._retry import RetryClock
 from ._state_versions import upcast_values
-from ._stranded import rename_hint, takers
+from ._stranded import rename_hint
 from ._verify_report import Problem, VerifyReport
 
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ def verify(
             step = parts.renames.get(recorded_step, recorded_step)  # a resume moves its work
             if step not in steps:
                 msg = f"{what} event {ev_id} is for step {step!r}, which no longer exists"
-                msg += rename_hint(step, takers(parts.codec, ev_dump, parts.graph), type(wf))
+                msg += rename_hint(step, parts.codec, ev_dump, parts.graph, type(wf))
                 problems.append(Problem(run_id, latest.seq, step, "route", msg))
                 continue
             try:
