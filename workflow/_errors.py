@@ -107,13 +107,17 @@ class RunNotFoundError(WorkflowError, eventstore.RunNotFoundError):
 class CheckpointNotFoundError(WorkflowError, LookupError):
     """The run has no state at that seq (before its first commit)."""
 
-    def __init__(self, run_id: str, seq: int, first: int | None) -> None:
+    def __init__(
+        self, run_id: str, seq: int, first: int | None, first_commit_end: int | None = None
+    ) -> None:
         self.run_id = run_id
         self.seq = seq
-        self.first = first
-        super().__init__(
-            f"run {run_id!r} has no state at seq {seq}: its first commit ends at seq {first}"
-        )
+        self.first = first  # the seq of its first record
+        self.first_commit_end = first_commit_end
+        where = f"its log begins at seq {first}" if first is not None else "it has no records"
+        if first_commit_end is not None and first is not None and first_commit_end != first:
+            where += f" (its first commit holds seqs {first} to {first_commit_end})"
+        super().__init__(f"run {run_id!r} has no state at seq {seq}: {where}")
 
 
 class RunOwnedError(WorkflowError):
