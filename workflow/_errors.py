@@ -34,6 +34,8 @@ LlamaIndex Workflows' names (``workflow.errors``), each also a WorkflowError:
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 import eventstore
@@ -123,12 +125,23 @@ class CheckpointNotFoundError(WorkflowError, LookupError):
 class RunOwnedError(WorkflowError):
     """Another live executor (this process or another) is running the run."""
 
-    def __init__(self, run_id: str, detail: str = "") -> None:
+    def __init__(self, run_id: str, detail: str = "", lapses_at: float | None = None) -> None:
         self.run_id = run_id
+        self.lapses_at = lapses_at  # a lease's end (epoch seconds): its owner may be dead
         more = f" ({detail})" if detail else ""
+        if lapses_at is None:
+            super().__init__(
+                f"run {run_id!r} is owned by another live executor{more}; wait for it to"
+                " finish or stop that process, then resume"
+            )
+            return
+        when = time.strftime("%H:%M:%S", time.gmtime(lapses_at))
+        left = max(0, math.ceil(lapses_at - time.time()))
         super().__init__(
-            f"run {run_id!r} is owned by another live executor{more}; wait for it to finish"
-            " or stop that process, then resume"
+            f"run {run_id!r} is owned by another executor{more}, whose lease lapses at"
+            f" {when} UTC (in about {left} s) unless it renews it: a dead owner's lease"
+            " lapses by itself, so resume after that; a live one renews it: wait for it to"
+            " finish or stop that process"
         )
 
 
