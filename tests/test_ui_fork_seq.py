@@ -77,3 +77,18 @@ def _in_run(db: Path, run_id: str, seq: int) -> bool:
             "SELECT 1 FROM records WHERE run_id = ? AND seq = ?", (run_id, seq)
         ).fetchone()
     return row is not None
+
+
+def test_the_state_route_refuses_query_parameters_it_does_not_take(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    run_to_end(ReportFlow(store=db, timeout=None), run_id="rep")
+    mid, end = _mid_commit_seq(db, "rep")
+    with serving(db) as base:
+        code, _, body = get(f"{base}/runs/rep/state?at={mid}")
+        assert code == 400, body
+        message = json.loads(body)["message"]
+        assert "unknown query parameter 'at'" in message, message
+        assert "it takes ?seq=" in message, message
+        code, _, body = get(f"{base}/runs/rep/state?seq={mid}")
+        assert code == 200, body
+        assert json.loads(body)["seq"] == end
