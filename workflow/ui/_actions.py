@@ -123,9 +123,10 @@ class Actions:
             raise ActionError(409, f"run {run_id!r} has finished; fork it to run it again")
         if not self.execute:
             if status in TERMINAL:
+                how = " --cancelled" if status == "cancelled" else ""
                 msg = (
-                    f"run {run_id!r} has {status}: this server executes nothing (start it with"
-                    f" --execute, or run `workflow resume` with its --workflow)"
+                    f"run {run_id!r} {_is(status)}: this server executes nothing (start it with"
+                    f" --execute, or run `workflow resume` with its --workflow{how})"
                 )
                 raise ActionError(409, msg)
             info = run_info(self.wf.store, run_id)
@@ -192,7 +193,8 @@ class Actions:
         """Sends an event of the named class to the run (``wf.send``)."""
         status = self._run(run_id)
         if status in TERMINAL:
-            raise ActionError(409, f"run {run_id!r} has {status}; nothing would take the event in")
+            msg = f"run {run_id!r} {_is(status)}; nothing would take the event in"
+            raise ActionError(409, msg)
         if not isinstance(event_spec, str) or not event_spec.strip():
             raise ActionError(400, "event: name its class as module:Class")
         try:
@@ -218,3 +220,8 @@ class Actions:
                 with contextlib.suppress(Exception):
                     executor.abandon()
         self.wf.store.close()
+
+
+def _is(status: str) -> str:
+    """A run's ended status as a phrase: ``has failed``, ``is cancelled``, ``has finished``."""
+    return f"is {status}" if status == "cancelled" else f"has {status}"
