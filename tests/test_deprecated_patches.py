@@ -9,6 +9,7 @@ has such runs listed by a static verify and left alone by ``recover --check``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sqlite3
@@ -19,6 +20,7 @@ from typing import ClassVar
 
 import pytest
 
+from tests.support.ui_server import wait_for
 from tests.test_deploying import (
     DEPRECATED,
     MODULE,
@@ -29,7 +31,7 @@ from tests.test_deploying import (
     loaded,
     record_old_run,
 )
-from workflow import DeprecatedPatchError, WorkflowRuntimeError
+from workflow import DeprecatedPatchError, Worker, WorkflowRuntimeError
 from workflow._patch_check import declared_patches
 from workflow._verify import verify
 from workflow.errors import WorkflowValidationError
@@ -156,3 +158,24 @@ def test_bad_deprecated_patches_are_refused_clearly() -> None:
     assert declared_patches(AnySet) == {"a": None}
     with pytest.raises(WorkflowValidationError, match="must be a set of patch ids"):
         declared_patches(Bad)
+
+
+async def test_a_worker_claims_a_refused_run_once_and_leaves_it_resumable(
+    tmp_path: Path,
+) -> None:
+    db = record_old_run(tmp_path, "old", topic="paid")
+    with loaded(_module(tmp_path / "v3", DEPRECATED)) as mod:
+        wf = mod.Flow(store=str(db))
+        worker = Worker(wf, poll_interval=0.01)
+        task = asyncio.create_task(worker.run())
+        claimed = lambda: "run_resumed" in kinds(db, "old")  # noqa: E731
+        await asyncio.to_thread(wait_for, claimed, "the worker to claim the run")
+        # Many more polls: the refused run is not claimed again (each claim would count a
+        # start toward its recovery limit).
+        await asyncio.sleep(0.3)
+        worker.stop()
+        await task
+        assert kinds(db, "old").count("run_resumed") == 1
+        assert wf.state_at("old").status == "interrupted"
+    with loaded(_module(tmp_path / "v2", POLITE)) as mod:
+        assert await mod.Flow(store=str(db)).resume("old") == "paid"
