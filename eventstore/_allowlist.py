@@ -33,6 +33,9 @@ class ClassAllowlist:
         self._by_qualname: dict[str, dict[str, type]] = {}  # the same, by qualified name
         self._resolved: dict[str, type] = {}  # names resolved to a class of some module
         self._main_aliases: list[str] = []
+        # Aliased classes by the qualified name of the alias (``legacy:Query`` -> Query):
+        # a script recorded it as ``__main__:Query``, which the alias matches last.
+        self._aliased: dict[str, dict[str, type]] = {}
         self._caches: list[dict[str, Any]] = [self._resolved]
 
     def cache(self) -> dict[str, Any]:
@@ -102,7 +105,9 @@ class ClassAllowlist:
             raise ValueError(msg)
         self.admit(cls)
         self._classes[name] = cls
-        self._forget(lambda n: split_version(n)[0] == name)
+        self._aliased.setdefault(qual, {})[name] = cls
+        main_name = f"{MAIN}:{qual}"
+        self._forget(lambda n: split_version(n)[0] in (name, main_name))
 
     def resolve(self, name: str) -> type:
         """The class that ``name`` stands for; never imports a module.
@@ -150,6 +155,9 @@ class ClassAllowlist:
             cls = _lookup(name, place, qualname)
             if cls is not None:
                 return cls
+        aliased = set(self._aliased.get(qualname, {}).values()) if module_name == MAIN else ()
+        if len(aliased) == 1:
+            return next(iter(aliased))  # renamed from any module's ``qualname``: this class
         imported = [p for p in places if isinstance(p, str) and p in sys.modules]
         if len(others) > 1:
             names = ", ".join(sorted(map(class_name, others)))
@@ -157,7 +165,11 @@ class ClassAllowlist:
         elif not imported:
             why = f"module {module_name!r} is not imported and no class of it is registered"
         else:
-            why = f"{' nor '.join(imported)} has no {qualname!r}"
+            why = (
+                f"neither {' nor '.join(imported)} has a {qualname!r}"
+                if len(imported) > 1
+                else f"{imported[0]} has no {qualname!r}"
+            )
             if "<locals>" in qualname:
                 why += " (classes in functions must be registered)"
         how = self._how_to_register.format(name=qualname)

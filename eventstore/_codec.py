@@ -121,7 +121,9 @@ class Codec:
 
     def alias(self, name: str, cls: type) -> None:
         """Reads the class name ``name`` (``"old.module:OldName"``, as older logs recorded
-        it) as ``cls``: for a class moved to another module or renamed since.
+        it) as ``cls``: for a class moved to another module or renamed since. A script's
+        record of the old class (``"__main__:OldName"``) is read as ``cls`` too when nothing
+        else of that name resolves.
 
         :raises TypeError: ``cls`` is not a dataclass, attrs class, pydantic model or Enum.
         :raises ValueError: ``name`` is not a class name (``module:QualName``).

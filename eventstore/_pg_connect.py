@@ -107,7 +107,10 @@ def _params(url: str) -> tuple[dict[str, str], str]:
         elif key:
             params[key] = value
     if not _IDENT.match(schema):
-        msg = f"schema must be a plain identifier, not {schema!r}"
+        msg = (
+            f"the URL's ?schema= parameter must be a plain identifier (a letter or _, then"
+            f" letters, digits or _, at most 63 in all), not {schema!r}"
+        )
         raise ValueError(msg)
     # libpq waits as long as TCP does (minutes) for a host that does not answer: say so sooner.
     params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)

@@ -554,7 +554,7 @@ def test_seq_before_the_first_commit(tmp_path: Path, offset: int) -> None:
     first = wf.store.run("run-1").first_seq
     assert first is not None
     seq = first - offset
-    message = rf"run 'run-1' has no state at seq {seq}: its first commit ends at seq {first}"
+    message = rf"run 'run-1' has no state at seq {seq}: its log begins at seq {first}\b"
     with pytest.raises(CheckpointNotFoundError, match=message) as info:
         wf.state_at("run-1", seq)
     assert (info.value.seq, info.value.first) == (seq, first)

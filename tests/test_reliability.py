@@ -357,8 +357,8 @@ def test_two_processes_racing_to_resume_one_run(db: str, tmp_path: Path) -> None
     said = sorted(lines[-1].split()[0] for _, lines, _ in outcomes)
     assert said == ["OWNED", "RESULT"], outcomes
     owned = next(lines[-1] for _, lines, _ in outcomes if lines[-1].startswith("OWNED"))
-    held = "its lease is held by" if is_postgres(db) else "another process"
-    assert f"'contested' is owned by another live executor ({held}" in owned
+    held = "executor (its lease is held by" if is_postgres(db) else "live executor (another process"
+    assert f"'contested' is owned by another {held}" in owned
     # The step ran once in the first process and once more in the winner only.
     assert len(read_effects(db)) == 2
     with EventStore(db, readonly=True) as store:

@@ -105,6 +105,7 @@ class Attempt:
     answers_used: list[str] = field(default_factory=list)
     holds_lock: bool = False
     retry: RetryClock | None = None  # where this event's attempts stand (ctx.retry_info())
+    refused: Exception | None = None  # a deprecate_patch refusal: the run stops unfailed
     # The JSON of events checked when they were streamed or asked, by id(event): the
     # attempt's outcome commit writes it (the events stay alive in ``streamed``).
     encoded: dict[int, orjson.Fragment] | None = None

@@ -177,6 +177,11 @@ class StepRunner:
                 att.holds_lock = True
             try:
                 outcome = await self._invoke(spec, att)
+                if att.refused is not None:
+                    # This code cannot finish the input (deprecate_patch): nothing of the
+                    # attempt is recorded and the run stops, resumable by code that can.
+                    self._executor.stop_refused(att.refused)
+                    return
                 if isinstance(outcome, Returned):
                     try:
                         written = await self._commit_success(att, outcome)

@@ -10,6 +10,8 @@ WorkflowError
   + RunOwnedError             another live executor owns the run
   + RunSuspendedError         the caller left a waiting run; resume it later
   + RunAbandonedError         this process stopped running the run; another may take it
+  + DeprecatedPatchError      (a WorkflowRuntimeError) this code's deprecate_patch refused an
+                              input begun by older code: the run stopped, left resumable
   + RunFinishedError          a finished run cannot take updates; fork it instead
   + StateConflictError        an operator's edit read state a step changed before it was written
   + RecoveryLimitError        an input killed the process too many times
@@ -32,6 +34,8 @@ LlamaIndex Workflows' names (``workflow.errors``), each also a WorkflowError:
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 import eventstore
@@ -41,6 +45,7 @@ __all__ = [
     "ContextKeyError",
     "ContextSerdeError",
     "ContextStateError",
+    "DeprecatedPatchError",
     "MemoizedError",
     "RecoveryLimitError",
     "RunAbandonedError",
@@ -104,24 +109,39 @@ class RunNotFoundError(WorkflowError, eventstore.RunNotFoundError):
 class CheckpointNotFoundError(WorkflowError, LookupError):
     """The run has no state at that seq (before its first commit)."""
 
-    def __init__(self, run_id: str, seq: int, first: int | None) -> None:
+    def __init__(
+        self, run_id: str, seq: int, first: int | None, first_commit_end: int | None = None
+    ) -> None:
         self.run_id = run_id
         self.seq = seq
-        self.first = first
-        super().__init__(
-            f"run {run_id!r} has no state at seq {seq}: its first commit ends at seq {first}"
-        )
+        self.first = first  # the seq of its first record
+        self.first_commit_end = first_commit_end
+        where = f"its log begins at seq {first}" if first is not None else "it has no records"
+        if first_commit_end is not None and first is not None and first_commit_end != first:
+            where += f" (its first commit holds seqs {first} to {first_commit_end})"
+        super().__init__(f"run {run_id!r} has no state at seq {seq}: {where}")
 
 
 class RunOwnedError(WorkflowError):
     """Another live executor (this process or another) is running the run."""
 
-    def __init__(self, run_id: str, detail: str = "") -> None:
+    def __init__(self, run_id: str, detail: str = "", lapses_at: float | None = None) -> None:
         self.run_id = run_id
+        self.lapses_at = lapses_at  # a lease's end (epoch seconds): its owner may be dead
         more = f" ({detail})" if detail else ""
+        if lapses_at is None:
+            super().__init__(
+                f"run {run_id!r} is owned by another live executor{more}; wait for it to"
+                " finish or stop that process, then resume"
+            )
+            return
+        when = time.strftime("%H:%M:%S", time.gmtime(lapses_at))
+        left = max(0, math.ceil(lapses_at - time.time()))
         super().__init__(
-            f"run {run_id!r} is owned by another live executor{more}; wait for it to finish"
-            " or stop that process, then resume"
+            f"run {run_id!r} is owned by another executor{more}, whose lease lapses at"
+            f" {when} UTC (in about {left} s) unless it renews it: a dead owner's lease"
+            " lapses by itself, so resume after that; a live one renews it: wait for it to"
+            " finish or stop that process"
         )
 
 
@@ -142,6 +162,29 @@ class RunAbandonedError(WorkflowError):
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         super().__init__(f"run {run_id!r} was left unfinished for another executor to resume")
+
+
+class DeprecatedPatchError(WorkflowRuntimeError):
+    """``ctx.deprecate_patch(id)`` refused a step input that takes the patch's old branch.
+
+    The code that would finish the input is gone from this deploy, so the run is not failed
+    (as a Temporal non-determinism error blocks the workflow task): the executor stops it
+    with nothing recorded, and it stays ``interrupted``, resumable by code that still has
+    ``if await ctx.patched(id):`` and its old branch.
+    """
+
+    def __init__(self, run_id: str | None, step: str, event_id: int, patch_id: str, why: str):
+        self.run_id = run_id
+        self.step = step
+        self.event_id = event_id
+        self.patch_id = patch_id
+        where = f"run {run_id!r}, " if run_id is not None else ""
+        super().__init__(
+            f"{where}step {step!r}, event {event_id}: patch {patch_id!r} is deprecated, but"
+            f" {why}; the run was stopped, not failed, and is left resumable: keep"
+            f" `if await ctx.patched({patch_id!r}):` and its old branch until such runs are"
+            " done, and resume it with that code"
+        )
 
 
 class RunLostError(WorkflowRuntimeError):

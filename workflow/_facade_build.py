@@ -36,7 +36,10 @@ def workflow_codec(
     """
     codec = Codec(
         allow_pickle=allow_pickle,
-        how_to_register="Workflow(types=[{name}])",
+        how_to_register=(
+            "Workflow(types=[{name}]), or if it was renamed or moved since, map its recorded"
+            " name to the new class in the workflow's renamed = {{'module:{name}': NewClass}}"
+        ),
         how_to_allow_pickle="Workflow(allow_pickle=True)",
     )
     codec.register(*graph.event_types(), *types)

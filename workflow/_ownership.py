@@ -144,7 +144,8 @@ class LeaseOwners:
             with _lock:
                 self._owned.discard(rid)
             holder = self.store.lease_of(run_id)
-            raise RunOwnedError(run_id, f"its lease is held by {holder[0] if holder else '?'}")
+            who = f"its lease is held by {holder[0] if holder else '?'}"
+            raise RunOwnedError(run_id, who, None if holder is None else holder[1] / 1e6)
 
     async def renew(self, run_id: str) -> bool:
         """Extends the lease; False when it was lost (the executor must stop at once)."""

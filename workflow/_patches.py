@@ -24,10 +24,12 @@ input (after a crash, a retry, a conflict, a wait, in any process) and ``workflo
 
 ``ctx.deprecate_patch("id")`` is the step after, once no run that could take the old branch
 is left: the ``if`` is gone and the new code runs alone; the call records nothing and
-refuses (:class:`WorkflowRuntimeError`) exactly the inputs ``patched("id")`` answers False
-(a recorded False, or an input that started before the session asking and never asked:
-a deploy straight from code without the patch), which the code that would finish them no
-longer has.
+refuses (:class:`DeprecatedPatchError`, a :class:`WorkflowRuntimeError`) exactly the
+inputs ``patched("id")`` answers False (a recorded False, or an input that started before
+the session asking and never asked: a deploy straight from code without the patch), which
+the code that would finish them no longer has. A refusal does not fail the run: the
+executor stops it with nothing recorded, so code that still has the old branch can finish
+it (``_attempts``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import orjson
 
 from . import _journal as J
-from ._errors import WorkflowRuntimeError
+from ._errors import DeprecatedPatchError, WorkflowRuntimeError
 
 if TYPE_CHECKING:
     from ._folded import Folded
@@ -142,9 +144,10 @@ def deprecate_patch(att: Attempt | None, patch_id: str) -> None:
     before this session (a deploy straight from code without the patch: they may have run
     the old code and done its effects). Nothing is recorded either way.
 
-    :raises WorkflowRuntimeError: this input's answer is the old branch, which this code no
-        longer has (keep ``patched`` until such runs are done); called outside a step, or
-        with an id that is not a str.
+    :raises DeprecatedPatchError: this input's answer is the old branch, which this code no
+        longer has; the executor then stops the run, unfailed and resumable by code that
+        keeps ``patched`` (even if the step catches the error).
+    :raises WorkflowRuntimeError: called outside a step, or with an id that is not a str.
     """
     key = _key(patch_id)
     if att is None or att.host is None:
@@ -154,19 +157,19 @@ def deprecate_patch(att: Attempt | None, patch_id: str) -> None:
         return
     rec = att.host.memos_of(att.step, att.event_id).get(key)
     run = getattr(att.host, "run_id", None)
-    where = f"run {run!r}, " if isinstance(run, str) else ""
     why = (
         "this input recorded its old branch (ctx.patched() returned False)"
         if rec is not None
         else "this input started before this code ran it and never asked, so it may have run"
         " the old code (ctx.patched() would return False)"
     )
-    msg = (
-        f"{where}step {att.step!r}, event {att.event_id}: patch {patch_id!r} is deprecated,"
-        f" but {why}; keep `if await ctx.patched({patch_id!r}):` and its old branch until"
-        " such runs are done"
+    err = DeprecatedPatchError(
+        run if isinstance(run, str) else None, att.step, att.event_id, patch_id, why
     )
-    raise WorkflowRuntimeError(msg)
+    # Kept on the attempt: the executor stops the run even if the step catches the raise.
+    if hasattr(att, "refused"):
+        att.refused = err
+    raise err
 
 
 # Context's methods (``Context.patched`` is this function): the attempt is the caller's.

@@ -24,7 +24,6 @@ from eventstore import (
 )
 
 from ._errors import (
-    CheckpointNotFoundError,
     RunNotFoundError,
     SnapshotIgnoredWarning,
     WorkflowRuntimeError,
@@ -32,6 +31,7 @@ from ._errors import (
 from ._fold import FOLD_VERSION, Folded, fold
 from ._log_refs import as_fork, bind_refs
 from ._ownership import LeaseOwners, Owners
+from ._seqs import no_state_at
 from ._snapshot import SnapshotError, load_folded
 
 # Wraps the records a fold reads as they are read (a progress bar), yielding each of them.
@@ -153,7 +153,7 @@ def fold_run(
     """
     info = run_info(store, run_id)
     if seq is not None and (info.first_seq is None or seq < info.first_seq):
-        raise CheckpointNotFoundError(run_id, seq, info.first_seq)
+        raise no_state_at(store, run_id, seq, info.first_seq)
     # The latest state is the log as the run's row was read: a snapshot another process
     # wrote since (its records not in ``info``) is not one to check against it.
     upto = seq if seq is not None else info.last_seq
@@ -377,7 +377,7 @@ def check_seq(store: EventStore, run_id: str, seq: int | None) -> RunInfo:
         )
         raise WorkflowRuntimeError(msg)
     if info.first_seq is None or seq < info.first_seq:
-        raise CheckpointNotFoundError(run_id, seq, info.first_seq)
+        raise no_state_at(store, run_id, seq, info.first_seq)
     return info
 
 

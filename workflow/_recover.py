@@ -43,9 +43,10 @@ RecoveryOutcome = Literal[
 ]
 
 # The problems of a static verify that keep recover(compatible_only=True) from resuming a
-# run: what it holds no longer decodes, or its pending work no longer routes. Graph and
+# run: what it holds no longer decodes, or its pending work no longer routes or would be
+# refused by a deprecated patch the workflow declares (``_patch_check``). Graph and
 # output differences concern work already done and are only reported by verify.
-BLOCKING: Final = frozenset({"decode", "route"})
+BLOCKING: Final = frozenset({"decode", "route", "patch"})
 
 _log: Final = logging.getLogger("workflow")
 
@@ -70,8 +71,9 @@ class Recovery:
       that fits, or resume with ``allow_stranded=True``.
     - ``"incompatible"``: with ``compatible_only=True``, a static verify of the run
       (:func:`workflow._verify.verify`, nothing executed) found that something it holds no
-      longer decodes or that pending work no longer routes; it was not resumed and nothing
-      of it ran. ``problems`` lists what verify found, ``error`` is the
+      longer decodes, that pending work no longer routes, or that started work would be
+      refused by a patch the workflow declares in ``deprecated_patches``; it was not resumed
+      and nothing of it ran. ``problems`` lists what verify found, ``error`` is the
       :class:`WorkflowChangedError` that says it in one message.
     - ``"recovery_limit"``: an input was started ``max_recovery_attempts`` times without
       ever ending (it probably kills the process); the run is now recorded as failed.

@@ -26,6 +26,7 @@ from ._changes import KeyChange, encode_updates
 from ._collects import CollectBuffers
 from ._context import Context
 from ._errors import (
+    DeprecatedPatchError,
     RecoveryLimitError,
     RunAbandonedError,
     RunLostError,
@@ -378,6 +379,12 @@ class Executor:
         """
         self.end_with(RunAbandonedError(self.run_id))
 
+    def stop_refused(self, exc: BaseException) -> None:
+        """Stops as :meth:`abandon` does, the handler raising ``exc``: this code cannot finish
+        the run (a ``deprecate_patch`` refusal), so it stays interrupted, not failed."""
+        self.status = "interrupted"
+        self.close(exc=exc)
+
     # ------------------------------------------------------------------ ending
 
     async def end_run(self, record: Record, exc: BaseException) -> None:
@@ -441,7 +448,7 @@ class Executor:
             return WorkflowTimedOutEvent(timeout=timeout, active_steps=self.steps.active_steps())
         if isinstance(exc, WorkflowCancelledError):
             return WorkflowCancelledEvent()
-        if isinstance(exc, RunSuspendedError | RunAbandonedError):
+        if isinstance(exc, RunSuspendedError | RunAbandonedError | DeprecatedPatchError):
             return None  # the run goes on elsewhere, or later
         step, attempts, elapsed = self.steps.failed_step or ("", None, None)
         return WorkflowFailedEvent(

@@ -17,7 +17,7 @@ from ._folded import not_damage
 from ._graph import Graph
 from ._names import same_name
 
-__all__ = ["check_stranded", "rename_hint", "stranded_work", "takers"]
+__all__ = ["check_stranded", "rename_hint", "stranded_work", "takers_of"]
 
 
 def stranded_work(
@@ -39,7 +39,7 @@ def stranded_work(
         if step not in steps:
             problems.append(
                 f"event {ev.id} ({ev.type}) is for step {step!r}, which no longer exists"
-                + rename_hint(step, takers(codec, ev.dump, graph), workflow)
+                + rename_hint(step, codec, ev.dump, graph, workflow)
             )
             continue
         try:
@@ -61,21 +61,37 @@ def stranded_work(
     return problems
 
 
-def rename_hint(old: str, takers: list[str], workflow: type | None) -> str:
-    """How to route stored work of a step that no longer exists, if it was renamed: the
-    ``renamed`` mapping on the workflow class, to each step that would take the work."""
+def rename_hint(old: str, codec: Codec, dump: object, graph: Graph, workflow: type | None) -> str:
+    """How to route stored work (event ``dump``) of a step that no longer exists, if it was
+    renamed: the ``renamed`` mapping on the workflow class, to each step that would take it.
+
+    With no such step (the event's class does not resolve either), the new name is left to
+    say, and the class's mapping is asked for too.
+    """
+    takers = takers_of(codec, dump, graph)
     owner = f"{workflow.__name__}.renamed" if workflow is not None else "renamed"
     news = takers or ["<its new name>"]
     maps = " or ".join("{" + f"{old!r}: {new!r}" + "}" for new in news)
-    return f"; if it was renamed, say so on the workflow class: {owner} = {maps}"
+    hint = f"; if it was renamed, say so on the workflow class: {owner} = {maps}"
+    cls = str(dump.get("c", "")).partition("@")[0] if isinstance(dump, dict) else ""
+    if not takers and cls:
+        hint += f", and map its event's class too if that moved: {{{cls!r}: NewClass}}"
+    return hint
 
 
-def takers(codec: Codec, dump: object, graph: Graph) -> list[str]:
-    """The steps that accept the stored event ``dump`` now (none if it no longer decodes)."""
+def takers_of(codec: Codec, dump: object, graph: Graph) -> list[str]:
+    """The steps that accept the stored event ``dump`` now; if it no longer decodes, those
+    that accept a class of the name it records (moved to another module)."""
     try:
         event = codec.load(dump)
     except CodecError:
-        return []
+        cls = str(dump.get("c", "")).partition("@")[0] if isinstance(dump, dict) else ""
+        qual = cls.partition(":")[2]
+        return sorted(
+            name
+            for name, spec in graph.steps.items()
+            if qual and any(t.__qualname__ == qual for t in spec.accepted)
+        )
     return sorted(
         name
         for name, spec in graph.steps.items()

@@ -2,10 +2,10 @@
 
 By default nothing is executed (steps call LLMs and other services): every recorded event
 and context value must decode with today's classes, queued and in-progress work must still
-route to a step that accepts it, recorded outputs must fit the steps' declared return
-types, and the step graph's differences from the recorded one are listed. With
-``reexecute=True`` recorded attempts run again against their recorded input and context,
-and the first divergence per step is reported.
+route to a step (and not be refused by a patch declared deprecated: ``_patch_check``) that
+accepts it, recorded outputs must fit the steps' declared return types, and the step
+graph's differences from the recorded one are listed. With ``reexecute=True`` recorded
+attempts run again on their recorded input and context; each step's first divergence is listed.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from ._diff import apply, materialize
 from ._errors import WorkflowRuntimeError
 from ._events import Event
 from ._fold import Folded, MemoRec, fold
+from ._patch_check import patch_problems
 from ._read import commits, fold_run, run_info, start_state
 from ._retry import RetryClock
 from ._state_versions import upcast_values
-from ._stranded import rename_hint, takers
+from ._stranded import rename_hint
 from ._verify_report import Problem, VerifyReport
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ def verify(
             step = parts.renames.get(recorded_step, recorded_step)  # a resume moves its work
             if step not in steps:
                 msg = f"{what} event {ev_id} is for step {step!r}, which no longer exists"
-                msg += rename_hint(step, takers(parts.codec, ev_dump, parts.graph), type(wf))
+                msg += rename_hint(step, parts.codec, ev_dump, parts.graph, type(wf))
                 problems.append(Problem(run_id, latest.seq, step, "route", msg))
                 continue
             try:
@@ -199,6 +200,7 @@ def verify(
             if not any(isinstance(event, t) for t in steps[step].accepted):
                 msg = f"{what} event {ev_id} ({type(event).__name__}) no longer routes to it"
                 problems.append(Problem(run_id, latest.seq, step, "route", msg))
+        problems.extend(patch_problems(type(wf), run_id, latest, parts.renames))
         if reexecute:
             _reexecute(wf, run_id, report)
     return report

@@ -17,7 +17,7 @@ class Problem:
     run_id: str
     seq: int | None
     step: str | None
-    kind: str  # decode, route, output, graph, divergence
+    kind: str  # decode, route, patch, output, graph, divergence
     message: str
     # A divergence, side by side (JSON-native): what the log recorded and what today's
     # code did, each with the record kind, the step, the input event's type and the events

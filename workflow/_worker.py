@@ -14,7 +14,7 @@ import logging
 import signal
 from typing import TYPE_CHECKING, Final
 
-from ._errors import RunAbandonedError, RunLostError, WorkflowError
+from ._errors import DeprecatedPatchError, RunAbandonedError, RunLostError, WorkflowError
 from ._handler import executor_of
 from ._recover import has_work
 
@@ -46,6 +46,9 @@ class Worker:
         self.completed = 0
         self.lost = 0
         self._active: dict[str, WorkflowHandler] = {}
+        # Runs this code refused (ctx.deprecate_patch): left for a worker of code that keeps
+        # the patch; claiming them again would only count starts toward the recovery limit.
+        self._refused: set[str] = set()
         self._stopping = False
         self._nudge: asyncio.Event | None = None
 
@@ -61,7 +64,7 @@ class Worker:
         wf = self.workflow
         out = []
         for r in wf.runs(all_workflows=False):
-            if r.run_id in self._active or r.copied_upto is not None:
+            if r.run_id in self._active or r.run_id in self._refused or r.copied_upto is not None:
                 continue  # an exported ancestor (its log ends at its fork) never runs here
             if r.status in ("interrupted", "submitted"):
                 out.append(r.run_id)
@@ -77,6 +80,10 @@ class Worker:
         try:
             await handler
         except RunAbandonedError:
+            return
+        except DeprecatedPatchError as exc:
+            self._refused.add(run_id)
+            _log.warning("worker: %s; this worker leaves it alone from now on", exc)
             return
         except RunLostError as exc:
             self.lost += 1

@@ -17,6 +17,7 @@ from eventstore import Codec, EventStore, class_name
 from .._errors import WorkflowRuntimeError
 from .._events import Event
 from .._read import check_seq, run_info
+from .._seqs import fork_said
 from .._state import TERMINAL
 from ._app import cli
 from ._common import (
@@ -160,7 +161,8 @@ def fork(
             handler = wf.run_from((run, at), updates=updates or None)
         new_id.append(handler.run_id)
         if not as_json:
-            click.echo(f"forked run {run} at seq {at} as {handler.run_id}")
+            recorded = wf.__workflow_parts__.fold(run, at).seq  # what the fork records
+            click.echo(fork_said(run, at, recorded, handler.run_id))
         return await outcome_of(handler, wf.store)
 
     try:

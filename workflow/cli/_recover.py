@@ -15,7 +15,7 @@ from .._recover import Recovery
 from .._workflow import Workflow
 from ._app import cli
 from ._common import emit_json, json_option
-from ._render import short_class, show_typed, table
+from ._render import short_class, show_typed
 from ._running import build_workflow, outcome_of, timeout_option, workflow_required
 
 __all__ = ["recover"]
@@ -92,14 +92,32 @@ def recover(db: str, workflow_spec: str, check: bool, timeout: float | None, as_
         emit_json([row for row, _ in rows])
     elif rows:
         lines = [(row["run_id"], _shown_outcome(row), text) for row, text in rows]
-        click.echo(table(lines, ["run", "outcome", "result or error"]))
+        click.echo(_table(lines))
     counts: dict[str, int] = {}
     for row, _ in rows:
         counts[row["outcome"]] = counts.get(row["outcome"], 0) + 1
     listed = ", ".join(f"{n} {outcome}" for outcome, n in counts.items())
     click.echo(f"{len(rows)} pending run(s): {listed}" if rows else "no pending runs", err=True)
-    if any(row["outcome"] in _NOT_RESUMED or row["status"] == "failed" for row, _ in rows):
+    if any(
+        row["outcome"] in _NOT_RESUMED or row["status"] in ("failed", "interrupted")
+        for row, _ in rows
+    ):
         raise click.exceptions.Exit(1)
+
+
+def _table(lines: list[tuple[str, str, str]]) -> str:
+    """The runs as a table whose last column is not padded: a long error (a stranded run's
+    every problem) runs on in its own line, and the rule under the headers stays as wide as
+    the short columns (``--json`` has the same text as a field)."""
+    head = ("run", "outcome", "result or error")
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(head[:2])]
+
+    def one(cells: tuple[str, str, str]) -> str:
+        first, second, last = cells
+        return f"{first:<{widths[0]}}  {second:<{widths[1]}}  {last}".rstrip()
+
+    rule = ("-" * widths[0], "-" * widths[1], "-" * len(head[2]))
+    return "\n".join([one(head), one(rule), *(one(line) for line in lines)])
 
 
 def _shown_outcome(row: dict[str, Any]) -> str:
@@ -144,7 +162,7 @@ def _recovery_row(
         if status == "finished":
             row["result"] = wf.__workflow_parts__.codec.dump(value)
             text = show_typed(value, 2000)
-        elif status == "failed":
+        elif status in ("failed", "interrupted"):  # interrupted: this code cannot finish it
             row["error"] = text = _error_text(value)
         else:
             row["waiting_for"] = [w.awaited for w in wf.state_at(recovery.run_id).waiters]

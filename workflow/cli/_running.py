@@ -18,7 +18,12 @@ import orjson
 
 from eventstore import EventStore
 
-from .._errors import RunSuspendedError, WorkflowChangedError, WorkflowRuntimeError
+from .._errors import (
+    DeprecatedPatchError,
+    RunSuspendedError,
+    WorkflowChangedError,
+    WorkflowRuntimeError,
+)
 from .._handler import WorkflowHandler
 from .._workflow import Workflow
 from ._common import allow_pickle_option, emit_json, load_workflow
@@ -129,18 +134,20 @@ async def _settle(handler: WorkflowHandler) -> tuple[str, Any]:
         return "finished", await handler
     except RunSuspendedError:
         return "waiting", None
+    except DeprecatedPatchError as exc:  # this code cannot finish it: stopped, unfailed
+        return "interrupted", exc
     except Exception as exc:  # the user's step raised: that is the run's outcome, not ours
         return "failed", exc
 
 
 def report(wf: Workflow, run_id: str, outcome: tuple[str, Any], as_json: bool, db: str) -> None:
     status, value = outcome
-    state = wf.state_at(run_id) if status != "failed" else None
+    state = wf.state_at(run_id) if status not in ("failed", "interrupted") else None
     if as_json:
         data: dict[str, Any] = {"run_id": run_id, "status": status}
         if status == "finished":
             data["result"] = wf.__workflow_parts__.codec.dump(value)
-        elif status == "failed":
+        elif status in ("failed", "interrupted"):
             data["error"] = f"{type(value).__name__}: {value}"
         elif state is not None:
             data["waiting_for"] = [w.awaited for w in state.waiters]
@@ -149,6 +156,8 @@ def report(wf: Workflow, run_id: str, outcome: tuple[str, Any], as_json: bool, d
         click.echo(f"run {run_id} finished: {show_typed(value, 2000)}")
     elif status == "failed":
         click.echo(f"run {run_id} failed: {type(value).__name__}: {value}")
+    elif status == "interrupted":
+        click.echo(f"run {run_id} stopped, still resumable: {type(value).__name__}: {value}")
     else:
         awaited = ", ".join(w.awaited for w in state.waiters) if state else "an event"
         click.echo(
@@ -156,7 +165,7 @@ def report(wf: Workflow, run_id: str, outcome: tuple[str, Any], as_json: bool, d
             f" `workflow send {db} {run_id} --event MODULE:CLASS --data JSON`,"
             f" then resume it"
         )
-    if status == "failed":
+    if status in ("failed", "interrupted"):
         raise click.exceptions.Exit(1)
 
 

@@ -24,6 +24,7 @@ from .._events import Event
 from .._handler import WorkflowHandler, executor_of
 from .._ownership import probe_owners
 from .._read import check_seq, run_info
+from .._seqs import fork_said
 from .._state import TERMINAL
 from .._workflow import Workflow
 from ..cli._common import import_object
@@ -122,9 +123,10 @@ class Actions:
             raise ActionError(409, f"run {run_id!r} has finished; fork it to run it again")
         if not self.execute:
             if status in TERMINAL:
+                how = " --cancelled" if status == "cancelled" else ""
                 msg = (
-                    f"run {run_id!r} has {status}: this server executes nothing (start it with"
-                    f" --execute, or run `workflow resume` with its --workflow)"
+                    f"run {run_id!r} {_is(status)}: this server executes nothing (start it with"
+                    f" --execute, or run `workflow resume` with its --workflow{how})"
                 )
                 raise ActionError(409, msg)
             info = run_info(self.wf.store, run_id)
@@ -158,14 +160,15 @@ class Actions:
             except WorkflowError as exc:
                 raise ActionError(409, str(exc)) from None
             self._keep(handler)
-            return Done(f"forked run {run_id} at seq {seq} as {handler.run_id}", handler.run_id)
+            at = self.wf.__workflow_parts__.fold(run_id, seq).seq  # what the fork records
+            return Done(fork_said(run_id, seq, at, handler.run_id), handler.run_id)
         if values:
             msg = "a fork with updates needs an executor: start the server with --execute"
             raise ActionError(409, msg)
-        new_id = self._submit_fork(run_id, seq)
-        return Done(f"forked run {run_id} at seq {seq} as {new_id}, for a worker", new_id)
+        new_id, at = self._submit_fork(run_id, seq)
+        return Done(f"{fork_said(run_id, seq, at, new_id)}, for a worker", new_id)
 
-    def _submit_fork(self, run_id: str, seq: int) -> str:
+    def _submit_fork(self, run_id: str, seq: int) -> tuple[str, int]:
         """Records a fork's first commit and leaves it for a worker, which resumes it as
         any run whose executor went away (``Workflow.run_from`` without running it)."""
         wf = self.wf
@@ -184,13 +187,14 @@ class Actions:
             status="running",
         )
         wf.store.append_sync(Commit(new_id, [started, *upcast], epoch=1, create=create))
-        return new_id
+        return new_id, parent[1]
 
     async def send(self, run_id: str, event_spec: Any, data: Any) -> Done:
         """Sends an event of the named class to the run (``wf.send``)."""
         status = self._run(run_id)
         if status in TERMINAL:
-            raise ActionError(409, f"run {run_id!r} has {status}; nothing would take the event in")
+            msg = f"run {run_id!r} {_is(status)}; nothing would take the event in"
+            raise ActionError(409, msg)
         if not isinstance(event_spec, str) or not event_spec.strip():
             raise ActionError(400, "event: name its class as module:Class")
         try:
@@ -216,3 +220,8 @@ class Actions:
                 with contextlib.suppress(Exception):
                     executor.abandon()
         self.wf.store.close()
+
+
+def _is(status: str) -> str:
+    """A run's ended status as a phrase: ``has failed``, ``is cancelled``, ``has finished``."""
+    return f"is {status}" if status == "cancelled" else f"has {status}"

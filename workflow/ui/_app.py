@@ -75,6 +75,17 @@ def _seq_param(text: str | None) -> int | None:
         raise _BadInput(400, f"seq must be a whole number, not {text!r}") from None
 
 
+def _only_params(request: Request, accepted: tuple[str, ...]) -> None:
+    """Refuses a query parameter the route does not take (a misspelt ``?at=`` would
+    otherwise be ignored silently, and the answer be for another seq than meant)."""
+    unknown = sorted(set(request.query_params) - set(accepted))
+    if unknown:
+        takes = ", ".join(f"?{a}=" for a in accepted) or "none"
+        names = ", ".join(repr(u) for u in unknown)
+        msg = f"unknown query parameter {names} for {request.url.path}; it takes {takes}"
+        raise _BadInput(400, msg)
+
+
 class UI:
     """What the routes share: the read-only store, how to show values, the actions, and
     the workflow when the server was given one (its state model upcasts old contexts)."""
@@ -184,6 +195,7 @@ class UI:
 
     def run_state(self, request: Request) -> Response:
         """The state at ``?seq=`` (the latest without one) as ``workflow state --json``."""
+        _only_params(request, ("seq",))
         run_id = request.path_params["run_id"]
         seq = _seq_param(request.query_params.get("seq"))
         self._run(run_id)
