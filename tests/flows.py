@@ -190,16 +190,3 @@ class AwaitsApproval(Workflow):
     async def wait(self, ctx: Context, ev: StartEvent) -> StopEvent:
         answer = await ctx.wait_for_event(Approved)
         return StopEvent(result=f"approved by {answer.by}")
-
-
-class Gated(Workflow):
-    """A step that runs until its gate file appears (``ev.gate``), then stops the run:
-    a step in flight for as long as a test needs, in whatever process runs it."""
-
-    @step
-    async def start(self, ev: StartEvent) -> StopEvent:
-        trace(self, "start")
-        gate = Path(str(ev.get("gate")))
-        while not gate.exists():  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
-        return StopEvent(result="through")

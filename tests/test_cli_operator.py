@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.flows import Asker, ReportFlow, read_trace
+from tests.flows import Asker, ReportFlow
 from tests.support.ui_server import waiting_asker
 from tests.test_cli import invoke, ok, run_to_end
 from workflow import WorkflowCancelledError
@@ -212,53 +211,3 @@ def test_cancel_a_run_another_process_executes(tmp_path: Path) -> None:
     assert "step_finished" not in kinds
     assert "run_finished" not in kinds
     assert run_ids(db, "--status", "cancelled") == ["live"]
-
-
-def test_resume_right_after_cancel_waits_for_the_cancelled_executor(tmp_path: Path) -> None:
-    """Cancel then resume, as Temporal and DBOS users do it: while the cancelled run's
-    executor (another process) is still in its step it holds the run, so a resume that may
-    not wait says the run is still being cancelled and to retry; one that may waits, says
-    so, and takes the run over as soon as that executor stops, running it to the end."""
-    db, gate = tmp_path / "gated.db", tmp_path / "gate"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    spec = "tests.flows:Gated"
-    first = subprocess.Popen(
-        [sys.executable, "-m", "workflow", "run", str(db), "--workflow", spec, "--run-id",
-         "live", "--data", json.dumps({"gate": str(gate)})],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    resumer: subprocess.Popen[str] | None = None
-    try:
-        deadline = time.monotonic() + 120  # a hang guard: the step starts within seconds
-        while "start" not in read_trace(db):
-            assert first.poll() is None, first.communicate()
-            assert time.monotonic() < deadline, "the step never started"
-            time.sleep(0.02)
-        assert "cancelled run live" in ok("cancel", db, "live")
-        args: list[str | Path] = ["resume", db, "live", "--workflow", spec, "--cancelled"]
-        refused = invoke(*args, "--wait", "0")
-        assert refused.exit_code == 1, refused.stdout
-        assert "run 'live' is still being cancelled" in refused.stderr
-        assert "retry the resume" in refused.stderr
-        assert "owned by another live executor" not in refused.stderr
-        resumer = subprocess.Popen(
-            [sys.executable, "-m", "workflow", *map(str, args), "--wait", "120"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert resumer.stderr is not None
-        said = resumer.stderr.readline()  # it says it waits before it waits
-        assert said.startswith("run live is still being cancelled: waiting up to 120 s"), said
-        gate.write_text("go")  # the first executor's step ends; its commit is refused
-        out, err = resumer.communicate(timeout=120)
-        assert resumer.returncode == 0, (out, err)
-        assert out == "run live finished: 'through'\n"
-        first.communicate(timeout=120)
-    finally:
-        for p in (first, resumer):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
-    kinds = [r["kind"] for r in json.loads(ok("history", db, "live", "--json"))]
-    assert kinds.count("run_cancelled") == 1
-    assert kinds[-1] == "run_finished"
-    assert kinds.index("run_cancelled") < kinds.index("run_resumed")

@@ -118,27 +118,10 @@ class RunOwnedError(WorkflowError):
 
     def __init__(self, run_id: str, detail: str = "") -> None:
         self.run_id = run_id
-        self.detail = detail  # who holds it, as far as this process can tell
         more = f" ({detail})" if detail else ""
         super().__init__(
             f"run {run_id!r} is owned by another live executor{more}; wait for it to finish"
             " or stop that process, then resume"
-        )
-
-
-class RunCancellingError(RunOwnedError):
-    """A cancelled run's executor has not let go yet: ``workflow cancel`` recorded the
-    cancel, and the executor stops at its next commit (the store refuses it), not before.
-    Resuming the run works once it has; ``workflow resume --cancelled`` waits for that."""
-
-    def __init__(self, run_id: str, detail: str = "") -> None:
-        self.run_id = run_id
-        self.detail = detail
-        more = f" ({detail})" if detail else ""
-        WorkflowError.__init__(  # its own message, not RunOwnedError's
-            self,
-            f"run {run_id!r} is still being cancelled: the executor that ran it{more} stops"
-            " at its next commit (a step in flight ends first); retry the resume then",
         )
 
 

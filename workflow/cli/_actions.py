@@ -8,13 +8,13 @@ line runs user code, because running it is what the user asked for.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final
+from typing import Any
 
 import click
 
 from eventstore import Codec, EventStore, class_name
 
-from .._errors import RunCancellingError, WorkflowRuntimeError
+from .._errors import WorkflowRuntimeError
 from .._events import Event
 from .._read import check_seq, run_info
 from .._state import TERMINAL
@@ -42,11 +42,6 @@ from ._running import (
     timeout_option,
     workflow_required,
 )
-
-# How long `resume --cancelled` waits by default for a just-cancelled run's executor to stop
-# (it stops at its next commit: when the step it runs ends), and how often it looks.
-CANCELLING_WAIT_S: Final = 30.0
-CANCELLING_POLL_S: Final = 0.1
 
 __all__ = ["fork", "parse_sets", "resume", "run", "send"]
 
@@ -103,16 +98,6 @@ def run(
     help="Continue even though some of the run's pending work has no step to take it now"
     " (that work is left undone).",
 )
-@click.option(
-    "--wait",
-    "wait_s",
-    type=click.FloatRange(min=0),
-    default=CANCELLING_WAIT_S,
-    show_default=True,
-    metavar="SECONDS",
-    help="With --cancelled, how long to wait for the executor of a run just cancelled to"
-    " stop (it stops at its next commit).",
-)
 @timeout_option
 @json_option
 def resume(
@@ -122,43 +107,19 @@ def resume(
     sets: tuple[str, ...],
     cancelled: bool,
     allow_stranded: bool,
-    wait_s: float,
     timeout: float | None,
     as_json: bool,
 ) -> None:
-    """Continue RUN from the end of its log: only unfinished work runs again.
-
-    A run cancelled a moment ago may still be held by the executor that ran it (it stops
-    at its next commit): resume waits up to --wait seconds for it to let go, saying so.
-    """
+    """Continue RUN from the end of its log: only unfinished work runs again."""
     raw = parse_sets(sets)
     wf = build_workflow(db, workflow_spec, timeout)
     updates = {k: wf.__workflow_parts__.codec.load(v) for k, v in raw.items()}
 
     async def go() -> tuple[str, Any]:
-        deadline = asyncio.get_running_loop().time() + wait_s
-        said = False
-        while True:
-            try:
-                with recorded_by_other(run, "--allow-stranded"):
-                    handler = wf.resume(
-                        run,
-                        updates=updates or None,
-                        cancelled=cancelled,
-                        allow_stranded=allow_stranded,
-                    )
-                break
-            except RunCancellingError:
-                if asyncio.get_running_loop().time() >= deadline:
-                    raise
-                if not said:
-                    said = True
-                    click.echo(
-                        f"run {run} is still being cancelled: waiting up to {wait_s:g} s for"
-                        " the executor that ran it to stop (at its next commit)",
-                        err=True,
-                    )
-                await asyncio.sleep(CANCELLING_POLL_S)
+        with recorded_by_other(run, "--allow-stranded"):
+            handler = wf.resume(
+                run, updates=updates or None, cancelled=cancelled, allow_stranded=allow_stranded
+            )
         return await outcome_of(handler, wf.store)
 
     try:
