@@ -175,3 +175,18 @@ async def _main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(asyncio.run(_main(sys.argv[1:])))
+
+
+class Approved(Event):
+    """A user's own answer event, awaited by :class:`AwaitsApproval`."""
+
+    by: str
+
+
+class AwaitsApproval(Workflow):
+    """Waits durably for an event class of the user's own module."""
+
+    @step
+    async def wait(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        answer = await ctx.wait_for_event(Approved)
+        return StopEvent(result=f"approved by {answer.by}")

@@ -21,6 +21,7 @@ from click.testing import CliRunner, Result
 from tests.flows import Asker, ReportFlow, read_trace
 from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
 from workflow.cli import _common, cli
+from workflow.cli._running import public_event_name
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -707,7 +708,10 @@ def test_resume_leaves_a_run_that_only_waits(tmp_path: Path) -> None:
     """A resumed run that ends up waiting is left resumable, with a hint to send the event."""
     db = tmp_path / "ask.db"
     run = ok("run", db, "--workflow", "tests.flows:Asker", "--run-id", "a1")
-    assert run.startswith("run a1 is waiting for workflow._events:HumanResponseEvent;")
+    # The public name of the engine's event, in the command to send it.
+    assert run.startswith("run a1 is waiting for workflow:HumanResponseEvent;"), run
+    assert "workflow._events" not in run
+    assert f"`workflow send {db} a1 --event workflow:HumanResponseEvent --data JSON`" in run
     assert json.loads(ok("state", db, "a1", "--json"))["status"] == "waiting"
     again = ok("resume", db, "a1", "--workflow", "tests.flows:Asker", "--json")
     assert json.loads(again) == {
@@ -715,6 +719,31 @@ def test_resume_leaves_a_run_that_only_waits(tmp_path: Path) -> None:
         "status": "waiting",
         "waiting_for": ["workflow._events:HumanResponseEvent"],
     }
+
+
+def test_the_waiting_hint_names_a_users_event_by_its_own_module(tmp_path: Path) -> None:
+    """A wait for the user's own event class is hinted by its module; the hint's command
+    sends it and the resume finishes the run."""
+    db = tmp_path / "approve.db"
+    run = ok("run", db, "--workflow", "tests.flows:AwaitsApproval", "--run-id", "p1")
+    hint = f"`workflow send {db} p1 --event tests.flows:Approved --data JSON`"
+    assert run.startswith("run p1 is waiting for tests.flows:Approved;"), run
+    assert hint in run
+    ok("send", db, "p1", "--event", "tests.flows:Approved", "--data", '{"by": "Bo"}')
+    out = ok("resume", db, "p1", "--workflow", "tests.flows:AwaitsApproval")
+    assert out == "run p1 finished: 'approved by Bo'\n"
+
+
+def test_public_event_name_only_renames_what_the_workflow_namespace_exports() -> None:
+    """Private engine modules give way to ``workflow:`` only for a class it exports."""
+    assert public_event_name("workflow._events:HumanResponseEvent") == (
+        "workflow:HumanResponseEvent"
+    )
+    assert public_event_name("workflow._events:StartEvent") == "workflow:StartEvent"
+    assert public_event_name("workflow._events:NoSuchEvent") == "workflow._events:NoSuchEvent"
+    assert public_event_name("tests.flows:Approved") == "tests.flows:Approved"
+    assert public_event_name("workflow.nowhere:Event") == "workflow.nowhere:Event"
+    assert public_event_name("Approved") == "Approved"
 
 
 def test_send_through_the_workflow(tmp_path: Path) -> None:

@@ -45,6 +45,10 @@ from workflow import (
 
 ROOT = Path(__file__).resolve().parent.parent
 BOUND = 10.0  # seconds: generous; only a lost answer (a hang) comes near it
+# A ``workflow send`` process starts Python and imports the engine: 1-2 s idle, up to 8 s
+# measured with both cores of a 2-core machine busy. Its time is bounded apart from BOUND,
+# and only a hung process comes near this.
+PROCESS_BOUND = 120.0
 
 
 def logged_answers(store: EventStore, run_id: str) -> list[str]:
@@ -258,7 +262,13 @@ async def send_from_another_process(wf: Workflow, run_id: str, ev: Event) -> Non
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    out, _ = await proc.communicate()
+    try:
+        async with asyncio.timeout(PROCESS_BOUND):
+            out, _ = await proc.communicate()
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
     assert proc.returncode == 0, out.decode()
 
 
@@ -271,12 +281,20 @@ async def converse(
 
     A question streamed again by a step that runs again (``write_event_to_stream`` before a
     wait) is the same question: it is answered once, as a user interface shows it once.
+
+    BOUND is the longest the run may go without progress (the next event streamed, or its
+    result) once an answer is sent, so a lost answer fails the test; the time the sender
+    itself takes (another process starting) is not counted in it, as a loaded machine
+    stretches that far past any wake-up.
     """
     seen: list[Event] = []
-    async with asyncio.timeout(BOUND):
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(BOUND) as bound:
         async for ev in handler.stream_events():
             if isinstance(ev, InputRequiredEvent) and ev not in seen:
+                bound.reschedule(None)
                 await sender.send(answer(ev))
+            bound.reschedule(loop.time() + BOUND)
             seen.append(ev)
         result = await handler
     sender.join()

@@ -231,6 +231,7 @@ def test_actions_for_workers(tmp_path: Path) -> None:
         assert answer["href"] == f"/runs/{new}"
         # Recorded for a worker and not yet taken: submitted, not interrupted (nothing died).
         assert status_of(base, new) == "submitted"
+        assert json.loads(get(f"{base}/runs/{new}/data")[2])["run"]["status"] == "submitted"
         assert f'data-run="{new}" data-status="submitted"' in get(base + "/")[2]
         assert f'data-run="{new}"' in get(base + "/runs-table?status=submitted")[2]
         assert 'data-run="rep"' not in get(base + "/runs-table?status=submitted")[2]

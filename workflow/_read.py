@@ -382,18 +382,24 @@ def check_seq(store: EventStore, run_id: str, seq: int | None) -> RunInfo:
 
 
 def shown_status(
-    store: EventStore, s: Folded, owners: Owners | LeaseOwners, seq: int | None = None
+    store: EventStore,
+    s: Folded,
+    owners: Owners | LeaseOwners,
+    seq: int | None = None,
+    *,
+    submitted: bool = False,
 ) -> str:
     """The status a run's state folded at ``seq`` shows a reader (``Workflow.state_at``,
     ``workflow state``); ``seq`` None is the latest state.
 
     At the run's latest commit, whether a live executor owns it tells ``running`` from
-    ``interrupted`` (:func:`live_status`); an earlier state shows the status the run had then.
-    """
+    ``interrupted`` (:func:`live_status`; with ``submitted``, as :func:`run_summaries` says,
+    one no worker took up yet is ``submitted``); an earlier state shows the status then."""
     info = run_info(store, s.run_id)
     if seq is not None and info.last_seq is not None and s.seq < info.last_seq:
         return s.status
-    return live_status(s.status, s.only_waiters(), owners.is_owned(s.run_id, info.rid))
+    status = live_status(s.status, s.only_waiters(), owners.is_owned(s.run_id, info.rid))
+    return "submitted" if status == "interrupted" and submitted and only_submitted(info) else status
 
 
 # ------------------------------------------------------------------ damaged records

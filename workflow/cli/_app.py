@@ -32,7 +32,7 @@ from ._common import (
     traceback_option,
     workflow_option,
 )
-from ._filters import RunFilter, mark_submitted, parse_since, parse_statuses
+from ._filters import RunFilter, parse_since, parse_statuses
 from ._inspect import (
     Viewer,
     error_json,
@@ -139,7 +139,7 @@ def runs(
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     store = open_store(db)
-    summaries = keep.apply(mark_submitted(store, run_summaries(store, probe_owners(store))))
+    summaries = keep.apply(run_summaries(store, probe_owners(store), submitted=True))
     # Child runs (ctx.run_workflow) right after the run that started them, indented.
     tree = tree_order([s.run_id for s in summaries])
     by_id = {s.run_id: s for s in summaries}

@@ -6,7 +6,7 @@ import datetime as dt
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final
 
 from eventstore import EventStore
@@ -17,13 +17,12 @@ __all__ = [
     "STATUSES",
     "RunFilter",
     "is_submitted",
-    "mark_submitted",
     "parse_since",
     "parse_statuses",
 ]
 
-# Every status a listing shows (``run_summaries``): the stored ones and the two it derives,
-# and "submitted" (:func:`mark_submitted`).
+# Every status a listing shows (``run_summaries(..., submitted=True)``): the stored ones and
+# the three it derives.
 STATUSES: Final = (
     "running",
     "waiting",
@@ -107,14 +106,3 @@ def is_submitted(store: EventStore, run_id: str) -> bool:
     """Whether a run no executor owns was only ever submitted (:func:`only_submitted`)."""
     info = store.get_run(run_id)
     return info is not None and only_submitted(info)
-
-
-def mark_submitted(store: EventStore, runs: Iterable[RunSummary]) -> list[RunSummary]:
-    """The runs, an ``interrupted`` one that is only waiting for a worker to take it up
-    listed as ``submitted`` (nothing of it ever ran: no process died in it)."""
-    return [
-        replace(s, status="submitted")
-        if s.status == "interrupted" and is_submitted(store, s.run_id)
-        else s
-        for s in runs
-    ]

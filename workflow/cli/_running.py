@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
+import sys
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -36,6 +37,7 @@ __all__ = [
     "left_unfinished",
     "outcome_of",
     "parse_sets",
+    "public_event_name",
     "recorded_by_other",
     "report",
     "sets_option",
@@ -140,6 +142,24 @@ async def _settle(handler: WorkflowHandler) -> tuple[str, Any]:
         return "failed", exc
 
 
+def public_event_name(name: str) -> str:
+    """How a user spells the event class stored as ``name`` in ``--event MODULE:CLASS``.
+
+    An engine event lives in a private module (``workflow._events:HumanResponseEvent``),
+    which works but is not the name users know: one the public ``workflow`` namespace
+    exports is named there (``workflow:HumanResponseEvent``). A user's own class keeps
+    its own module. Only modules already imported are looked at: nothing is imported.
+    """
+    module, sep, qualname = name.partition(":")
+    if not sep or not module.startswith("workflow."):
+        return name
+    public, private = sys.modules.get("workflow"), sys.modules.get(module)
+    cls = getattr(private, qualname, None)
+    if cls is not None and getattr(public, qualname, None) is cls:
+        return f"workflow:{qualname}"
+    return name
+
+
 def report(wf: Workflow, run_id: str, outcome: tuple[str, Any], as_json: bool, db: str) -> None:
     status, value = outcome
     state = wf.state_at(run_id) if status not in ("failed", "interrupted") else None
@@ -159,10 +179,13 @@ def report(wf: Workflow, run_id: str, outcome: tuple[str, Any], as_json: bool, d
     elif status == "interrupted":
         click.echo(f"run {run_id} stopped, still resumable: {type(value).__name__}: {value}")
     else:
-        awaited = ", ".join(w.awaited for w in state.waiters) if state else "an event"
+        waiters = state.waiters if state is not None else []
+        names = list(dict.fromkeys(public_event_name(w.awaited) for w in waiters))
+        awaited = ", ".join(names) or "an event"
+        spec = names[0] if len(names) == 1 else "MODULE:CLASS"
         click.echo(
             f"run {run_id} is waiting for {awaited}; send it with"
-            f" `workflow send {db} {run_id} --event MODULE:CLASS --data JSON`,"
+            f" `workflow send {db} {run_id} --event {spec} --data JSON`,"
             f" then resume it"
         )
     if status in ("failed", "interrupted"):

@@ -32,7 +32,7 @@ from .._errors import WorkflowError
 from .._ownership import probe_owners
 from .._read import check_seq, fold_run, run_info, run_summaries, shown_status
 from .._workflow import Workflow
-from ..cli._filters import RunFilter, is_submitted, mark_submitted, parse_since, parse_statuses
+from ..cli._filters import RunFilter, parse_since, parse_statuses
 from ..cli._inspect import Viewer, failed_attempts, state_json
 from ..cli._timeline import WINDOW, render_page, timeline_data
 from ._actions import ActionError, Actions
@@ -118,7 +118,7 @@ class UI:
     def _listing(self, request: Request) -> tuple[dict[str, str], list[Any], list[Any]]:
         q = {k: v.strip() for k, v in request.query_params.items()}
         keep = _filter(q)
-        every = mark_submitted(self.store, run_summaries(self.store, probe_owners(self.store)))
+        every = run_summaries(self.store, probe_owners(self.store), submitted=True)
         return q, every, keep.apply(every)
 
     def runs(self, request: Request) -> Response:
@@ -150,6 +150,7 @@ class UI:
                 before=_seq_param(q.get("before")),
                 around=around if around is not None else _seq_param(q.get("around")),
                 limit=WINDOW if limit is None else limit,
+                submitted=True,
             )
         except ValueError as exc:
             raise _BadInput(400, str(exc)) from None
@@ -158,8 +159,6 @@ class UI:
         uctx = upcast_contexts(self.store, run_id, data, self.workflow, self.view)
         if uctx is not None:
             data["uctx"] = uctx
-        if data["run"]["status"] == "interrupted" and is_submitted(self.store, run_id):
-            data["run"]["status"] = "submitted"
         return data
 
     def run_page(self, request: Request) -> Response:
@@ -204,10 +203,8 @@ class UI:
         except WorkflowError as exc:
             raise _BadInput(400, str(exc)) from None
         s = fold_run(self.store, run_id, seq)
-        status = shown_status(self.store, s, probe_owners(self.store), seq)
+        status = shown_status(self.store, s, probe_owners(self.store), seq, submitted=True)
         s = shown_state(self.workflow, s)  # upcast, as `workflow state --workflow` shows it
-        if status == "interrupted" and is_submitted(self.store, run_id):
-            status = "submitted"
         body = state_json(s, status, len(self.store.inbox(run_id)), failed_attempts(self.store, s))
         return Response(orjson.dumps(body), 200, media_type="application/json")
 
