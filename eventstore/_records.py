@@ -24,13 +24,23 @@ __all__ = [
 Seq = NewType("Seq", int)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Record:
-    """One record to append: its kind, the step it belongs to (None for run-level) and JSON."""
+    """One record to append: its kind, the step it belongs to (None for run-level) and JSON.
+
+    Frozen, with an ``__init__`` of its own that sets its slots directly: a step builds
+    several, and the generated frozen ``__init__`` (``object.__setattr__`` looked up for
+    each field) cost twice as much.
+    """
 
     kind: str
     step: str | None = None
     payload: str = "{}"
+
+    def __init__(self, kind: str, step: str | None = None, payload: str = "{}") -> None:
+        _set_kind(self, kind)
+        _set_step(self, step)
+        _set_payload(self, payload)
 
 
 class Snapshot(NamedTuple):
@@ -91,13 +101,30 @@ class Commit:
     ts: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class AppendResult:
-    """Where an appended commit landed: its first and last seq (equal for one record)."""
+    """Where an appended commit landed: its first and last seq (equal for one record).
+
+    Frozen, its slots set directly by its ``__init__`` (one per commit: as for Record).
+    """
 
     first_seq: Seq
     last_seq: Seq
     ts: int = 0  # when it was written: microseconds since the Unix epoch, UTC
+
+    def __init__(self, first_seq: Seq, last_seq: Seq, ts: int = 0) -> None:
+        _set_first(self, first_seq)
+        _set_last(self, last_seq)
+        _set_ts(self, ts)
+
+
+# The slots' own setters (the frozen classes refuse ``setattr``; their ``__init__`` does not).
+_set_kind = Record.__dict__["kind"].__set__
+_set_step = Record.__dict__["step"].__set__
+_set_payload = Record.__dict__["payload"].__set__
+_set_first = AppendResult.__dict__["first_seq"].__set__
+_set_last = AppendResult.__dict__["last_seq"].__set__
+_set_ts = AppendResult.__dict__["ts"].__set__
 
 
 class StoredRecord(NamedTuple):

@@ -75,9 +75,13 @@ class Write:
     version: int = 0  # the key's version a new value's change was made against
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Attempt:
-    """An attempt's buffers: what it read (with versions), wrote, sent, streamed, collected."""
+    """An attempt's buffers: what it read (with versions), wrote, sent, streamed, collected.
+
+    Its ``__init__`` is written out (literals, not eleven default factories called): one is
+    built per attempt, on the path of every step.
+    """
 
     step: str
     event_id: int
@@ -115,6 +119,43 @@ class Attempt:
     memo_keys: dict[str, int] | None = None
     sleep_calls: int = 0
     child_calls: int = 0
+
+    def __init__(
+        self,
+        step: str,
+        event_id: int,
+        attempt: int,
+        event: Event,
+        *,
+        host: Any = None,
+        sent: list[tuple[Event, str | None]] | None = None,
+        streamed: list[Event] | None = None,
+    ) -> None:
+        self.step = step
+        self.event_id = event_id
+        self.attempt = attempt
+        self.event = event
+        self.reads = {}
+        self.trackers = {}
+        self.writes = {}
+        self.sent = [] if sent is None else sent
+        self.streamed = [] if streamed is None else streamed
+        self.collects = []
+        self.buffers = {}
+        self.taken = []
+        self.deps = []
+        self.outcome = None
+        self.put_written = False
+        self.collect_base = 0
+        self.wait_calls = 0
+        self.answers_used = []
+        self.holds_lock = False
+        self.retry = None
+        self.encoded = None
+        self.host = host
+        self.memo_keys = None
+        self.sleep_calls = 0
+        self.child_calls = 0
 
     def keep_json(self, event: Event, text: orjson.Fragment) -> None:
         """Keeps the JSON of an event the attempt streams, for its outcome commit."""

@@ -44,6 +44,7 @@ from ._errors import WorkflowRuntimeError
 from ._events import Event, InputRequiredEvent, StepState, StopEvent
 from ._retry import RetryClock
 from ._run_log import Sealed
+from ._step_queue import StepQueue
 from ._stream import say
 from ._waits import Delivery
 
@@ -85,9 +86,12 @@ class StepRunner:
 
     def __init__(self, executor: StepsHost) -> None:
         self._executor = executor
-        self.queues: dict[str, asyncio.Queue[Delivery]] = {
-            name: asyncio.Queue() for name in executor.graph.steps
+        self.queues: dict[str, StepQueue[Delivery]] = {
+            name: StepQueue() for name in executor.graph.steps
         }
+        # The step whose worker is making its commit take effect, until that commit's first
+        # delivery to the same step: the worker takes it itself (see _step_queue).
+        self._finishing: str | None = None
         self._busy = 0  # deliveries queued or running
         # Attempts being handled; once a failure is to end the run (``_failing``), no new
         # one starts, and ``_drained`` is set when the failing one is the last.
@@ -121,7 +125,13 @@ class StepRunner:
             running = sum(1 for s, _ in self._running if s == step)
             if running + queue.qsize() >= self._executor.graph.steps[step].num_workers:
                 self._executor.stream.step_state(step, -1, StepState.PREPARING, d.event)
-        queue.put_nowait(d)
+        if step == self._finishing and queue.empty():
+            # The worker delivering it reads this queue next, with no await in between: it
+            # takes the delivery itself, so no other worker is woken only to find none.
+            self._finishing = None
+            queue.put(d, wake=False)
+        else:
+            queue.put(d)
 
     async def work(self, step: str, spec: StepSpec, worker: int) -> None:
         queue = self.queues[step]
@@ -197,7 +207,11 @@ class StepRunner:
                             self._executor.stream.step_state(
                                 step, worker, StepState.NOT_RUNNING, d.event, ended
                             )
-                            self._took_effect(att, *written)
+                            self._finishing = step
+                            try:
+                                self._took_effect(att, *written)
+                            finally:
+                                self._finishing = None
                             return
                         conflicts += 1
                         continue
