@@ -43,3 +43,16 @@ def test_append_result_is_a_frozen_dataclass_with_its_defaults() -> None:
     assert pickle.loads(pickle.dumps(a)) == a
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.ts = 1  # type: ignore[misc]
+
+
+def test_an_attempt_built_by_its_written_out_init_has_every_field() -> None:
+    """``Attempt.__init__`` is written out for speed: a field added to the class and not to
+    it would be missing on every attempt (an AttributeError on the step's path)."""
+    import dataclasses
+
+    from workflow._attempt import Attempt
+    from workflow.events import StartEvent
+
+    att = Attempt("s", 1, 1, StartEvent())
+    missing = [f.name for f in dataclasses.fields(Attempt) if not hasattr(att, f.name)]
+    assert missing == []

@@ -151,6 +151,7 @@ class Attempt:
         self.answers_used = []
         self.holds_lock = False
         self.retry = None
+        self.refused = None
         self.encoded = None
         self.host = host
         self.memo_keys = None
