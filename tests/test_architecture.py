@@ -27,12 +27,6 @@ STILL_TOO_LONG: frozenset[str] = frozenset()
 # (the rule and how it is told: ``_private_reads``). Each is kept for the reason beside it;
 # remove one once it is gone.
 ALLOWED_PRIVATE_READS: dict[str, str] = {
-    # The executor (perf17's branch) still calls the context's two shims; they go once it
-    # calls ``_context.bound_context`` / ``context_ended``.
-    "workflow/_runner.py: Context._bound": "executor, until its branch is merged",
-    "workflow/_runner.py: self.ctx._ended": "executor, until its branch is merged",
-    # ``ctx.patched`` (deploy21's module) finds the running attempt through the context.
-    "workflow/_patches.py: ctx._attempt": "patches, until its branch is merged",
     # LlamaIndex's own name for what a step function carries: code written for LlamaIndex
     # reads ``func._step_config``, so the step decorator writes it under that name.
     "workflow/_step.py: f._step_config": "LlamaIndex's attribute name",

@@ -185,14 +185,6 @@ class Context(Generic[S]):
         if previous_context is not None:
             services.restore_into(self, previous_context, serializer)
 
-    # The executor still calls these two (``_runner``), until it calls the functions below.
-    @classmethod
-    def _bound(cls, executor: RunHost, workflow: ContextOwner, state_type: Any) -> Context[Any]:
-        return bound_context(executor, workflow, state_type)
-
-    def _ended(self, executor: RunHost) -> None:
-        context_ended(self, executor)
-
     @property
     def run_id(self) -> str:
         """The id of the run this context is bound to.

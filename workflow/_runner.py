@@ -24,7 +24,7 @@ from . import _journal as journal
 from ._attempts import Conflict, StepRunner
 from ._changes import KeyChange, encode_updates
 from ._collects import CollectBuffers
-from ._context import Context
+from ._context import Context, bound_context, context_ended
 from ._errors import (
     DeprecatedPatchError,
     RecoveryLimitError,
@@ -91,7 +91,7 @@ class Executor:
         self.store = config.store
         self.run_id = run_id
         self.rid = rid
-        self.ctx: Context[Any] = Context._bound(self, config.instance, config.state_type)
+        self.ctx: Context[Any] = bound_context(self, config.instance, config.state_type)
         # The context's values (the same objects as the component's: the context's store
         # reads them through the executor).
         self.live = live = LiveContext(self.codec)
@@ -469,7 +469,7 @@ class Executor:
             # The handler resolves once the last snapshot is written (or failed): a read of
             # the latest state right after ``await handler`` then folds nothing.
             await asyncio.gather(*last_snapshot, return_exceptions=True)
-            self.ctx._ended(self)  # idle from here: writes open the context's next run
+            context_ended(self.ctx, self)  # idle from here: writes open the context's next run
             if self.done.done():
                 return
             if exc is not None:
