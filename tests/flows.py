@@ -190,3 +190,16 @@ class AwaitsApproval(Workflow):
     async def wait(self, ctx: Context, ev: StartEvent) -> StopEvent:
         answer = await ctx.wait_for_event(Approved)
         return StopEvent(result=f"approved by {answer.by}")
+
+
+class Gated(Workflow):
+    """A step that waits until its gate file (``ev.gate``) exists, then ends the run: a
+    step in flight for exactly as long as a test keeps the gate shut, in any process."""
+
+    @step
+    async def start(self, ev: StartEvent) -> StopEvent:
+        trace(self, "start")
+        gate = Path(str(ev.get("gate")))
+        while not gate.exists():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+        return StopEvent(result="through")

@@ -8,6 +8,7 @@ WorkflowError
   + RunNotFoundError          (also eventstore.RunNotFoundError, LookupError) no such run
   + CheckpointNotFoundError   (also LookupError) no state at that seq for that run
   + RunOwnedError             another live executor owns the run
+  |   + RunCancellingError    a run cancelled from outside is still held by its old executor
   + RunSuspendedError         the caller left a waiting run; resume it later
   + RunAbandonedError         this process stopped running the run; another may take it
   + DeprecatedPatchError      (a WorkflowRuntimeError) this code's deprecate_patch refused an
@@ -49,6 +50,7 @@ __all__ = [
     "MemoizedError",
     "RecoveryLimitError",
     "RunAbandonedError",
+    "RunCancellingError",
     "RunFinishedError",
     "RunNotFoundError",
     "RunOwnedError",
@@ -127,6 +129,7 @@ class RunOwnedError(WorkflowError):
 
     def __init__(self, run_id: str, detail: str = "", lapses_at: float | None = None) -> None:
         self.run_id = run_id
+        self.detail = detail  # who holds it, as far as this process can tell
         self.lapses_at = lapses_at  # a lease's end (epoch seconds): its owner may be dead
         more = f" ({detail})" if detail else ""
         if lapses_at is None:
@@ -142,6 +145,32 @@ class RunOwnedError(WorkflowError):
             f" {when} UTC (in about {left} s) unless it renews it: a dead owner's lease"
             " lapses by itself, so resume after that; a live one renews it: wait for it to"
             " finish or stop that process"
+        )
+
+
+class RunCancellingError(RunOwnedError):
+    """A run cancelled from outside (``workflow cancel``) is still held by the executor that
+    was running it: that executor lets go at its next commit (the store refuses it), once
+    the step it is in ends. Resuming works from then; ``workflow resume --cancelled`` waits
+    for it (``waited``: how long this resume waited before giving up)."""
+
+    def __init__(
+        self, run_id: str, detail: str, lapses_at: float | None = None, waited: float = 0.0
+    ) -> None:
+        self.run_id = run_id
+        self.detail = detail
+        self.lapses_at = lapses_at
+        self.waited = waited
+        until = "at its next commit, once the step in flight ends"
+        if lapses_at is not None:
+            when = time.strftime("%H:%M:%S", time.gmtime(lapses_at))
+            until += f", or when its lease lapses at {when} UTC if it stops renewing it"
+        after = f"waited {waited:g} s for it; " if waited else ""
+        WorkflowError.__init__(  # its own message, not RunOwnedError's
+            self,
+            f"run {run_id!r} was cancelled, but the executor that was running it ({detail})"
+            f" still holds it: it lets go {until}; {after}resume again then (`workflow resume"
+            " --cancelled` waits for it, up to --wait seconds)",
         )
 
 

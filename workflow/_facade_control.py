@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from eventstore import Commit, NewRun
 
 from ._changes import encode_updates
-from ._errors import RunFinishedError, WorkflowRuntimeError
+from ._errors import RunCancellingError, RunFinishedError, RunOwnedError, WorkflowRuntimeError
 from ._fold import rename_steps, to_run_state
 from ._handler import WorkflowHandler
 from ._live_runs import live_executor, register
@@ -88,7 +88,13 @@ def resume_run(
     rename_steps(folded, renamed)  # recorded by the resume's run_resumed record
     parts.check_stranded(run_id, folded, allow_stranded)
     upcast = resume_upcast(run_id, folded, parts.codec, parts.state_type)
-    parts.owners.acquire(run_id, info.rid)
+    try:
+        parts.owners.acquire(run_id, info.rid)
+    except RunOwnedError as exc:
+        if folded.status != "cancelled":
+            raise
+        # Cancelled from outside: its executor elsewhere lets go at its next commit.
+        raise RunCancellingError(run_id, exc.detail, exc.lapses_at) from None
     try:
         executor = parts.executor(run_id, folded, info.rid, 0)
     except BaseException:

@@ -81,7 +81,7 @@ class Owners:
                     fcntl.lockf(side._open(), fcntl.LOCK_EX | fcntl.LOCK_NB, 1, rid)
                 except OSError as exc:
                     if exc.errno in (errno.EACCES, errno.EAGAIN):
-                        raise RunOwnedError(run_id, "another process") from None
+                        raise RunOwnedError(run_id, _holder(side, rid)) from None
                     raise
             side.owned.add(rid)
 
@@ -107,12 +107,24 @@ class Owners:
                 fd = side._open()
             except OSError:
                 return False  # a read-only place: nobody could have locked it here
-            # Ask the kernel who holds the byte (F_GETLK) rather than taking it for a
-            # moment: a probe that locks would make a concurrent resume fail.
-            probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, rid, 1, 0)
-            found = fcntl.fcntl(fd, fcntl.F_GETLK, probe)
-            holder: int = struct.unpack(_FLOCK, found)[0]
-            return holder != fcntl.F_UNLCK
+            return _lock_holder(fd, rid) is not None
+
+
+def _lock_holder(fd: int, rid: int) -> int | None:
+    """The id of the process holding the run's byte, or None when nobody does.
+
+    Asks the kernel (F_GETLK) rather than taking the lock for a moment: a probe that locks
+    would make a concurrent resume fail.
+    """
+    probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, rid, 1, 0)
+    found = struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, probe))
+    return None if found[0] == fcntl.F_UNLCK else int(found[4])
+
+
+def _holder(side: _Sidecar, rid: int) -> str:
+    """Who holds a run another process locked, for its :class:`RunOwnedError`."""
+    pid = None if side.fd is None else _lock_holder(side.fd, rid)
+    return "another process" if pid is None else f"another process, pid {pid}"
 
 
 # How long a run's lease lasts by default (Workflow(lease_ttl=...) sets another).

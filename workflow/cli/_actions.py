@@ -8,13 +8,14 @@ line runs user code, because running it is what the user asked for.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from eventstore import Codec, EventStore, class_name
 
-from .._errors import WorkflowRuntimeError
+from .._cancel_wait import CANCELLING_WAIT_S, resume_when_let_go
+from .._errors import RunCancellingError, WorkflowRuntimeError
 from .._events import Event
 from .._read import check_seq, run_info
 from .._seqs import fork_said
@@ -43,6 +44,9 @@ from ._running import (
     timeout_option,
     workflow_required,
 )
+
+if TYPE_CHECKING:
+    from .._handler import WorkflowHandler
 
 __all__ = ["fork", "parse_sets", "resume", "run", "send"]
 
@@ -99,6 +103,16 @@ def run(
     help="Continue even though some of the run's pending work has no step to take it now"
     " (that work is left undone).",
 )
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=CANCELLING_WAIT_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --cancelled: how long to wait for the executor of a run just cancelled to"
+    " let go of it (at its next commit, once its step in flight ends).",
+)
 @timeout_option
 @json_option
 def resume(
@@ -108,19 +122,35 @@ def resume(
     sets: tuple[str, ...],
     cancelled: bool,
     allow_stranded: bool,
+    wait_s: float,
     timeout: float | None,
     as_json: bool,
 ) -> None:
-    """Continue RUN from the end of its log: only unfinished work runs again."""
+    """Continue RUN from the end of its log: only unfinished work runs again.
+
+    A run cancelled a moment ago may still be held by the executor that was running it
+    (it lets go at its next commit): with --cancelled, resume waits up to --wait seconds
+    for that, saying so, then says what holds the run.
+    """
     raw = parse_sets(sets)
     wf = build_workflow(db, workflow_spec, timeout)
     updates = {k: wf.__workflow_parts__.codec.load(v) for k, v in raw.items()}
 
-    async def go() -> tuple[str, Any]:
+    def attempt() -> WorkflowHandler:
         with recorded_by_other(run, "--allow-stranded"):
-            handler = wf.resume(
+            return wf.resume(
                 run, updates=updates or None, cancelled=cancelled, allow_stranded=allow_stranded
             )
+
+    def waiting(exc: RunCancellingError) -> None:
+        click.echo(
+            f"run {run} is still being cancelled ({exc.detail} holds it): waiting up to"
+            f" {wait_s:g} s for it to let go",
+            err=True,
+        )
+
+    async def go() -> tuple[str, Any]:
+        handler = await resume_when_let_go(attempt, wait_s=wait_s, on_wait=waiting)
         return await outcome_of(handler, wf.store)
 
     try:
