@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
+from typing import get_args
 
 from eventstore import EventStore
 from tests.test_cli import ok
 from tests.test_engine import Linear
 from tests.test_timeline import always_dies
 from workflow import Worker
-from workflow.cli._filters import is_submitted
+from workflow._prune import PRUNABLE
+from workflow._state import RunStatus
+from workflow._trace_spans import run_trace
+from workflow.cli._filters import STATUSES, is_submitted
+from workflow.cli._timeline import timeline_data
 
 
 def test_runs_lists_submitted_runs_apart_from_interrupted_ones(tmp_path: Path) -> None:
@@ -59,9 +65,8 @@ def test_runs_says_submitted_and_recover_still_resumes_it(tmp_path: Path) -> Non
     statuses = {r.run_id: r.status for r in wf.runs()}
     assert statuses == {"dies": "interrupted", "queued": "submitted"}
     assert [r.status for r in wf.runs(all_workflows=False)] == ["submitted"]
-    # A RunState's status (state_at, and `workflow state`, which agrees with it) has no
-    # "submitted": that would be a new status of the core's RunStatus.
-    assert wf.state_at("queued").status == "interrupted"
+    assert wf.state_at("queued").status == "submitted"  # as the listings say
+    assert wf.state_at("dies").status == "interrupted"
     assert wf.pending_runs() == ["queued"]
 
     async def recover() -> list[tuple[str, str]]:
@@ -74,3 +79,47 @@ def test_runs_says_submitted_and_recover_still_resumes_it(tmp_path: Path) -> Non
     assert asyncio.run(recover()) == [("queued", "resumed")]
     wf.store.close()
     assert re.search(r"^queued\s+finished\s", ok("runs", db), re.M)
+
+
+def test_every_reader_agrees_a_submitted_run_is_submitted(tmp_path: Path) -> None:
+    """A run submitted and not yet claimed is ``submitted`` wherever its status shows: the
+    listings, ``wf.state_at``, ``workflow state`` (text and JSON, raw and typed), the
+    timeline's data and the trace; a run whose process died is ``interrupted`` in each."""
+    db = tmp_path / "sub.db"
+    always_dies(db)
+    wf = Linear(store=db)
+    wf.submit(run_id="queued", topic="llamas")
+    wf.store.close()
+    for run, status in (("queued", "submitted"), ("dies", "interrupted")):
+        wf = Linear(store=db)
+        assert {r.run_id: r.status for r in wf.runs()}[run] == status
+        assert wf.state_at(run).status == status
+        wf.store.close()
+        assert re.search(rf"^{run}\s+{status}\s", ok("runs", db), re.M)
+        assert ok("state", db, run).splitlines()[0].endswith(f": {status}")
+        assert json.loads(ok("state", db, run, "--json"))["status"] == status
+        with EventStore(db, readonly=True) as store:
+            assert timeline_data(store, run)["run"]["status"] == status
+            spans = run_trace(store, run).spans
+            assert spans[0].attributes["workflow.status"] == status
+    typed = ok("state", db, "queued", "--json", "--workflow", "tests.test_engine:Linear")
+    assert json.loads(typed)["status"] == "submitted"
+
+
+def test_prune_names_submitted_runs_apart_from_interrupted_ones(tmp_path: Path) -> None:
+    """`prune --status` takes ``submitted`` as the listings show it: a run no worker took
+    up is pruned only when named so, and ``interrupted`` names only runs whose process died."""
+    db = tmp_path / "sub.db"
+    always_dies(db)
+    wf = Linear(store=db)
+    wf.submit(run_id="queued", topic="llamas")
+    wf.store.close()
+    args = ("prune", db, "--older-than", "0s", "--dry-run", "--json", "--status")
+    assert json.loads(ok(*args, "submitted"))["deleted"] == ["queued"]
+    assert json.loads(ok(*args, "interrupted"))["deleted"] == ["dies"]
+
+
+def test_the_status_filters_know_every_run_status() -> None:
+    """`--status` (and the web UI's filter) accepts exactly the values of ``RunStatus``."""
+    assert sorted(STATUSES) == sorted(get_args(RunStatus))
+    assert set(STATUSES) >= PRUNABLE

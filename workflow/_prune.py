@@ -27,7 +27,7 @@ __all__ = ["PRUNABLE", "PruneReport", "parse_duration", "prune_runs"]
 
 # The statuses a prune may be asked to delete; "waiting" needs include_waiting, and a
 # running run (a live executor's) is never deleted.
-PRUNABLE: Final = frozenset({*TERMINAL, "interrupted"})
+PRUNABLE: Final = frozenset({*TERMINAL, "interrupted", "submitted"})
 DEFAULT_STATUSES: Final = ("finished", "failed", "cancelled", "timed_out")
 
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

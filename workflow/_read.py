@@ -285,13 +285,12 @@ def run_summaries(
     owners: Owners | LeaseOwners,
     *,
     owned: bool = True,
-    submitted: bool = False,
 ) -> list[RunSummary]:
     """Every run in the store with its status: ``waiting`` (for ``waiting_for``) when it
     has nothing to do but wait for an event, ``interrupted`` when it is unfinished with no
-    live owner. With ``owned`` False, a run a live executor owns is only ``running`` (which
-    saves folding it, for listings that skip owned runs anyway). With ``submitted``, an
-    interrupted run no worker has taken up yet (:func:`only_submitted`) is ``submitted``."""
+    live owner, ``submitted`` when it is so but no worker has taken it up yet
+    (:func:`only_submitted`). With ``owned`` False, a run a live executor owns is only
+    ``running`` (which saves folding it, for listings that skip owned runs anyway)."""
     out = []
     is_owned = owners.owned_now() if isinstance(owners, LeaseOwners) else owners.is_owned
     for info in store.runs():
@@ -305,7 +304,7 @@ def run_summaries(
                 status = "waiting"
                 waiting_for = tuple(dict.fromkeys(awaited for awaited, _ in waits))
             elif unowned:
-                status = "submitted" if submitted and only_submitted(info) else "interrupted"
+                status = "submitted" if only_submitted(info) else "interrupted"
         out.append(
             RunSummary(
                 info.run_id,
@@ -386,20 +385,18 @@ def shown_status(
     s: Folded,
     owners: Owners | LeaseOwners,
     seq: int | None = None,
-    *,
-    submitted: bool = False,
 ) -> str:
     """The status a run's state folded at ``seq`` shows a reader (``Workflow.state_at``,
-    ``workflow state``); ``seq`` None is the latest state.
+    ``workflow state``, the web UI, the timeline); ``seq`` None is the latest state.
 
     At the run's latest commit, whether a live executor owns it tells ``running`` from
-    ``interrupted`` (:func:`live_status`; with ``submitted``, as :func:`run_summaries` says,
-    one no worker took up yet is ``submitted``); an earlier state shows the status then."""
+    ``interrupted`` (:func:`live_status`), and one no worker took up yet is ``submitted``,
+    as :func:`run_summaries` says; an earlier state shows the status then."""
     info = run_info(store, s.run_id)
     if seq is not None and info.last_seq is not None and s.seq < info.last_seq:
         return s.status
     status = live_status(s.status, s.only_waiters(), owners.is_owned(s.run_id, info.rid))
-    return "submitted" if status == "interrupted" and submitted and only_submitted(info) else status
+    return "submitted" if status == "interrupted" and only_submitted(info) else status
 
 
 # ------------------------------------------------------------------ damaged records

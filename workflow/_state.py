@@ -36,8 +36,17 @@ K = TypeVar("K")
 V = TypeVar("V")
 _UNREAD: Any = object()  # a value not decoded yet
 
+# "submitted": unfinished, owned by nobody and never claimed since ``wf.submit`` recorded it
+# (an "interrupted" run whose process has not died, since none ever ran it).
 RunStatus = Literal[
-    "running", "interrupted", "waiting", "finished", "failed", "cancelled", "timed_out"
+    "running",
+    "submitted",
+    "interrupted",
+    "waiting",
+    "finished",
+    "failed",
+    "cancelled",
+    "timed_out",
 ]
 TERMINAL: frozenset[str] = frozenset({"finished", "failed", "cancelled", "timed_out"})
 # The fields Checkpoint has for LlamaIndex users (llama-index-core 0.12's Checkpoint).

@@ -300,9 +300,7 @@ class Workflow(WorkflowSteps):
         each, and all are listed; ``all_workflows=False`` lists only this workflow's (a
         run is this workflow's as :meth:`pending_runs` says).
         """
-        every = run_summaries(
-            self.store, self.__workflow_parts__.owners, owned=False, submitted=True
-        )
+        every = run_summaries(self.store, self.__workflow_parts__.owners, owned=False)
         return every if all_workflows else [r for r in every if is_run_of(self, r)]
 
     def pending_runs(self) -> list[str]:
@@ -333,7 +331,8 @@ class Workflow(WorkflowSteps):
         :param older_than: how long ago a run's last record must be: ``"30d"`` (units s, m,
             h, d, w), seconds, or a :class:`~datetime.timedelta`.
         :param statuses: which runs: by default ``finished``, ``failed``, ``cancelled`` and
-            ``timed_out``; ``interrupted`` (a crashed run nobody resumed) may be named too.
+            ``timed_out``; ``interrupted`` (a crashed run nobody resumed) and ``submitted``
+            (one no worker took up) may be named too.
         :param include_waiting: also delete runs waiting for an event (a human's answer),
             which are otherwise always kept.
         :param dry_run: only report what would be deleted.

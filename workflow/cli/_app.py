@@ -139,7 +139,7 @@ def runs(
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     store = open_store(db)
-    summaries = keep.apply(run_summaries(store, probe_owners(store), submitted=True))
+    summaries = keep.apply(run_summaries(store, probe_owners(store)))
     # Child runs (ctx.run_workflow) right after the run that started them, indented.
     tree = tree_order([s.run_id for s in summaries])
     by_id = {s.run_id: s for s in summaries}

@@ -21,8 +21,8 @@ __all__ = [
     "parse_statuses",
 ]
 
-# Every status a listing shows (``run_summaries(..., submitted=True)``): the stored ones and
-# the three it derives.
+# Every status a listing shows (``run_summaries``, the values of ``RunStatus``): the stored
+# ones and the four it derives.
 STATUSES: Final = (
     "running",
     "waiting",

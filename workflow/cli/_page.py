@@ -49,8 +49,8 @@ a { color: #175cd3; }
   font-weight: 600; background: var(--muted); }
 .badge.finished { background: var(--ok); } .badge.failed { background: var(--failed); }
 .badge.running { background: var(--open); } .badge.waiting { background: var(--wait); }
-.badge.interrupted { background: var(--lost); } .badge.cancelled,
-.badge.timed_out { background: #475467; }
+.badge.interrupted { background: var(--lost); } .badge.submitted { background: #f79009; }
+.badge.cancelled, .badge.timed_out { background: #475467; }
 nav { display: flex; gap: 6px; align-items: center; padding: 6px 16px;
   border-bottom: 1px solid var(--line); flex-wrap: wrap; }
 nav input { width: 90px; }

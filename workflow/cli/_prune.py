@@ -47,7 +47,8 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> str:
     default=",".join(DEFAULT_STATUSES),
     show_default=True,
     metavar="S,S...",
-    help="Which runs, by status (interrupted: crashed runs nobody resumed).",
+    help="Which runs, by status (interrupted: crashed runs nobody resumed; submitted: runs"
+    " no worker took up).",
 )
 @click.option(
     "--include-waiting",

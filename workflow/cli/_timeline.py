@@ -106,7 +106,6 @@ def timeline_data(
     before: int | None = None,
     around: int | None = None,
     limit: int = WINDOW,
-    submitted: bool = False,
 ) -> dict[str, Any]:
     """What the timeline page embeds: the run's log as columns plus per-commit texts, for
     the window of at most ``limit`` commits :func:`window_after` picks (the run's last by
@@ -123,8 +122,8 @@ def timeline_data(
     argument is its index there, -1 when it has none); ``window`` where the window lies
     (``after``, the seq it starts after, 0 at the run's start; ``more_before`` and
     ``more_after``, whether the run has commits outside it; the run's ``first`` and
-    ``last`` seqs; ``limit``). With ``submitted``, a run only submitted for a worker has
-    the status ``submitted`` (:func:`~workflow._read.shown_status`).
+    ``last`` seqs; ``limit``). A run only submitted for a worker has the status
+    ``submitted`` (:func:`~workflow._read.shown_status`).
     """
     view = view or Viewer()
     info = run_info(store, run_id)
@@ -169,9 +168,7 @@ def timeline_data(
         "run": {
             "id": run_id,
             "workflow": state.workflow or str(info.meta.get("workflow", "")),
-            "status": _status(store, state, last < upto, submitted)
-            if b.commit_seq
-            else state.status,
+            "status": _status(store, state, last < upto) if b.commit_seq else state.status,
             "created": info.created,
             "parent": [info.parent_run_id, info.parent_seq] if info.parent_run_id else None,
             "forks": forks,
@@ -199,10 +196,10 @@ def timeline_data(
     }
 
 
-def _status(store: EventStore, state: Folded, earlier: bool, submitted: bool) -> str:
+def _status(store: EventStore, state: Folded, earlier: bool) -> str:
     """The run's status now; ``state`` is its latest unless the window is an ``earlier`` one."""
     latest = fold_run(store, state.run_id) if earlier else state
-    return shown_status(store, latest, probe_owners(store), latest.seq, submitted=submitted)
+    return shown_status(store, latest, probe_owners(store), latest.seq)
 
 
 def embed_json(data: Any) -> str:

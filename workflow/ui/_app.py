@@ -118,7 +118,7 @@ class UI:
     def _listing(self, request: Request) -> tuple[dict[str, str], list[Any], list[Any]]:
         q = {k: v.strip() for k, v in request.query_params.items()}
         keep = _filter(q)
-        every = run_summaries(self.store, probe_owners(self.store), submitted=True)
+        every = run_summaries(self.store, probe_owners(self.store))
         return q, every, keep.apply(every)
 
     def runs(self, request: Request) -> Response:
@@ -150,7 +150,6 @@ class UI:
                 before=_seq_param(q.get("before")),
                 around=around if around is not None else _seq_param(q.get("around")),
                 limit=WINDOW if limit is None else limit,
-                submitted=True,
             )
         except ValueError as exc:
             raise _BadInput(400, str(exc)) from None
@@ -203,7 +202,7 @@ class UI:
         except WorkflowError as exc:
             raise _BadInput(400, str(exc)) from None
         s = fold_run(self.store, run_id, seq)
-        status = shown_status(self.store, s, probe_owners(self.store), seq, submitted=True)
+        status = shown_status(self.store, s, probe_owners(self.store), seq)
         s = shown_state(self.workflow, s)  # upcast, as `workflow state --workflow` shows it
         body = state_json(s, status, len(self.store.inbox(run_id)), failed_attempts(self.store, s))
         return Response(orjson.dumps(body), 200, media_type="application/json")
