@@ -5,14 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from pathlib import Path
 from typing import get_args
 
+import pytest
+
 from eventstore import EventStore
+from tests.conftest import postgres_location
 from tests.test_cli import ok
 from tests.test_engine import Linear
 from tests.test_timeline import always_dies
-from workflow import Worker
+from workflow import RunOwnedError, Worker
 from workflow._prune import PRUNABLE
 from workflow._state import RunStatus
 from workflow._trace_spans import run_trace
@@ -123,3 +127,37 @@ def test_the_status_filters_know_every_run_status() -> None:
     """`--status` (and the web UI's filter) accepts exactly the values of ``RunStatus``."""
     assert sorted(STATUSES) == sorted(get_args(RunStatus))
     assert set(STATUSES) >= PRUNABLE
+
+
+@pytest.mark.postgres
+def test_runs_says_until_when_a_lease_holds_a_run_whose_owner_died() -> None:
+    """A run whose owner died while its lease is still live is listed as running, with
+    whose lease holds it and until when (UTC), in `workflow runs` (table and JSON) and
+    `wf.runs()`: why a resume is refused until then, as the refusal says too."""
+    with postgres_location() as url:
+        wf = Linear(store=url)
+        wf.submit(run_id="held", topic="llamas")
+        # What an executor that died leaves behind: its lease, not renewed any more.
+        assert wf.store.lease_sync("held", "gone-host:4242:deadbeef", 600)
+        lease = wf.store.lease_of("held")
+        assert lease is not None
+        lapses_at = lease[1] / 1e6
+        when = time.strftime("%H:%M:%S", time.gmtime(lapses_at))
+        (summary,) = wf.runs()
+        assert (summary.status, summary.lease) == (
+            "running",
+            ("gone-host:4242:deadbeef", lapses_at),
+        )
+
+        async def resume() -> None:
+            with pytest.raises(RunOwnedError) as refused:
+                wf.resume("held")
+            assert refused.value.lapses_at == lapses_at
+
+        asyncio.run(resume())
+        wf.store.close()
+        said = f"running (lease held until {when} UTC by gone-host:4242:deadbeef)"
+        assert re.search(rf"^held\s+{re.escape(said)}\s", ok("runs", url), re.M)
+        (row,) = json.loads(ok("runs", url, "--json"))
+        assert row["status"] == "running"
+        assert row["lease"] == {"holder": "gone-host:4242:deadbeef", "lapses_at": lapses_at}

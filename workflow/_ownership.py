@@ -178,14 +178,22 @@ class LeaseOwners:
         lease = self.store.lease_of(run_id) if run_id else None
         return lease is not None and lease[1] > time.time_ns() // 1000
 
-    def owned_now(self) -> Callable[[str, int], bool]:
-        """:meth:`is_owned` for many runs at one moment: every live lease read in one query
-        (a listing of N runs asks the server once, not N times)."""
+    def leases_now(self) -> dict[str, tuple[str, float]]:
+        """Every live lease at one moment, in one query (a listing of N runs asks the server
+        once, not N times): run id -> (its holder, when it lapses unless renewed, as Unix
+        seconds). A dead holder's lease stays live until then."""
         now = time.time_ns() // 1000
-        leased = {
-            row[0]
-            for row in self.store.query("SELECT run_id FROM leases WHERE expires > ?", (now,))
-        }
+        rows = self.store.query(
+            "SELECT run_id, owner, expires FROM leases WHERE expires > ?", (now,)
+        )
+        return {str(row[0]): (str(row[1]), int(row[2]) / 1e6) for row in rows}
+
+    def owned_now(
+        self, leases: dict[str, tuple[str, float]] | None = None
+    ) -> Callable[[str, int], bool]:
+        """:meth:`is_owned` for many runs at one moment: every live lease read in one query
+        (or ``leases``, :meth:`leases_now` read already)."""
+        leased = self.leases_now() if leases is None else leases
         with _lock:
             mine = set(self._owned)
         return lambda run_id, rid: rid in mine or run_id in leased

@@ -10,6 +10,7 @@ records. What the commits say about events (checkpoints, event classes) is
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -45,6 +46,7 @@ __all__ = [
     "commits",
     "copied_upto",
     "fold_run",
+    "lease_text",
     "live_status",
     "load_snapshot",
     "only_submitted",
@@ -76,6 +78,17 @@ class RunSummary:
     # An exported ancestor's: the seq its log was copied up to (where its child forked).
     # Such a run never runs here: recover, workers and resume leave it alone.
     copied_upto: int | None = None
+    # A running run's lease (PostgreSQL): its holder and when it lapses unless renewed
+    # (Unix seconds). Its holder may have died: the run is resumable once it lapses.
+    lease: tuple[str, float] | None = None
+
+
+def lease_text(lease: tuple[str, float]) -> str:
+    """What a listing says of a running run's lease: that it holds the run, and until when
+    (a resume is refused until then, also when its holder died)."""
+    holder, lapses_at = lease
+    when = time.strftime("%H:%M:%S", time.gmtime(lapses_at))
+    return f"lease held until {when} UTC by {holder}"
 
 
 def copied_upto(info: RunInfo) -> int | None:
@@ -292,7 +305,12 @@ def run_summaries(
     (:func:`only_submitted`). With ``owned`` False, a run a live executor owns is only
     ``running`` (which saves folding it, for listings that skip owned runs anyway)."""
     out = []
-    is_owned = owners.owned_now() if isinstance(owners, LeaseOwners) else owners.is_owned
+    leases: dict[str, tuple[str, float]] = {}
+    if isinstance(owners, LeaseOwners):
+        leases = owners.leases_now()
+        is_owned = owners.owned_now(leases)
+    else:
+        is_owned = owners.is_owned
     for info in store.runs():
         status = info.status or "running"
         waiting_for: tuple[str, ...] = ()
@@ -317,6 +335,7 @@ def run_summaries(
                 info.parent_seq,
                 waiting_for,
                 copied_upto(info),
+                leases.get(info.run_id) if status == "running" else None,
             )
         )
     return out

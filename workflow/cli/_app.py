@@ -19,7 +19,7 @@ from .._children import parent_of, tree_order
 from .._compare import Change, changes_between
 from .._fold import Folded, to_run_state
 from .._ownership import probe_owners
-from .._read import RunSummary, check_seq, fold_run, run_summaries, shown_status
+from .._read import RunSummary, check_seq, fold_run, lease_text, run_summaries, shown_status
 from .._state import LLAMA_FIELDS
 from .._state_versions import upcast_shown
 from .._workflow import Workflow
@@ -166,6 +166,8 @@ def runs(
                 row["child_of"] = child_of
             if s.copied_upto is not None:  # only exported ancestors have it
                 row["copied_upto"] = s.copied_upto
+            if s.lease is not None:  # only runs a lease holds (PostgreSQL) have it
+                row["lease"] = {"holder": s.lease[0], "lapses_at": s.lease[1]}
             items.append(row)
         emit_json(items)
         return
@@ -193,6 +195,8 @@ def _status_text(s: RunSummary) -> str:
         return f"ancestor (exported up to seq {s.copied_upto})"
     if s.status == "waiting" and s.waiting_for:
         return "waiting for " + ", ".join(bare_class(t) for t in s.waiting_for)
+    if s.lease is not None:  # its holder may be dead: resumable once the lease lapses
+        return f"{s.status} ({lease_text(s.lease)})"
     return s.status
 
 

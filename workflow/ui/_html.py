@@ -15,7 +15,7 @@ from urllib.parse import quote, urlencode
 
 from eventstore import StoredRecord
 
-from .._read import RunSummary
+from .._read import RunSummary, lease_text
 from ..cli._filters import STATUSES
 from ..cli._keys import encrypted_text
 from ..cli._render import bare_class, clip, fmt_time
@@ -99,6 +99,8 @@ def _status(s: RunSummary) -> str:
     text = s.status
     if s.status == "waiting" and s.waiting_for:
         text = "waiting for " + ", ".join(bare_class(t) for t in s.waiting_for)
+    elif s.lease is not None:
+        text = f"{s.status} ({lease_text(s.lease)})"
     return f'<span class="badge {html.escape(s.status)}">{html.escape(text)}</span>'
 
 
