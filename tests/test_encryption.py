@@ -404,8 +404,7 @@ def test_ui_without_and_with_the_key(
         code, data = get_json(base + "/runs/s/data")
         assert code == 409
         assert data["key_id"] == "k1"
-    monkeypatch.setenv("WORKFLOW_KEY_FILE", str(keys))
-    with serving(db) as base:
+    with serving(db, env={**os.environ, "WORKFLOW_KEY_FILE": str(keys)}) as base:
         code, _, page = get(base + "/runs/s")
         assert code == 200
         assert "data-key-id" not in page

@@ -7,7 +7,6 @@ import os
 import re
 import shlex
 import signal
-import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from typing import Final
 
 import pytest
 
+from tests.support.ui_server import server
 from tests.test_cli import invoke
 
 ROOT: Final = Path(__file__).resolve().parent.parent
@@ -98,30 +98,14 @@ def _normalised(text: str) -> str:
 
 
 def _serves(args: list[str], folder: Path) -> None:
-    """``workflow serve ...`` as given, but on a port of the system's choosing (``--port 0``
-    last: another test may hold the README's): it lists the store's runs, then stops on
-    SIGTERM."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workflow", *args, "--port", "0"],
-        cwd=folder,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(folder)])},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline()
-        m = re.search(r"at (http://127\.0\.0\.1:\d+)/", line)
-        assert m, line + proc.stderr.read()
-        with urllib.request.urlopen(m.group(1) + "/", timeout=BOUND) as page:
+    """``workflow serve DB ...`` as given, but on a port of the system's choosing (another
+    test may hold the README's): it lists the store's runs, then stops on SIGTERM."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(folder)])}
+    with server(args[0], *args[1:], cwd=folder, env=env) as (proc, base):
+        page = urllib.request.urlopen(base + "/", timeout=BOUND)
+        with page:
             assert page.status == 200
             assert "draft-1" in page.read().decode()
-    finally:
-        proc.terminate()
-        proc.wait(BOUND)
-        if proc.stderr is not None:
-            proc.stderr.close()
     assert proc.returncode in (0, -signal.SIGTERM)
 
 
@@ -152,7 +136,7 @@ def test_readme_runs_in_order_in_one_folder(
             assert args[0] == "workflow", f"README.md:{step.line}: {step.command}"
             ran.append(args[1])
             if args[1] == "serve":
-                _serves(args[1:], tmp_path)
+                _serves(args[2:], tmp_path)
                 continue
             result = invoke(*args[1:])
             shown = _normalised(step.output)

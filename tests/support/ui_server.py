@@ -6,12 +6,13 @@ import asyncio
 import contextlib
 import json
 import re
+import select
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +23,30 @@ from tests.flows import Asker
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
+# The longest a server may take to start or stop: only a broken one ever reaches it.
+BOUND_S = 60.0
+
+
 @contextlib.contextmanager
 def server(
-    db: Path | str, *args: str, cwd: Path = ROOT
+    db: Path | str, *args: str, cwd: Path = ROOT, env: Mapping[str, str] | None = None
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """Starts ``workflow serve DB --port 0 ARGS`` (in ``cwd``) and yields its process and
-    base URL; stops it after (if it is still running)."""
+    """Starts ``workflow serve DB ARGS --port 0`` (in ``cwd``, with ``env`` or this
+    process's environment) and yields its process and base URL; stops it after (if it is
+    still running). ``--port 0`` comes last, so it wins over a port in ARGS (a README's)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "workflow", "serve", str(db), "--port", "0", *args],
+        [sys.executable, "-m", "workflow", "serve", str(db), *args, "--port", "0"],
         cwd=cwd,
+        env=None if env is None else dict(env),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         assert proc.stderr is not None
+        # A hang guard: the server says where it listens within seconds, or it is broken.
+        ready, _, _ = select.select([proc.stderr], [], [], BOUND_S)
+        assert ready, f"workflow serve said nothing in {BOUND_S:g} s"
         line = proc.stderr.readline()
         m = re.search(r"at (http://127\.0\.0\.1:\d+)/", line)
         assert m, line + proc.stderr.read()
@@ -44,7 +54,7 @@ def server(
     finally:
         proc.terminate()
         try:
-            proc.wait(30)
+            proc.wait(BOUND_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -53,10 +63,12 @@ def server(
 
 
 @contextlib.contextmanager
-def serving(db: Path | str, *args: str, cwd: Path = ROOT) -> Iterator[str]:
-    """Starts ``workflow serve DB --port 0 ARGS`` (in ``cwd``) and yields its base URL; stops
-    it after."""
-    with server(db, *args, cwd=cwd) as (_, base):
+def serving(
+    db: Path | str, *args: str, cwd: Path = ROOT, env: Mapping[str, str] | None = None
+) -> Iterator[str]:
+    """Starts ``workflow serve DB ARGS --port 0`` (in ``cwd``, with ``env`` or this
+    process's environment) and yields its base URL; stops it after."""
+    with server(db, *args, cwd=cwd, env=env) as (_, base):
         yield base
 
 
