@@ -456,6 +456,41 @@ def test_upcasters_chain_one_version_at_a_time_and_never_change_the_stored_dump(
     assert new.load(v2) == new_item("b", ["y"], 1)
 
 
+def test_an_upcaster_runs_again_at_every_read_of_the_same_stored_value() -> None:
+    """Nothing keeps an upcast value: each read of a stored dump (a fold, ``state_at``, a
+    resume, the command line) calls the upcasters again, each time on a fresh copy of the
+    recorded fields, so an upcaster must be a pure function of them (the README says so)."""
+
+    @dataclasses.dataclass
+    class Ticket:
+        title: str
+
+    old = Codec()
+    old.register(Ticket)
+    v1 = old.dump(Ticket("a"))
+
+    @dataclasses.dataclass
+    class Ticket:  # type: ignore[no-redef]
+        __version__ = 2
+        title: str
+        serial: int
+
+    new_ticket: Any = Ticket
+    seen: list[dict[str, Any]] = []
+
+    @upcaster(Ticket, from_version=1)
+    def _v1(f: dict[str, Any]) -> dict[str, Any]:
+        seen.append(dict(f))
+        f["serial"] = len(seen)  # impure: what a second read shows differs
+        return f
+
+    new = Codec()
+    new.register(Ticket)
+    assert new.load(v1) == new_ticket("a", 1)
+    assert new.load(v1) == new_ticket("a", 2)
+    assert seen == [{"title": "a"}, {"title": "a"}]  # the same recorded fields each time
+
+
 def test_bad_versions_and_upcasters_are_refused_clearly() -> None:
     @dataclasses.dataclass
     class Thing:
