@@ -23,11 +23,11 @@ def test_state_at_and_the_command_line_agree_at_every_seq(tmp_path: Path) -> Non
     """At each seq of an unowned run, also inside its last commit, both show one status."""
     db = tmp_path / "t.db"
     wf = Linear(store=db)
-    run_id = wf.submit(run_id="queued")  # one commit, no executor: interrupted
+    run_id = wf.submit(run_id="queued")  # one commit, no executor yet: submitted
     info = wf.store.run(run_id)
     assert info.first_seq is not None
     assert info.last_seq is not None
     assert info.last_seq > info.first_seq  # the commit spans seqs: one is inside it
     for seq in range(info.first_seq, info.last_seq + 1):
-        assert wf.state_at(run_id, seq).status == "interrupted", seq
-        assert cli_status(db, run_id, seq) == "interrupted", seq
+        assert wf.state_at(run_id, seq).status == "submitted", seq
+        assert cli_status(db, run_id, seq) == "submitted", seq
