@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import re
-import select
+import selectors
 import subprocess
 import sys
 import time
@@ -45,8 +45,10 @@ def server(
     try:
         assert proc.stderr is not None
         # A hang guard: the server says where it listens within seconds, or it is broken.
-        ready, _, _ = select.select([proc.stderr], [], [], BOUND_S)
-        assert ready, f"workflow serve said nothing in {BOUND_S:g} s"
+        # (A selector, not select(): a long suite's descriptors go past select's 1024.)
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stderr, selectors.EVENT_READ)
+            assert sel.select(BOUND_S), f"workflow serve said nothing in {BOUND_S:g} s"
         line = proc.stderr.readline()
         m = re.search(r"at (http://127\.0\.0\.1:\d+)/", line)
         assert m, line + proc.stderr.read()
