@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._errors import WorkflowValidationError
+from ._folded import began_deprecated
 from ._patches import PATCH_KEY
 from ._verify_report import Problem
 
@@ -88,11 +89,14 @@ def patch_problems(cls: type, run_id: str, s: Folded, renames: Mapping[str, str]
             rec = memos.get(PATCH_KEY.format(pid))
             if rec is not None and rec.result is True:
                 continue
+            if rec is None and began_deprecated(s, pid, recorded_step, ev_id):
+                continue  # begun by code that declared it deprecated: never the old branch
             why = (
                 "it recorded the old branch (ctx.patched() returned False)"
                 if rec is not None
-                else "it started before this code and never asked, so it may have run the old"
-                " code (ctx.patched() would return False)"
+                else "it started before this code, in a session of code that did not declare"
+                " the patch deprecated, and never asked, so it may have run the old code"
+                " (ctx.patched() would return False)"
             )
             msg = (
                 f"{what} event {ev_id} would be refused by ctx.deprecate_patch({pid!r}): {why};"
