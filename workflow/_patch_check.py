@@ -9,9 +9,11 @@ patches it deprecates, as a class attribute::
 
 lets ``verify`` (and so ``recover(compatible_only=True)``) tell without running anything:
 a resume starts a new session, so every pending input of such a step that has started
-(in progress, or waiting for an event) and did not record ``patched(id)`` True is one
-``deprecate_patch`` would refuse. A set of ids (``{"itemized-receipt"}``) names no step:
-every step's started inputs are checked, which may list inputs of steps that never call it.
+(in progress, or waiting for an event), did not record ``patched(id)`` True and was not
+begun by a session whose code declared the patch deprecated (the same rule as
+``_patches.deprecate_patch``) is one ``deprecate_patch`` would refuse. A set of ids
+(``{"itemized-receipt"}``) names no step: every step's started inputs are checked, which
+may list inputs of steps that never call it.
 Queued inputs have not started and are never refused.
 """
 

@@ -16,18 +16,24 @@ input (after a crash, a retry, a conflict, a wait, in any process) and ``workflo
   attempt as memoized calls are (``_memo``);
 - the answer is True iff the input had no ``step_started`` before the start of the session
   that asks (the ``run_started`` or ``run_resumed`` record of the executor running code
-  with the patch): every attempt at it ran this code. An input that started before it may
-  have run the old code (and done the old code's effects), so it gets False — also when it
-  failed, waited or crashed and runs again now;
+  with the patch): every attempt at it ran this code; or it first started in a session
+  whose code declared the patch deprecated (``deprecated_patches``, which each session's
+  start record names: ``_folded.began_deprecated``), code with only the new branch. Any
+  other input that started before may have run the old code (and done the old code's
+  effects), so it gets False — also when it failed, waited or crashed and runs again now;
 - a recorded attempt without such a record ran code that did not ask: re-executed by
   ``verify``, it takes the old branch, as it did.
 
 ``ctx.deprecate_patch("id")`` is the step after, once no run that could take the old branch
 is left: the ``if`` is gone and the new code runs alone; the call records nothing and
 refuses (:class:`DeprecatedPatchError`, a :class:`WorkflowRuntimeError`) exactly the
-inputs ``patched("id")`` answers False (a recorded False, or an input that started before
-the session asking and never asked: a deploy straight from code without the patch), which
-the code that would finish them no longer has. A refusal does not fail the run: the
+inputs ``patched("id")`` answers False (a recorded False, or an input that never asked and
+first started in an earlier session whose code did not declare the patch deprecated: a
+deploy straight from code without the patch), which the code that would finish them no
+longer has. An input begun by code that declares it (which died in the step, and the same
+code resumes it) goes through: that code never had the old branch. Each input goes by its
+own session, so inputs begun by a session that dropped the declaration (a rollback) are
+refused again later. A refusal does not fail the run: the
 executor stops it with nothing recorded, so code that still has the old branch can finish
 it (``_attempts``).
 """
