@@ -28,7 +28,7 @@ from pydantic import TypeAdapter
 
 from eventstore import Commit, EventStore, LogCorruptedError, NewRun, Record
 from tests.support.ui_server import wait_for
-from tests.test_deploying import ROOT, _write, loaded
+from tests.test_deploying import ROOT, _cli, _write, loaded
 from workflow import DeprecatedPatchError, Workflow
 from workflow import _journal as J
 from workflow._fold import Folded
@@ -177,6 +177,9 @@ async def test_an_input_begun_by_the_deprecating_code_resumes_with_that_code(
         (session,) = payloads(db, "r", kind)
         assert session["deprecated_patches"] == ["polite"]
         TypeAdapter(J.PAYLOADS[kind]).validate_json(orjson.dumps(session), strict=True)
+    text = _cli(new, "history", str(db), "r", "--kind", "run_resumed")
+    (line,) = [ln for ln in text.splitlines() if "run_resumed" in ln]
+    assert "deprecates patches polite" in line, line
 
 
 async def test_an_input_begun_before_the_declaration_is_still_refused(tmp_path: Path) -> None:
