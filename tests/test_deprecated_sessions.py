@@ -173,6 +173,12 @@ async def test_an_input_begun_by_the_deprecating_code_resumes_with_that_code(
         assert found.handler is not None
         assert await found.handler == "please, checked"
     assert payloads(db, "r", "memoized") == []  # deprecate_patch records nothing
+    with loaded(version(tmp_path / "keeping", KEEPING)) as mod:
+        # Re-executed by code with the patch (a rollback's check): the attempts of the
+        # declaring code took the new branch, and the replay does too.
+        report = verify(mod.Flow(store=str(db)), ["r", "checked"], reexecute=True)
+        assert report.ok, report.problems
+        assert report.attempts_reexecuted >= 2
     for kind in ("run_started", "run_resumed"):
         (session,) = payloads(db, "r", kind)
         assert session["deprecated_patches"] == ["polite"]

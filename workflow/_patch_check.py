@@ -23,14 +23,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._errors import WorkflowValidationError
-from ._folded import began_deprecated
+from ._folded import MemoRec, began_deprecated
 from ._patches import PATCH_KEY
 from ._verify_report import Problem
 
 if TYPE_CHECKING:
     from ._folded import Folded
 
-__all__ = ["declared_patches", "patch_problems"]
+__all__ = ["declared_patches", "patch_problems", "replay_memos"]
 
 
 def declared_patches(cls: type) -> dict[str, frozenset[str] | None]:
@@ -106,3 +106,22 @@ def patch_problems(cls: type, run_id: str, s: Folded, renames: Mapping[str, str]
             )
             problems.append(Problem(run_id, s.seq, step, "patch", msg))
     return problems
+
+
+def replay_memos(s: Folded, step: str) -> dict[int, dict[str, MemoRec]]:
+    """The memoized calls ``verify --reexecute`` gives the attempts at ``step``'s inputs in
+    the state ``s`` before their commit: the recorded ones, and for an input begun by a
+    session whose code declared a patch deprecated (code that asked nothing: it has only
+    the new branch), that patch's answer True where none is recorded, as ``patched`` would
+    answer at run time."""
+    recorded = s.memos.get(step, {})
+    ids = set(s.in_progress.get(step, {}))
+    if not s.deprecated or not ids:
+        return recorded
+    out = {i: dict(by_key) for i, by_key in recorded.items()}
+    for ev_id in ids:
+        for pid in s.deprecated:
+            key = PATCH_KEY.format(pid)
+            if key not in out.get(ev_id, {}) and began_deprecated(s, pid, step, ev_id):
+                out.setdefault(ev_id, {})[key] = MemoRec("-", True, None, 0, s.seq)
+    return out
