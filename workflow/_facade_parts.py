@@ -55,6 +55,8 @@ class WorkflowParts:
         each is this workflow's (``recover`` asks once per run).
     :param commit_hook: a test hook called with (executor, seq) after each commit that
         changed state took effect in memory.
+    :param deprecated: the patch ids its class declares deprecated (``deprecated_patches``),
+        which each session start it writes names (``_patches``).
     """
 
     instance: Any
@@ -74,6 +76,7 @@ class WorkflowParts:
     start_class: Callable[[], type[StartEvent]]
     script_runs: dict[str, bool] = field(default_factory=dict)
     commit_hook: Callable[[Executor, int], None] | None = None
+    deprecated: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ runs it starts
 
@@ -98,6 +101,7 @@ class WorkflowParts:
             instance=wf,
             slot=self.slots.take,
             commit_hook=self.commit_hook,
+            deprecated=self.deprecated,
         )
 
     def executor(
@@ -120,7 +124,14 @@ class WorkflowParts:
         """A new run's first commit (:func:`~workflow._start_events.first_records`)."""
         state = state_tag(self.state_type)
         return first_records(
-            self.name, self.graph, self.codec, start_event, context, previous, state
+            self.name,
+            self.graph,
+            self.codec,
+            start_event,
+            context,
+            previous,
+            state,
+            self.deprecated,
         )
 
     def run_started(
@@ -129,7 +140,7 @@ class WorkflowParts:
         """The ``run_started`` record of a run of this workflow."""
         state = state_tag(self.state_type)
         return run_started_record(
-            self.name, self.graph, self.codec, start_id, start, previous, state
+            self.name, self.graph, self.codec, start_id, start, previous, state, self.deprecated
         )
 
     def fork_point(
@@ -150,7 +161,9 @@ class WorkflowParts:
     def fork_started(self, parent: tuple[str, int], renamed: dict[str, str]) -> Record:
         """The first record of a fork of run ``parent[0]`` at seq ``parent[1]``."""
         state = state_tag(self.state_type)
-        return fork_started_record(self.name, self.graph, self.codec, parent, renamed, state)
+        return fork_started_record(
+            self.name, self.graph, self.codec, parent, renamed, state, self.deprecated
+        )
 
     def check_stranded(self, run_id: str, folded: Folded, allow: bool) -> None:
         """Refuses to go on with ``folded`` when its work fits no step now (unless ``allow``)."""

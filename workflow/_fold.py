@@ -23,7 +23,6 @@ from . import _journal as J
 from ._buffers import class_qualname, collect_key, taken
 from ._events import StopEvent
 from ._folded import (
-    CLASS_MOVE,
     STATUS_OF_KIND,
     Ev,
     Failure,
@@ -35,6 +34,7 @@ from ._folded import (
     not_damage,
     payload_of,
     rename_steps,
+    session_started,
 )
 from ._keylog import KeyLog
 from ._state import TERMINAL, InProgress, LazyDict, LazyList, RunState, Waiter
@@ -64,8 +64,10 @@ __all__ = [
 # differently, so that the snapshots written before are ignored.
 # 2: steps in progress keep their latest failure (durable retries) and events their
 # lineage's @catch_error recovery counts. 3: the session's start and each input's first
-# start (``ctx.patched``), and the typed state model's version.
-FOLD_VERSION: Final = 3
+# start (``ctx.patched``), and the typed state model's version. 4: the sessions whose code
+# declared each patch deprecated (a snapshot of version 3 may lack the ones a newer
+# process's session start declared).
+FOLD_VERSION: Final = 4
 
 
 def _run_started(s: Folded, r: StoredRecord, p: J.RunStarted) -> None:
@@ -75,15 +77,13 @@ def _run_started(s: Folded, r: StoredRecord, p: J.RunStarted) -> None:
     s.error = None
     s.workflow = p.get("workflow", "")
     s.fingerprint = p.get("fingerprint", "")
-    s.session = r.seq
-    s.state = p.get("state", s.state)  # a fork keeps its parent's unless it names one
     parent = p.get("parent")
     if parent:
         s.parent = (parent["run_id"], parent["seq"])
     start = p.get("start")
     if start:
         s.next_id = max(s.next_id, start["id"] + 1)
-    _moves(s, p)
+    session_started(s, r.seq, p)
 
 
 def _enqueued(s: Folded, r: StoredRecord, p: J.Enqueued) -> None:
@@ -263,19 +263,10 @@ def _status(kind: str) -> Callable[[Folded, StoredRecord, Any], None]:
 
 def _run_resumed(s: Folded, r: StoredRecord, p: J.RunResumed) -> None:
     s.status = STATUS_OF_KIND[J.RUN_RESUMED]
-    s.session = r.seq
-    s.state = p.get("state", s.state)
     s.error = None
     if p.get("previous") == "timed_out":
         s.exec_us = 0  # resuming a timed-out run starts a fresh timeout budget
-    _moves(s, p)
-
-
-def _moves(s: Folded, p: J.RunResumed | J.RunStarted) -> None:
-    renamed, buffers, classes = p.get("renamed"), p.get("buffers"), p.get("classes")
-    if renamed or buffers or classes:
-        moved = {CLASS_MOVE + k: v for k, v in (classes or {}).items()}
-        rename_steps(s, {**(renamed or {}), **(buffers or {}), **moved})
+    session_started(s, r.seq, p)
 
 
 # What each record kind does to the state: one entry per kind of ``_journal.PAYLOADS``.

@@ -7,7 +7,8 @@ caches it, and ``_fold.to_run_state`` turns it into the typed :class:`RunState` 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -28,10 +29,13 @@ __all__ = [
     "MemoRec",
     "Prog",
     "WaitRec",
+    "began_deprecated",
+    "declare_deprecated",
     "drop_input",
     "not_damage",
     "payload_of",
     "rename_steps",
+    "session_started",
 ]
 
 # The status each kind of record leaves a run in; the other kinds leave it as it was. The
@@ -156,6 +160,11 @@ class Folded:
     # first started before the session may have run older code (``ctx.patched``).
     session: int = 0
     started: dict[str, dict[int, int]] = field(default_factory=dict)
+    # Patch id -> the seqs of the session starts at which the code declaring it deprecated
+    # (``deprecated_patches``) began and stopped running the run, alternately: [declared,
+    # not declared, declared, ...]; the first is the first session that declared it. An
+    # input first started inside such a stretch was begun by code without the old branch.
+    deprecated: dict[str, list[int]] = field(default_factory=dict)
     # The typed state model (and its version) the context's values are in, as the latest
     # session start that names one says (``"mod:MyState@2"``); None: none named.
     state: str | None = None
@@ -233,6 +242,50 @@ def rename_steps(s: Folded, renamed: Mapping[str, str]) -> None:
         for w in s.waiters.values():
             if w.step == old:
                 w.step = new
+
+
+def declare_deprecated(s: Folded, seq: int, ids: Iterable[str]) -> None:
+    """A session starts at ``seq`` (a ``run_started`` or ``run_resumed`` record) with code
+    that declares the patches ``ids`` deprecated: each one's stretch of declaring sessions
+    begins here (unless one is running), and those of the patches it does not declare end
+    here (the code of this session may take their old branches)."""
+    now = set(ids)
+    if not all(isinstance(pid, str) for pid in now):
+        msg = f"its deprecated patches {sorted(map(repr, now))} are not all ids (str)"
+        raise TypeError(msg)
+    for pid, marks in s.deprecated.items():
+        if len(marks) % 2 == 1 and pid not in now:
+            marks.append(seq)
+    for pid in now:
+        marks = s.deprecated.setdefault(pid, [])
+        if len(marks) % 2 == 0:
+            marks.append(seq)
+
+
+def began_deprecated(s: Folded, patch_id: str, step: str, event_id: int) -> bool:
+    """Whether ``step``'s input ``event_id`` was begun by code that declared ``patch_id``
+    deprecated: its first ``step_started`` falls in a session whose start record declared it
+    (one not started durably yet: whether the latest session declared it)."""
+    marks = s.deprecated.get(patch_id)
+    if not marks:
+        return False
+    first = s.started.get(step, {}).get(event_id)
+    declaring = bisect_right(marks, first) if first is not None else len(marks)
+    return declaring % 2 == 1
+
+
+def session_started(s: Folded, seq: int, p: J.RunResumed | J.RunStarted) -> None:
+    """What a session's start (a run's, a fork's, a resume's, at ``seq``) says of the code
+    running it: where the session begins, its typed state model (a fork keeps its parent's
+    unless it names one), the patches it declares deprecated, and the moves of work under
+    steps it renamed."""
+    s.session = seq
+    s.state = p.get("state", s.state)
+    declare_deprecated(s, seq, p.get("deprecated_patches", ()))
+    renamed, buffers, classes = p.get("renamed"), p.get("buffers"), p.get("classes")
+    if renamed or buffers or classes:
+        moved = {CLASS_MOVE + k: v for k, v in (classes or {}).items()}
+        rename_steps(s, {**(renamed or {}), **(buffers or {}), **moved})
 
 
 def drop_input(s: Folded, step: str, event_id: int) -> None:

@@ -9,9 +9,11 @@ patches it deprecates, as a class attribute::
 
 lets ``verify`` (and so ``recover(compatible_only=True)``) tell without running anything:
 a resume starts a new session, so every pending input of such a step that has started
-(in progress, or waiting for an event) and did not record ``patched(id)`` True is one
-``deprecate_patch`` would refuse. A set of ids (``{"itemized-receipt"}``) names no step:
-every step's started inputs are checked, which may list inputs of steps that never call it.
+(in progress, or waiting for an event), did not record ``patched(id)`` True and was not
+begun by a session whose code declared the patch deprecated (the same rule as
+``_patches.deprecate_patch``) is one ``deprecate_patch`` would refuse. A set of ids
+(``{"itemized-receipt"}``) names no step: every step's started inputs are checked, which
+may list inputs of steps that never call it.
 Queued inputs have not started and are never refused.
 """
 
@@ -21,13 +23,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._errors import WorkflowValidationError
+from ._folded import MemoRec, began_deprecated
 from ._patches import PATCH_KEY
 from ._verify_report import Problem
 
 if TYPE_CHECKING:
     from ._folded import Folded
 
-__all__ = ["declared_patches", "patch_problems"]
+__all__ = ["declared_patches", "patch_problems", "replay_memos"]
 
 
 def declared_patches(cls: type) -> dict[str, frozenset[str] | None]:
@@ -88,11 +91,14 @@ def patch_problems(cls: type, run_id: str, s: Folded, renames: Mapping[str, str]
             rec = memos.get(PATCH_KEY.format(pid))
             if rec is not None and rec.result is True:
                 continue
+            if rec is None and began_deprecated(s, pid, recorded_step, ev_id):
+                continue  # begun by code that declared it deprecated: never the old branch
             why = (
                 "it recorded the old branch (ctx.patched() returned False)"
                 if rec is not None
-                else "it started before this code and never asked, so it may have run the old"
-                " code (ctx.patched() would return False)"
+                else "it started before this code, in a session of code that did not declare"
+                " the patch deprecated, and never asked, so it may have run the old code"
+                " (ctx.patched() would return False)"
             )
             msg = (
                 f"{what} event {ev_id} would be refused by ctx.deprecate_patch({pid!r}): {why};"
@@ -100,3 +106,22 @@ def patch_problems(cls: type, run_id: str, s: Folded, renames: Mapping[str, str]
             )
             problems.append(Problem(run_id, s.seq, step, "patch", msg))
     return problems
+
+
+def replay_memos(s: Folded, step: str) -> dict[int, dict[str, MemoRec]]:
+    """The memoized calls ``verify --reexecute`` gives the attempts at ``step``'s inputs in
+    the state ``s`` before their commit: the recorded ones, and for an input begun by a
+    session whose code declared a patch deprecated (code that asked nothing: it has only
+    the new branch), that patch's answer True where none is recorded, as ``patched`` would
+    answer at run time."""
+    recorded = s.memos.get(step, {})
+    ids = set(s.in_progress.get(step, {}))
+    if not s.deprecated or not ids:
+        return recorded
+    out = {i: dict(by_key) for i, by_key in recorded.items()}
+    for ev_id in ids:
+        for pid in s.deprecated:
+            key = PATCH_KEY.format(pid)
+            if key not in out.get(ev_id, {}) and began_deprecated(s, pid, step, ev_id):
+                out.setdefault(ev_id, {})[key] = MemoRec("-", True, None, 0, s.seq)
+    return out

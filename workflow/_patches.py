@@ -16,18 +16,24 @@ input (after a crash, a retry, a conflict, a wait, in any process) and ``workflo
   attempt as memoized calls are (``_memo``);
 - the answer is True iff the input had no ``step_started`` before the start of the session
   that asks (the ``run_started`` or ``run_resumed`` record of the executor running code
-  with the patch): every attempt at it ran this code. An input that started before it may
-  have run the old code (and done the old code's effects), so it gets False — also when it
-  failed, waited or crashed and runs again now;
+  with the patch): every attempt at it ran this code; or it first started in a session
+  whose code declared the patch deprecated (``deprecated_patches``, which each session's
+  start record names: ``_folded.began_deprecated``), code with only the new branch. Any
+  other input that started before may have run the old code (and done the old code's
+  effects), so it gets False — also when it failed, waited or crashed and runs again now;
 - a recorded attempt without such a record ran code that did not ask: re-executed by
   ``verify``, it takes the old branch, as it did.
 
 ``ctx.deprecate_patch("id")`` is the step after, once no run that could take the old branch
 is left: the ``if`` is gone and the new code runs alone; the call records nothing and
 refuses (:class:`DeprecatedPatchError`, a :class:`WorkflowRuntimeError`) exactly the
-inputs ``patched("id")`` answers False (a recorded False, or an input that started before
-the session asking and never asked: a deploy straight from code without the patch), which
-the code that would finish them no longer has. A refusal does not fail the run: the
+inputs ``patched("id")`` answers False (a recorded False, or an input that never asked and
+first started in an earlier session whose code did not declare the patch deprecated: a
+deploy straight from code without the patch), which the code that would finish them no
+longer has. An input begun by code that declares it (which died in the step, and the same
+code resumes it) goes through: that code never had the old branch. Each input goes by its
+own session, so inputs begun by a session that dropped the declaration (a rollback) are
+refused again later. A refusal does not fail the run: the
 executor stops it with nothing recorded, so code that still has the old branch can finish
 it (``_attempts``).
 """
@@ -41,6 +47,7 @@ import orjson
 from . import _journal as J
 from ._attempt import current_attempt
 from ._errors import DeprecatedPatchError, WorkflowRuntimeError
+from ._folded import began_deprecated
 
 if TYPE_CHECKING:
     from ._folded import Folded
@@ -52,6 +59,7 @@ __all__ = [
     "ctx_deprecate_patch",
     "ctx_patched",
     "deprecate_patch",
+    "new_branch",
     "patched",
 ]
 
@@ -89,6 +97,16 @@ def began_in_session(folded: Folded, step: str, event_id: int) -> bool:
     return first is None or first > folded.session
 
 
+def new_branch(folded: Folded, patch_id: str, step: str, event_id: int) -> bool:
+    """Whether an input that recorded no answer for ``patch_id`` can only have run its new
+    code: it started in this session, or in a session whose code declared the patch
+    deprecated (``deprecated_patches``, named by the session's start record), code that
+    has no old branch."""
+    return began_in_session(folded, step, event_id) or began_deprecated(
+        folded, patch_id, step, event_id
+    )
+
+
 async def patched(att: Attempt | None, patch_id: str) -> bool:
     """This input's branch of patch ``patch_id``: True for the new code (module docstring).
 
@@ -104,7 +122,7 @@ async def patched(att: Attempt | None, patch_id: str) -> bool:
         return rec.result is True
     if host.replaying:
         return False  # the recorded attempt ran code that did not ask: the old branch
-    answer = began_in_session(host.folded_state(), att.step, att.event_id)
+    answer = new_branch(host.folded_state(), patch_id, att.step, att.event_id)
     text = b"true" if answer else b"false"
     record = J.memoized(
         att.step,
@@ -122,7 +140,7 @@ async def patched(att: Attempt | None, patch_id: str) -> bool:
     return answer
 
 
-def _old_branch(att: Attempt, key: str) -> bool:
+def _old_branch(att: Attempt, patch_id: str, key: str) -> bool:
     """Whether ``patched`` answers this input False (the old branch), asking nothing new:
     its recorded answer, else what it would decide now (``verify``'s replay: the recorded
     answer only)."""
@@ -134,7 +152,7 @@ def _old_branch(att: Attempt, key: str) -> bool:
         # A recorded attempt without an answer ran code that did not ask: code without the
         # patch, or code that deprecates it (which records nothing), so it cannot be told.
         return False
-    return not began_in_session(host.folded_state(), att.step, att.event_id)
+    return not new_branch(host.folded_state(), patch_id, att.step, att.event_id)
 
 
 def deprecate_patch(att: Attempt | None, patch_id: str) -> None:
@@ -154,15 +172,16 @@ def deprecate_patch(att: Attempt | None, patch_id: str) -> None:
     if att is None or att.host is None:
         msg = "ctx.deprecate_patch() works inside a step"
         raise WorkflowRuntimeError(msg)
-    if not _old_branch(att, key):
+    if not _old_branch(att, patch_id, key):
         return
     rec = att.host.memos_of(att.step, att.event_id).get(key)
     run = getattr(att.host, "run_id", None)
     why = (
         "this input recorded its old branch (ctx.patched() returned False)"
         if rec is not None
-        else "this input started before this code ran it and never asked, so it may have run"
-        " the old code (ctx.patched() would return False)"
+        else "this input started before this code ran it, in a session of code that did not"
+        " declare the patch in deprecated_patches, and never asked, so it may have run the"
+        " old code (ctx.patched() would return False)"
     )
     err = DeprecatedPatchError(
         run if isinstance(run, str) else None, att.step, att.event_id, patch_id, why

@@ -36,6 +36,8 @@ class RunConfig:
         given the future the run's end resolves, which frees the slot.
     :param commit_hook: a test hook called with (executor, seq) after each commit that
         changed state took effect.
+    :param deprecated: the patch ids the workflow declares deprecated
+        (``deprecated_patches``): its sessions' start records name them (``_patches``).
     """
 
     name: str
@@ -55,6 +57,7 @@ class RunConfig:
     instance: Any
     slot: Callable[[asyncio.Future[Any]], Awaitable[None]]
     commit_hook: Callable[[Any, int], None] | None = None
+    deprecated: tuple[str, ...] = ()
 
     def new_run(self) -> NewRun:
         """The runs row a new run of this workflow starts with."""

@@ -176,6 +176,7 @@ async def fork_run(
                 parent,
                 renamed,
                 state_tag(config.state_type),
+                config.deprecated,
             ),
             *(upcast or ()),
         ],
@@ -224,8 +225,11 @@ async def resume_run(
         if folded.status == "finished":
             executor.close(result=to_run_state(folded, executor.codec).result)
             return
-    tag = state_tag(executor.config.state_type)
-    resumed = journal.run_resumed(executor.log.epoch, folded.status, renamed, state=tag)
+    config = executor.config
+    tag = state_tag(config.state_type)
+    resumed = journal.run_resumed(
+        executor.log.epoch, folded.status, renamed, state=tag, deprecated=config.deprecated
+    )
     await executor.append([resumed, *(upcast or ())], status="running")
     if folded.status == "timed_out":
         executor.reset_budget()  # a fresh timeout budget (the fold resets it too)

@@ -9,6 +9,7 @@ dumped is refused, and the fold of the log is always the truth.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import pairwise
 from typing import Any, Final, NoReturn
 
 import orjson
@@ -22,12 +23,15 @@ __all__ = ["SNAPSHOT_FORMAT", "SnapshotError", "dump_folded", "load_folded"]
 # carry their latest failure (durable retries), and the lineages' recovery counts; 5: the
 # memoized calls of inputs not yet done; 6: context values' full-write seqs, and values
 # built by patches kept by reference to the log; 7: the session's start, inputs' first
-# starts and the typed state model's version.
-SNAPSHOT_FORMAT: Final = 7
+# starts and the typed state model's version; 8: the sessions that declared each patch
+# deprecated.
+SNAPSHOT_FORMAT: Final = 8
 # Older formats still read: 2 (buffers keyed by module names, converted as they load), 3,
 # 4 (no memoized calls: the code that wrote them recorded none), 5, 6 (no session or first
-# starts: written by fold version 2, whose snapshots fold version 3 does not trust anyway).
-_READ_FORMATS: Final = frozenset({2, 3, 4, 5, 6, SNAPSHOT_FORMAT})
+# starts: written by fold version 2, whose snapshots fold version 3 does not trust anyway),
+# 7 (no declared patches: none, which refuses what it cannot tell; its fold version, 3, is
+# not trusted by the readers of fold version 4 anyway).
+_READ_FORMATS: Final = frozenset({2, 3, 4, 5, 6, 7, SNAPSHOT_FORMAT})
 
 # A context value is kept by reference to the log (its last full write and the patches
 # since, in the run's own log) once those records weigh REF_MIN_BYTES and at most
@@ -110,6 +114,7 @@ def dump_folded(s: Folded) -> bytes:
             "session": s.session,
             "state": s.state,
             "started": {step: {str(i): q for i, q in by.items()} for step, by in s.started.items()},
+            "deprecated": s.deprecated,
             "next_id": s.next_id,
             "exec_us": s.exec_us,
             "prev_ts": s.prev_ts,
@@ -236,6 +241,8 @@ def _load(d: dict[str, Any]) -> Folded:
             step: {_event_id(i): _typed(by, i, int) for i in by}
             for step, by in _items(d, "started", dict)
         }
+    if d["v"] >= 8:
+        s.deprecated = {pid: _marks(m) for pid, m in _items(d, "deprecated", list)}
     s.next_id = _typed(d, "next_id", int)
     s.exec_us = _typed(d, "exec_us", int)
     s.prev_ts = _typed(d, "prev_ts", int, none=True)
@@ -373,6 +380,13 @@ def _event_id(text: str) -> int:
     if text.isdigit():
         return int(text)
     _bad_shape("memoized call's event", text)
+
+
+def _marks(e: list[Any]) -> list[int]:
+    """A patch's declaring sessions: their starts' and ends' seqs, ascending."""
+    if all(type(q) is int for q in e) and all(a < b for a, b in pairwise(e)):
+        return e
+    _bad_shape("deprecated patch", e)
 
 
 def _memo(e: Any) -> MemoRec:

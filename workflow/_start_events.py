@@ -92,9 +92,11 @@ def run_started_record(
     start: Any,
     previous: tuple[str, int] | None = None,
     state: str | None = None,
+    deprecated: Iterable[str] = (),
 ) -> Record:
     """The ``run_started`` record of a new run of the workflow ``name`` (``state``: its
-    typed state model's tag, ``_state_versions.state_tag``)."""
+    typed state model's tag, ``_state_versions.state_tag``; ``deprecated``: the patch ids
+    its class declares deprecated, ``_patch_check.declared_patches``)."""
     return journal.run_started(
         name,
         graph.fingerprint(),
@@ -105,6 +107,7 @@ def run_started_record(
         graph.describe(),
         previous,
         state=state,
+        deprecated=deprecated,
     )
 
 
@@ -115,10 +118,12 @@ def fork_started_record(
     parent: tuple[str, int],
     renamed: dict[str, str] | None = None,
     state: str | None = None,
+    deprecated: Iterable[str] = (),
 ) -> Record:
     """The ``run_started`` record of a fork of run ``parent[0]`` at seq ``parent[1]``: with
-    the moves of work under steps renamed since (``renamed``) and the typed state model's
-    tag (``state``), as a resume's ``run_resumed`` has them."""
+    the moves of work under steps renamed since (``renamed``), the typed state model's tag
+    (``state``) and the patch ids the fork's code declares deprecated (``deprecated``), as
+    a resume's ``run_resumed`` has them."""
     return journal.run_started(
         name,
         graph.fingerprint(),
@@ -129,6 +134,7 @@ def fork_started_record(
         graph.describe(),
         renamed=renamed,
         state=state,
+        deprecated=deprecated,
     )
 
 
@@ -140,16 +146,18 @@ def first_records(
     context: Iterable[Record] = (),
     previous: tuple[str, int] | None = None,
     state: str | None = None,
+    deprecated: Iterable[str] = (),
 ) -> list[Record]:
-    """A new run's first commit: run_started, its ``context`` records (a run from a
-    context, linked to the ``previous`` run), and the start event for its steps.
+    """A new run's first commit: run_started (with the ``deprecated`` patch ids), its
+    ``context`` records (a run from a context, linked to the ``previous`` run), and the
+    start event for its steps.
 
     :raises EncodeError: the start event holds what the log cannot hold.
     """
     dump = orjson.Fragment(codec.encode(start_event, name=type(start_event).__name__))
     targets = graph.route(type(start_event))
     return [
-        run_started_record(name, graph, codec, 1, dump, previous, state),
+        run_started_record(name, graph, codec, 1, dump, previous, state, deprecated),
         *context,
         *(journal.enqueued(t, 1, dump, journal.SRC_START) for t in targets),
     ]

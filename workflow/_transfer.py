@@ -219,4 +219,5 @@ def _shift(s: Folded, offset: int) -> Folded:
     if s.session:
         s.session += offset
     s.started = {k: {i: q + offset for i, q in by.items()} for k, by in s.started.items()}
+    s.deprecated = {pid: [q + offset for q in marks] for pid, marks in s.deprecated.items()}
     return s

@@ -26,7 +26,7 @@ from ._diff import apply, materialize
 from ._errors import WorkflowRuntimeError
 from ._events import Event
 from ._fold import Folded, MemoRec, fold
-from ._patch_check import patch_problems
+from ._patch_check import patch_problems, replay_memos
 from ._read import commits, fold_run, run_info, start_state
 from ._retry import RetryClock
 from ._state_versions import upcast_values
@@ -300,7 +300,7 @@ def _reexecute(wf: Facade, run_id: str, report: VerifyReport) -> None:
                 clock = RetryClock.resume(prog.failures, prog.failure)
                 clock.retry_at = None
                 event = load(prog.ev.dump)
-                memos = state.memos.get(head.step, {})
+                memos = replay_memos(state, head.step)
                 # Nothing recorded before it: no upcaster ran on the empty context, so the
                 # fields an upcaster fills in (not this attempt's) may be left unwritten.
                 first = now == {}

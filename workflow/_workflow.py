@@ -36,6 +36,7 @@ from ._facade_steps import WorkflowSteps
 from ._fold import to_run_state
 from ._handler import WorkflowHandler
 from ._live_runs import live_executor
+from ._patch_check import declared_patches
 from ._prune import PruneReport, prune_runs
 from ._read import RunSummary, run_summaries, shown_status
 from ._recover import Recoveries, is_run_of
@@ -159,6 +160,8 @@ class Workflow(WorkflowSteps):
             resources=resource_manager or ResourceManager(),
             slots=RunSlots(num_concurrent_runs),
             start_class=lambda: self._start_event_class,
+            # A bad ``deprecated_patches`` is refused here, before any run records it.
+            deprecated=tuple(sorted(declared_patches(type(self)))),
         )
         # On PostgreSQL an answer posted on any host wakes the run's owner at once (the
         # owner also polls, which is all SQLite needs).

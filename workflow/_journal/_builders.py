@@ -6,7 +6,7 @@ Each builds its kind's payload type (``_payloads``) and encodes it as the record
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import orjson
@@ -117,6 +117,7 @@ def run_started(
     renamed: dict[str, str] | None = None,
     *,
     state: str | None = None,
+    deprecated: Iterable[str] = (),
 ) -> Record:
     """The first record of a run (or of a fork, which names its parent and seq).
 
@@ -124,7 +125,8 @@ def run_started(
     ``start_event`` may be given already encoded (an ``orjson.Fragment``). ``previous``
     names the run and seq whose context a new run started from (written only then).
     ``renamed``: a fork's moves of work under renamed steps, as ``run_resumed``'s;
-    ``state``: the typed state model's tag, as ``run_resumed``'s.
+    ``state``: the typed state model's tag, and ``deprecated`` the patch ids the code
+    declares deprecated, as ``run_resumed``'s.
     """
     payload: RunStarted = {
         "workflow": workflow,
@@ -145,6 +147,8 @@ def run_started(
     _moves(payload, renamed)
     if state is not None:
         payload["state"] = state
+    if deprecated:
+        payload["deprecated_patches"] = sorted(deprecated)
     return _rec(RUN_STARTED, None, payload)
 
 
@@ -337,14 +341,23 @@ def run_cancelled() -> Record:
 
 
 def run_resumed(
-    epoch: int, previous: str, renamed: dict[str, str] | None = None, *, state: str | None = None
+    epoch: int,
+    previous: str,
+    renamed: dict[str, str] | None = None,
+    *,
+    state: str | None = None,
+    deprecated: Iterable[str] = (),
 ) -> Record:
     """A resume; ``renamed`` holds the moves of renamed steps (``_renames.moves_for``),
-    ``state`` the typed state model's tag (``_state_versions.state_tag``)."""
+    ``state`` the typed state model's tag (``_state_versions.state_tag``), ``deprecated``
+    the patch ids the code declares deprecated (``Workflow.deprecated_patches``; written
+    only when there are some)."""
     payload: RunResumed = {"epoch": epoch, "previous": previous}
     _moves(payload, renamed)
     if state is not None:
         payload["state"] = state
+    if deprecated:
+        payload["deprecated_patches"] = sorted(deprecated)
     return _rec(RUN_RESUMED, None, payload)
 
 

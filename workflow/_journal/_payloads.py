@@ -144,6 +144,10 @@ class RunStarted(TypedDict):
     # The typed state model the code writes the context in, with its version ("mod:S@2";
     # version 1 has no suffix): records after it are in that version. Since issue 21.
     state: NotRequired[str]
+    # The patches the session's code declares deprecated (``Workflow.deprecated_patches``),
+    # sorted; absent when none: inputs it begins never take their old branches. Since
+    # issue 21 (deprecate_patch lets them through).
+    deprecated_patches: NotRequired[list[str]]
 
 
 class Enqueued(TypedDict):
@@ -334,7 +338,7 @@ class RunResumed(TypedDict):
     holding classes renamed since), ``classes`` (old qualified class name -> new) the
     events of renamed classes in every collect buffer (since issue 21). ``state``: as
     ``RunStarted``'s; a resume by code of a newer version writes the context's upcast values
-    in the same commit.
+    in the same commit. ``deprecated_patches``: as ``RunStarted``'s.
     """
 
     epoch: int
@@ -343,6 +347,7 @@ class RunResumed(TypedDict):
     buffers: NotRequired[dict[str, str]]
     classes: NotRequired[dict[str, str]]
     state: NotRequired[str]
+    deprecated_patches: NotRequired[list[str]]  # as ``RunStarted``'s
 
 
 class RunTimedOut(TypedDict):

@@ -161,9 +161,14 @@ def _moves_of(payload: journal.RunStarted | journal.RunResumed) -> str:
 
 
 def _state_of(payload: journal.RunStarted | journal.RunResumed) -> str:
-    """The typed state model (and version) a session writes the context in, if it names one."""
+    """The typed state model (and version) a session writes the context in, if it names one,
+    and the patches its code declares deprecated."""
     state = payload.get("state")
-    return f", state {state}" if state else ""
+    text = f", state {state}" if state else ""
+    deprecated = payload.get("deprecated_patches")
+    if deprecated:  # the patches whose old branches this session's code no longer has
+        text += ", deprecates patches " + ", ".join(deprecated)
+    return text
 
 
 @_line(journal.ENQUEUED)
