@@ -100,6 +100,7 @@ class Committer:
         self._inline_loop: asyncio.AbstractEventLoop | None = None
         self._inline_writer: BatchWriter | None = None
         self._pending: list[_Item] = []
+        self._eager = False  # whether an item that is not lazy is pending
         self._flush_scheduled = False
         # Items of event loops for the writer thread, handed over once per loop iteration:
         # one wake-up of the writer for what the loop's tasks queued together, and a whole
@@ -260,21 +261,41 @@ class Committer:
             return fut
         self._check_writable()
         self._pending.append(item)
+        if not lazy:
+            self._eager = True
         if self._flush_scheduled:
             return fut
         if not lazy:
             self._flush_scheduled = True
             loop.call_soon(self.flush_inline)
-        elif self._lazy_handle is None:
+        else:
+            self._arm_lazy(loop)
+        return fut
+
+    def _arm_lazy(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._lazy_handle is None:
             # Armed once and left to run out (not cancelled by the flushes before it): it
             # flushes whatever lazy items wait then, each no later than its deadline.
             self._lazy_handle = loop.call_later(LAZY_FLUSH_S, self._lazy_due)
-        return fut
 
     def _lazy_due(self) -> None:
         self._lazy_handle = None
         if self._pending and not self._flush_scheduled:
             self.flush_inline()
+
+    def _flush_trailing(self) -> None:
+        """The flush a written batch leaves behind it, for what the tasks it woke queue.
+
+        Scheduled as the batch's futures resolve, it runs in the next loop iteration just
+        after the tasks they woke: what those queue then is written in that same iteration,
+        rather than one more later (one loop iteration a step instead of two). Lazy items
+        alone are not written here: they wait for their deadline or a commit to join.
+        """
+        self._flush_scheduled = False
+        if self._eager:
+            self.flush_inline()
+        elif self._pending and self._inline_loop is not None:
+            self._arm_lazy(self._inline_loop)
 
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
         """Gives the writer thread what the loop's tasks queued in this iteration."""
@@ -386,6 +407,7 @@ class Committer:
     def flush_inline(self) -> None:
         """Writes what the event loop's tasks queued, on the loop's own thread."""
         self._flush_scheduled = False
+        self._eager = False
         items, self._pending = self._pending, []
         if not items:
             return
@@ -414,6 +436,11 @@ class Committer:
                 for item, (ok, value) in zip(items, outcomes, strict=True)
             ]
         )
+        # After the wake-ups of the tasks it resolved, so that it runs after them.
+        loop = self._inline_loop
+        if not self._flush_scheduled and self.failed is None and loop and loop.is_running():
+            self._flush_scheduled = True
+            loop.call_soon(self._flush_trailing)
 
     # ------------------------------------------------------------------ closing
 

@@ -193,6 +193,44 @@ async def test_a_lazy_commit_after_a_flush_is_still_written_on_its_own(
     assert res.last_seq == 4
 
 
+@pytest.mark.parametrize("store", ["memory", "sqlite"], indirect=True)
+async def test_a_woken_tasks_commit_is_written_in_the_iteration_that_woke_it(
+    store: EventStore,
+) -> None:
+    """A commit queued by a task its batch woke is written in that same loop iteration,
+    after the task (one iteration a step, not two): a callback scheduled before it was
+    queued already finds it durable."""
+    await store.append(Commit("r1", [rec("run_started", None)], create=NewRun()))
+    await store.append(Commit("r1", [rec("a")]))  # woken by its batch
+    seen: list[bool] = []
+    loop = asyncio.get_running_loop()
+    futures: list[asyncio.Future[Any]] = []
+    loop.call_soon(lambda: seen.append(futures[0].done()))
+    later = store.submit(Commit("r1", [rec("b")]))
+    futures.append(later)
+    await later
+    assert seen == [True]
+    assert [r.kind for r in store.records("r1")][1:] == ["a", "b"]
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"], indirect=True)
+async def test_a_lazy_commit_queued_by_a_woken_task_still_waits_for_its_deadline(
+    store: EventStore,
+) -> None:
+    """The flush that follows a batch leaves lazy commits waiting for a commit to join,
+    and they are still written on their own in time."""
+    await store.append(Commit("r1", [rec("run_started", None)], create=NewRun()))
+    await store.append(Commit("r1", [rec("a")]))
+    before = store.stats.transactions
+    lazy = store.submit(Commit("r1", [rec("dequeued")]), lazy=True)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not lazy.done()
+    assert store.stats.transactions == before
+    res = await asyncio.wait_for(lazy, 5)
+    assert res.last_seq == 3
+
+
 @pytest.mark.parametrize("durability", ["normal", "full"])
 async def test_then_is_told_each_outcome_in_commit_order_before_waiters(
     tmp_path: Path, durability: Literal["normal", "full"]

@@ -20,7 +20,6 @@ from eventstore import (
     EventStoreError,
     NewRun,
     Record,
-    Seq,
     Snapshot,
     StoredRecord,
 )
@@ -246,11 +245,16 @@ class RunLog:
         if pending:
             self._unfolded = []
             run_id, stored = self.run_id, list[StoredRecord]()
+            # tuple.__new__ builds each named tuple without its Python-level __new__ (the
+            # fields are given in order): this runs for every record the executor writes.
+            new, cls = tuple.__new__, StoredRecord
             for records, res in pending:
-                first, last, ts = int(res.first_seq), Seq(int(res.last_seq)), res.ts
+                first, last, ts = int(res.first_seq), int(res.last_seq), res.ts
                 stored.extend(
-                    StoredRecord(Seq(first + i), run_id, r.kind, r.step, r.payload, last, ts)
-                    for i, r in enumerate(records)
+                    [
+                        new(cls, (first + i, run_id, r.kind, r.step, r.payload, last, ts))
+                        for i, r in enumerate(records)
+                    ]
                 )
             fold(self._fold_state, stored)
         return self._fold_state
