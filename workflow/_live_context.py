@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -50,6 +50,9 @@ class LiveContext:
         self.versions: dict[str, int] = {}
         self.written: dict[str, int] = {}
         self.keylog: dict[str, list[int]] = {}
+        # Per list key, its text in the log since its last full write, as pieces: that
+        # text, then each item appended since (see :func:`_grown_text`).
+        self.texts: dict[str, list[str]] = {}
         self.pins: dict[str, int] = {}  # key -> live attempts that read it
         # Held by an edit_state attempt (and one that conflicted too often) until it ends.
         self.state_lock = asyncio.Lock()
@@ -81,6 +84,7 @@ class LiveContext:
         """Forgets the values (the executor starts over from a newer fold)."""
         self.committed.clear()
         self.keylog.clear()
+        self.texts.clear()
 
     # ------------------------------------------------------------------ reads
 
@@ -164,8 +168,9 @@ class LiveContext:
                     continue
                 # Time to write the value whole again: the new value, sharing what the
                 # patch does not touch with the committed value (no deep copy of it).
+                text = _grown_text(self.texts.get(ch.key), ch)
                 ch.full, ch.ops = apply_copied(self.committed[ch.key], ch.ops), None
-                ch.text = self.codec.encode(ch.full, name=ch.key)
+                ch.text = self.codec.encode(ch.full, name=ch.key) if text is None else text
             assert ch.text is not None
             rec = journal.state_set_value(step, ch.key, orjson.Fragment(ch.text))
             ch.size = len(rec.payload)
@@ -190,6 +195,64 @@ class LiveContext:
                 self.committed[key] = apply(current, ch.ops)
                 log = self.keylog.setdefault(key, [size, 0])
                 log[1] += size
+                pieces = self.texts.get(key)
+                if pieces is not None:
+                    item = _appended_text(ch)
+                    if item is None:
+                        del self.texts[key]
+                    else:
+                        pieces.append(item)
             else:
                 self.committed[key] = ch.full  # plain: no view is ever written whole
                 self.keylog[key] = [size, 0]
+                if ch.text is not None and ch.text.startswith("["):
+                    self.texts[key] = [ch.text]
+                else:
+                    self.texts.pop(key, None)
+
+
+# The JSON text of a patch that appends to the root list, around what it appends (one item,
+# or the items of an extend, comma-separated), as ``encode_ops`` writes it.
+_APPEND: Final = (b'[["append",[],', b"]]")
+_EXTEND: Final = (b'[["extend",[],[', b"]]]")
+
+
+def _appended_text(ch: KeyChange) -> str | None:
+    """The text of what ch's patch appends to its root list (None: it does something else).
+
+    The items are dumped at the depth they have in the list, as ``Codec.encode`` of the
+    whole list dumps them, and serialized by the same ``orjson.dumps``: the list's text
+    is its old text with these items inserted before its closing bracket.
+    """
+    ops, raw = ch.ops, ch.ops_json
+    if ops is None or raw is None or len(ops) != 1 or ops[0][1] != ():
+        return None
+    kind = ops[0][0]
+    if kind == "append":
+        head, tail = _APPEND
+    elif kind == "extend" and ops[0][2]:
+        head, tail = _EXTEND
+    else:
+        return None
+    if not (raw.startswith(head) and raw.endswith(tail)):
+        return None
+    return raw[len(head) : len(raw) - len(tail)].decode()
+
+
+def _grown_text(pieces: list[str] | None, ch: KeyChange) -> str | None:
+    """The text of ch's key once ch's patch applies, from the text the log holds and the
+    items appended since (None: not known that way; encode the value).
+
+    The same text ``Codec.encode`` writes, made without walking the value in Python: a list
+    of models written whole again costs a join of strings, not a walk of every model.
+    """
+    if pieces is None:
+        return None
+    item = _appended_text(ch)
+    if item is None:
+        return None
+    first = pieces[0]
+    items = [*pieces[1:], item]
+    if first != "[]":
+        items.insert(0, first[1:-1])
+    return "[" + ",".join(items) + "]"
