@@ -170,6 +170,13 @@ class LoopWriteSQL(ServerWriteSQL, Protocol):
         """Blocks until the batch in flight was answered."""
         ...
 
+    def discard_input(self) -> None:
+        """Reads what the server sent while no batch was in flight (nothing of ours).
+
+        :raises: the driver's error when the connection cannot be read (it is lost).
+        """
+        ...
+
 
 class WriteSQL(Protocol):
     """One write connection of a backend, driven by the shared batch writer.

@@ -62,6 +62,10 @@ class LoopWriter:
         self._lazy_handle: asyncio.TimerHandle | None = None
         self._flight: tuple[list[Any], ServerBatch] | None = _IDLE
         self._fd = sql.fileno()
+        # The socket stays watched for reading from the first call on (not added and
+        # removed around each call: two epoll changes and a handle a step); readable
+        # while no call is in flight, it is only drained (:meth:`_readable`).
+        self._watched: asyncio.AbstractEventLoop | None = None
         self.usable = True
 
     @property
@@ -103,7 +107,10 @@ class LoopWriter:
             self._finish(items, batch, exc)
             return
         self._flight = (items, batch)
-        self.loop.add_reader(self._fd, self._readable)
+        if self._watched is not self.loop:
+            self._unwatch()
+            self.loop.add_reader(self._fd, self._readable)
+            self._watched = self.loop
         if not sent:
             self.loop.add_writer(self._fd, self._writable)
 
@@ -117,6 +124,19 @@ class LoopWriter:
             self.loop.remove_writer(self._fd)
 
     def _readable(self) -> None:
+        flight = self._flight
+        if flight is None:
+            # No call in flight: what came is the server's own (a notice, or the end of
+            # the connection, which the next call meets); a socket that cannot be read
+            # any more is watched no longer.
+            try:
+                self.sql.discard_input()
+            except Exception:
+                self._unwatch()
+            else:
+                if self.sql.broken:
+                    self._unwatch()
+            return
         try:
             result = self.sql.poll()
         except Exception as exc:
@@ -124,9 +144,6 @@ class LoopWriter:
             return
         if result is None:
             return  # more of the reply to come
-        self._unwatch()
-        flight = self._flight
-        assert flight is not None
         self._flight = None
         self._finish(*flight, result)
         self._next()
@@ -148,9 +165,10 @@ class LoopWriter:
             self._send()
 
     def _unwatch(self) -> None:
+        loop, self._watched = self._watched or self.loop, None
         with contextlib.suppress(Exception):  # a closed loop watches nothing any more
-            self.loop.remove_reader(self._fd)
-            self.loop.remove_writer(self._fd)
+            loop.remove_reader(self._fd)
+            loop.remove_writer(self._fd)
 
     def _finish(
         self,
@@ -197,6 +215,7 @@ class LoopWriter:
         if self._lazy_handle is not None:
             self._lazy_handle.cancel()
             self._lazy_handle = None
+        self._unwatch()  # the calls below are waited for here; the loop may change after
         while self.usable:
             flight = self._flight
             if flight is None:
@@ -213,8 +232,6 @@ class LoopWriter:
                     self._finish(items, batch, exc)
                     continue
                 flight = (items, batch)
-            else:
-                self._unwatch()
             self._flight = None
             try:
                 result: tuple[list[Reply], int | None] | Exception = self.sql.wait()

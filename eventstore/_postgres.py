@@ -127,9 +127,60 @@ def _ints(values: Sequence[int | bool | None], *, none: object = None) -> str | 
 _NO_COMMIT: Final = (None, 0, None, 0, None, None, None, None, None, None, False, None, None, None)
 
 
+def _plain_params(requests: Sequence[Request]) -> tuple[str | None, ...] | None:
+    """:func:`_call_params` for a batch of plain appends (to runs that exist, at the
+    next seqs, with no inbox entries taken or snapshot: a step's commits, most batches),
+    or None for any other batch. Ten of the 26 columns, the others NULL: half the
+    client's time of the general path."""
+    run_ids: list[str] = []
+    epochs: list[int | None] = []
+    counts: list[int] = []
+    statuses: list[str | None] = []
+    ats: list[int] = []
+    kinds: list[str] = []
+    steps: list[str | None] = []
+    payloads: list[str] = []
+    rec_ops: list[int] = []
+    for n, req in enumerate(requests, 1):
+        c = req.commit
+        if (
+            c is None
+            or c.create is not None
+            or c.seq is not None
+            or c.snapshot is not None
+            or c.inbox_taken
+        ):
+            return None
+        records = c.records
+        run_ids.append(req.run_id)
+        epochs.append(c.epoch)
+        counts.append(len(records))
+        statuses.append(c.status)
+        ats.append(req.at)
+        rec_ops += [n] * len(records)
+        for r in records:
+            kinds.append(r.kind)
+            steps.append(r.step)
+            payloads.append(r.payload)
+    ops = "{" + ",".join(['"a"'] * len(requests)) + "}"
+    t, i = _texts, _ints
+    return (
+        ops, t(run_ids), i(epochs), i(counts, none=0), t(kinds), t(steps), t(payloads),
+        t(statuses), None, None, None, None, None, None, None, None, None, None, i(ats),
+        None, None, i(rec_ops), None, None, None, None,
+    )  # fmt: skip
+
+
 def _call_params(requests: Sequence[Request]) -> tuple[str | None, ...]:
     """The write function's arguments for a batch: array literals, one entry per op (the
-    records and the taken inbox entries flattened in op order).
+    records and the taken inbox entries flattened in op order)."""
+    if requests[0].op == "append" and (plain := _plain_params(requests)) is not None:
+        return plain
+    return _any_params(requests)
+
+
+def _any_params(requests: Sequence[Request]) -> tuple[str | None, ...]:
+    """:func:`_call_params` for any batch.
 
     Each op is one tuple of its columns, turned into columns by ``zip``: a few list
     operations an op, where appending to 26 lists cost a third of the client's time.
@@ -300,6 +351,14 @@ class PostgresWriteSQL:
                 return _replies(results)
             results.append(res)
         return None
+
+    def discard_input(self) -> None:
+        """Reads what the server sent between calls (a notice; the end of a connection
+        it closed, which then raises), so that the socket is not readable for nothing."""
+        pgconn = self.raw.pgconn
+        pgconn.consume_input()
+        while not pgconn.is_busy() and pgconn.get_result() is not None:
+            pass
 
     def wait(self) -> tuple[list[Reply], int | None]:
         """Blocks until the reply of the call in flight has come (closing a store)."""

@@ -10,9 +10,12 @@ from typing import cast
 
 import psycopg
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from eventstore import Commit, EventStore, NewRun, Record, StoreUnavailableError
-from eventstore._postgres import PostgresWriteSQL
+from eventstore._backend import Request
+from eventstore._postgres import PostgresWriteSQL, _any_params, _plain_params
 from tests.conftest import POSTGRES_URL, postgres_location, postgres_store
 from tests.test_engine import Linear
 
@@ -158,3 +161,64 @@ async def test_a_call_the_server_refuses_whole_fails_its_batch_alone(pg: EventSt
     assert [r.kind for r in pg.records("r")] == ["a", "c"]
     assert pg._committer._loop_writer is not None
     assert pg._committer._loop_writer.usable
+
+
+def test_the_writer_moves_to_the_next_loop_once_the_first_closed(pg: EventStore) -> None:
+    """The loop writer keeps its socket watched between calls; a loop that closed leaves
+    it to the next loop, which watches it from its first call (no writer thread)."""
+    before = _writer_threads()
+
+    async def commit(kind: str, **kw: object) -> int:
+        res = await pg.append(Commit("r", [_rec(kind)], **kw))  # type: ignore[arg-type]
+        return res.last_seq
+
+    assert asyncio.run(commit("a", create=NewRun())) == 1
+    assert asyncio.run(commit("b", epoch=0)) == 2
+
+    async def many() -> list[int]:
+        return [await commit(f"c{i}", epoch=0) for i in range(3)]
+
+    assert asyncio.run(many()) == [3, 4, 5]
+    assert _writer_threads() == before
+    assert [r.kind for r in pg.records("r")] == ["a", "b", "c0", "c1", "c2"]
+
+
+_texts_st = st.one_of(st.none(), st.text(alphabet='ab,"\\{} N\u00e9', max_size=6))
+
+
+@st.composite
+def _plain_batches(draw: st.DrawFn) -> list[Request]:
+    requests = []
+    for _ in range(draw(st.integers(1, 4))):
+        records = [
+            Record(draw(st.text(max_size=4)), draw(_texts_st), draw(st.text(max_size=6)))
+            for _ in range(draw(st.integers(0, 3)))
+        ]
+        epoch = draw(st.one_of(st.none(), st.integers(0, 3)))
+        status = draw(st.one_of(st.none(), st.sampled_from(["running", "done"])))
+        commit = Commit(draw(st.sampled_from(["r", 'r"1', "r,2"])), records, epoch=epoch,
+                        status=status)  # fmt: skip
+        requests.append(Request("append", commit.run_id, commit, draw(st.integers(0, 2**60))))
+    return requests
+
+
+@given(_plain_batches())
+def test_a_batch_of_plain_appends_is_sent_as_the_general_path_sends_it(
+    requests: list[Request],
+) -> None:
+    """The fast path for a step's commits (plain appends) gives the write function the
+    same arguments as the path for any batch."""
+    assert _plain_params(requests) == _any_params(requests)
+
+
+def test_other_batches_take_the_general_path() -> None:
+    """A batch with an op that is not a plain append is not the fast path's."""
+    plain = Request("append", "r", Commit("r", [_rec("a")], epoch=0))
+    for other in (
+        Request("claim", "r"),
+        Request("append", "r", Commit("r", [_rec("a")], create=NewRun())),
+        Request("append", "r", Commit("r", [_rec("a")], seq=7)),
+        Request("append", "r", Commit("r", [_rec("a")], inbox_taken=[3])),
+        Request("append", "r", Commit("r", [_rec("a")], snapshot=(1, "{}"))),
+    ):
+        assert _plain_params([plain, other]) is None
