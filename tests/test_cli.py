@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from tests.flows import Asker, ReportFlow, read_trace
+from tests.support.child import child
 from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
 from workflow.cli import _common, cli
 from workflow.cli._running import public_event_name
@@ -602,10 +603,7 @@ def test_reads_while_another_process_writes(tmp_path: Path) -> None:
     where = write_module(tmp_path, "loopmod", LOOPMOD)
     db = tmp_path / "loop.db"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(where), str(ROOT)])}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loopmod", str(db)], env=env, stdout=subprocess.PIPE, text=True
-    )
-    try:
+    with child([sys.executable, "-m", "loopmod", str(db)], env=env, stdout=subprocess.PIPE) as proc:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "started"
         deadline = time.monotonic() + 30
@@ -624,12 +622,6 @@ def test_reads_while_another_process_writes(tmp_path: Path) -> None:
             ok("checkpoints", db, "loop")
             ok("diff", db, "loop", 1, state["seq"])
         assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
     assert seqs == sorted(seqs)
     assert "running" in statuses  # the writer's ownership is seen from this process
     assert json.loads(ok("state", db, "loop", "--json"))["status"] == "finished"

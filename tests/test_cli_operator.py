@@ -4,17 +4,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
 from tests.flows import Asker, ReportFlow
+from tests.support.child import child
 from tests.support.ui_server import waiting_asker
 from tests.test_cli import invoke, ok, run_to_end
 from workflow import WorkflowCancelledError
@@ -184,14 +187,12 @@ def test_cancel_a_run_another_process_executes(tmp_path: Path) -> None:
     db, started, gate = tmp_path / "live.db", tmp_path / "started", tmp_path / "gate"
     script = tmp_path / "gated.py"
     script.write_text(GATED)
-    proc = subprocess.Popen(
+    with child(
         [sys.executable, str(script), str(db), str(started), str(gate)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    ) as proc:
         deadline = time.monotonic() + 60
         while not started.exists():
             assert proc.poll() is None, proc.communicate()
@@ -201,10 +202,6 @@ def test_cancel_a_run_another_process_executes(tmp_path: Path) -> None:
         assert "cancelled run live" in out
         gate.write_text("go")
         stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert stdout.startswith("ERROR WorkflowCancelledByUser"), (stdout, stderr)
     assert "was cancelled" in stdout
     kinds = [r["kind"] for r in json.loads(ok("history", db, "live", "--json"))]
@@ -218,34 +215,27 @@ GATED_SPEC = "tests.flows:Gated"
 HANG_GUARD_S = 120.0  # only ever reached when something is broken: nothing here is timed
 
 
-def start_gated(db: Path, gate: Path, out: Path) -> subprocess.Popen[bytes]:
-    """`workflow run` of a Gated run 'live' in a process of its own, returned once its step
+@contextlib.contextmanager
+def gated(db: Path, gate: Path, out: Path) -> Iterator[subprocess.Popen[str]]:
+    """`workflow run` of a Gated run 'live' in a process of its own, yielded once its step
     is in flight and its start is durable (nothing of it commits until the gate opens)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with out.open("wb") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "workflow", "run", str(db), "--workflow", GATED_SPEC,
-             "--run-id", "live", "--timeout", "600", "--data", json.dumps({"gate": str(gate)})],
-            cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not db.exists() or "step_started" not in history_kinds(db):
-        assert proc.poll() is None, out.read_text()
-        assert time.monotonic() < deadline, "the step never started"
-        time.sleep(0.02)
-    return proc
+    with out.open("wb") as fh, child(
+        [sys.executable, "-m", "workflow", "run", str(db), "--workflow", GATED_SPEC,
+         "--run-id", "live", "--timeout", "600", "--data", json.dumps({"gate": str(gate)})],
+        cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
+    ) as proc:  # fmt: skip
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not db.exists() or "step_started" not in history_kinds(db):
+            assert proc.poll() is None, out.read_text()
+            assert time.monotonic() < deadline, "the step never started"
+            time.sleep(0.02)
+        yield proc
 
 
 def history_kinds(db: Path) -> list[str]:
     result = invoke("history", db, "live", "--json")
     return [r["kind"] for r in json.loads(result.stdout)] if result.exit_code == 0 else []
-
-
-def stop(*procs: subprocess.Popen[bytes] | None) -> None:
-    for p in procs:
-        if p is not None and p.poll() is None:
-            p.kill()
-            p.wait()
 
 
 def test_resume_right_after_cancel_waits_for_the_cancelled_executor(tmp_path: Path) -> None:
@@ -254,9 +244,7 @@ def test_resume_right_after_cancel_waits_for_the_cancelled_executor(tmp_path: Pa
     waits for it, then takes the run as soon as that executor lets go and runs it to the
     end; without waiting it is refused naming that process, not as "owned"."""
     db, gate = tmp_path / "gated.db", tmp_path / "gate"
-    first = start_gated(db, gate, tmp_path / "first.out")
-    resumer: subprocess.Popen[bytes] | None = None
-    try:
+    with gated(db, gate, tmp_path / "first.out") as first:
         assert "cancelled run live" in ok("cancel", db, "live")
         args: list[str | Path] = ["resume", db, "live", "--workflow", GATED_SPEC, "--cancelled"]
         refused = invoke(*args, "--wait", "0")
@@ -267,25 +255,26 @@ def test_resume_right_after_cancel_waits_for_the_cancelled_executor(tmp_path: Pa
         ) in refused.stderr
         assert "owned by another live executor" not in refused.stderr
         err = tmp_path / "resumer.err"
-        with err.open("wb") as fh, (tmp_path / "resumer.out").open("wb") as out:
-            resumer = subprocess.Popen(
+        with (
+            err.open("wb") as fh,
+            (tmp_path / "resumer.out").open("wb") as out,
+            child(
                 [sys.executable, "-m", "workflow", *map(str, args), "--wait", str(HANG_GUARD_S)],
                 cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=out, stderr=fh,
-            )  # fmt: skip
-        deadline = time.monotonic() + HANG_GUARD_S
-        while "is still being cancelled" not in err.read_text():  # it says so before waiting
-            assert resumer.poll() is None, err.read_text()
-            assert time.monotonic() < deadline, "the resume never said it waits"
-            time.sleep(0.02)
-        assert f"(another process, pid {first.pid} holds it): waiting up to 120 s" in (
-            err.read_text()
-        )
-        gate.write_text("go")  # the first executor's step ends; its commit is refused
-        assert resumer.wait(timeout=HANG_GUARD_S) == 0, err.read_text()
+            ) as resumer,
+        ):  # fmt: skip
+            deadline = time.monotonic() + HANG_GUARD_S
+            while "is still being cancelled" not in err.read_text():  # it says so first
+                assert resumer.poll() is None, err.read_text()
+                assert time.monotonic() < deadline, "the resume never said it waits"
+                time.sleep(0.02)
+            assert f"(another process, pid {first.pid} holds it): waiting up to 120 s" in (
+                err.read_text()
+            )
+            gate.write_text("go")  # the first executor's step ends; its commit is refused
+            assert resumer.wait(timeout=HANG_GUARD_S) == 0, err.read_text()
         assert (tmp_path / "resumer.out").read_text() == "run live finished: 'through'\n"
         first.wait(timeout=HANG_GUARD_S)
-    finally:
-        stop(first, resumer)
     kinds = history_kinds(db)
     assert kinds.count("run_cancelled") == 1
     assert kinds.index("run_cancelled") < kinds.index("run_resumed")
@@ -297,22 +286,20 @@ def test_resume_after_cancel_gives_up_saying_what_holds_the_run(tmp_path: Path) 
     flight) makes `resume --cancelled` give up with an error naming the process that holds
     the run, when it lets go and how long the resume waited; the run is left as it was."""
     db, gate = tmp_path / "gated.db", tmp_path / "gate"
-    first = start_gated(db, gate, tmp_path / "first.out")
-    try:
-        ok("cancel", db, "live")
-        before = history_kinds(db)
-        result = invoke(
-            "resume", db, "live", "--workflow", GATED_SPEC, "--cancelled", "--wait", "0.3"
-        )
-        assert result.exit_code == 1, result.stdout
-        assert "run live is still being cancelled" in result.stderr  # it said it waits
-        assert f"(another process, pid {first.pid}) still holds it" in result.stderr
-        assert "it lets go at its next commit, once the step in flight ends" in result.stderr
-        assert "waited 0.3 s for it; resume again then" in result.stderr
-        assert history_kinds(db) == before
-    finally:
-        gate.write_text("go")
+    with gated(db, gate, tmp_path / "first.out") as first:
         try:
-            first.wait(timeout=HANG_GUARD_S)
+            ok("cancel", db, "live")
+            before = history_kinds(db)
+            result = invoke(
+                "resume", db, "live", "--workflow", GATED_SPEC, "--cancelled", "--wait", "0.3"
+            )
+            assert result.exit_code == 1, result.stdout
+            assert "run live is still being cancelled" in result.stderr  # it said it waits
+            assert f"(another process, pid {first.pid}) still holds it" in result.stderr
+            lets_go = "it lets go at its next commit, once the step in flight ends"
+            assert lets_go in result.stderr
+            assert "waited 0.3 s for it; resume again then" in result.stderr
+            assert history_kinds(db) == before
         finally:
-            stop(first)
+            gate.write_text("go")
+            first.wait(timeout=HANG_GUARD_S)

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.flows import ReportFlow
+from tests.support.child import child
 from tests.test_workers import Doubler
 from workflow.cli import cli
 
@@ -65,7 +66,7 @@ def test_worker_command_runs_submitted_runs_and_stops_on_sigterm(location: str) 
     db = location
     wf = Doubler(store=db, timeout=None)
     ids = [wf.submit(n=i) for i in range(10)]
-    proc = subprocess.Popen(
+    with child(
         [
             sys.executable,
             "-m",
@@ -81,9 +82,7 @@ def test_worker_command_runs_submitted_runs_and_stops_on_sigterm(location: str) 
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    ) as proc:
         # A hang guard, not a speed check: the worker process starts Python and imports the
         # engine first, which alone takes up to 8 s with both cores of a 2-core machine busy.
         deadline = time.monotonic() + 120
@@ -92,13 +91,8 @@ def test_worker_command_runs_submitted_runs_and_stops_on_sigterm(location: str) 
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.stderr is not None
-    err = proc.stderr.read()
-    proc.stderr.close()
+        assert proc.stderr is not None
+        err = proc.stderr.read()
     assert "worker stopped after 10 run(s)" in err
     assert [wf.state_at(i).result for i in ids] == [2 * n for n in range(10)]
 

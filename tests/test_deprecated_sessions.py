@@ -27,6 +27,7 @@ import pytest
 from pydantic import TypeAdapter
 
 from eventstore import Commit, EventStore, LogCorruptedError, NewRun, Record
+from tests.support.child import child
 from tests.support.ui_server import wait_for
 from tests.test_deploying import ROOT, _cli, _write, loaded
 from workflow import DeprecatedPatchError, Workflow
@@ -129,14 +130,12 @@ def held(root: Path, db: Path, run_id: str, step: str, how: str = "resume") -> N
     waits forever: it never finishes)."""
     before = kinds(db, run_id).count(("step_started", step))
     env = {"PYTHONPATH": f"{root}:{ROOT}", "PATH": "/usr/bin:/bin", "HOLD": step}
-    proc = subprocess.Popen(
+    with child(
         [sys.executable, "-c", SCRIPT, str(db), run_id, how],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    ) as proc:
 
         def started() -> bool:
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
@@ -145,12 +144,6 @@ def held(root: Path, db: Path, run_id: str, step: str, how: str = "resume") -> N
         wait_for(started, f"a durable start of {step!r} in run {run_id!r}")
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
 
 
 def patch_problems(wf: Workflow, run_id: str) -> list[str]:

@@ -25,6 +25,7 @@ import pytest
 
 from eventstore import EventStore, StoredRecord
 from tests.conftest import POSTGRES_URL
+from tests.support.child import child
 from workflow import (
     Context,
     RunOwnedError,
@@ -103,25 +104,17 @@ def killed(
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if lease_ttl is not None:
         env["RETRY_PROC_LEASE_TTL"] = str(lease_ttl)
-    proc = subprocess.Popen(
+    with child(
         [sys.executable, "-m", "tests.support.retry_proc", str(db), flow, run_id, until],
         cwd=ROOT,
         stdout=subprocess.PIPE,
-        text=True,
         env=env,
-    )
-    try:
+    ) as proc:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "READY\n"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         yield
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
 
 
 def records(db: Path, run_id: str, kind: str) -> list[tuple[StoredRecord, Any]]:

@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from eventstore import Commit, EventStore, Snapshot
+from tests.support.child import child
 from tests.test_snapshots import assert_snapshots_are_the_fold, same, spacing
 from workflow import Context, Event, SnapshotIgnoredWarning, StartEvent, StopEvent, Workflow, step
 from workflow._fold import FOLD_VERSION
@@ -191,28 +192,22 @@ def test_a_fork_killed_in_a_step_resumes_from_its_snapshots(
     with EventStore(db, readonly=True) as store:
         at = fork_points(store, parent)[1]
     err = tmp_path / "fork_proc.err"
-    with err.open("w") as err_file:
-        proc = subprocess.Popen(
+    with (
+        err.open("w") as err_file,
+        child(
             [sys.executable, "-m", "tests.support.fork_proc", str(db), parent, str(at), "400"],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=err_file,
-            text=True,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-    try:
+        ) as proc,
+    ):
         assert proc.stdout is not None
         line = proc.stdout.readline().split()
         assert line[:1] == ["READY"], line
         fork = line[1]
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
     assert "Traceback" not in err.read_text()  # the killed process logged no error either
     with EventStore(db, readonly=True) as store:
         assert any(entry(s.data, "items")[-1] == "log" for s in snapshots(store, fork))

@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from eventstore import EventStore
+from tests.support.child import child
 from workflow import (
     Context,
     Event,
@@ -164,24 +165,18 @@ def _interrupted(tmp_path: Path, *args: str) -> str:
     """Runs ``workflow ARGS`` until the Sleepy step naps, then Ctrl-C (SIGINT); its stderr."""
     ready = tmp_path / "ready"
     ready.unlink(missing_ok=True)
-    proc = subprocess.Popen(
+    with child(
         [sys.executable, "-m", "workflow", *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "SLEEPY_READY": str(ready)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    ) as proc:
         while not ready.exists():
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, (out, err)
     return err
 

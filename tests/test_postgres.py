@@ -24,6 +24,7 @@ from eventstore._postgres import SCHEMA_VERSION, PostgresWriteSQL
 from eventstore._writer import BatchWriter
 from tests.conftest import POSTGRES_URL, postgres_store
 from tests.flows import Asker, ReportFlow
+from tests.support.child import child
 from tests.test_engine import Counter, FanOut, Linear
 from workflow import HumanResponseEvent
 
@@ -112,14 +113,12 @@ def test_answer_from_another_host_continues_the_run_promptly(pg: EventStore) -> 
 
     root = Path(__file__).resolve().parent.parent
     assert pg.path is not None
-    proc = subprocess.Popen(
+    with child(
         [sys.executable, "-m", "tests.flows", "asker", pg.path, "run"],
         cwd=root,
         stdout=subprocess.PIPE,
-        text=True,
         env={**os.environ, "PYTHONPATH": str(root), "ASKER_STAYS": "1"},
-    )
-    try:
+    ) as proc:
         assert proc.stdout is not None
         run_id = proc.stdout.readline().split()[1]
         wf = Asker(store=pg)
@@ -136,12 +135,6 @@ def test_answer_from_another_host_continues_the_run_promptly(pg: EventStore) -> 
         assert "RESULT hello from elsewhere" in out
         assert time.monotonic() - sent < 5
         assert wf.state_at(run_id).status == "finished"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def test_posts_are_notified_to_listeners(pg: EventStore) -> None:

@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from eventstore import EventStore, LogCorruptedError
+from tests.support.child import child
 from workflow import (
     Context,
     Event,
@@ -106,14 +107,12 @@ BUSY = ["run-0", "run-1", "run-2"]
 def left_behind(db: Path, *modes: str, kill: bool = True) -> Iterator[subprocess.Popen[str]]:
     """A real process that leaves runs in the middle of a step; SIGKILLed (unless told not
     to), then the steps it held are let go for whoever resumes them."""
-    proc = subprocess.Popen(
+    with child(
         [sys.executable, "-m", "tests.support.recover_proc", str(db), *modes],
         cwd=ROOT,
         stdout=subprocess.PIPE,
-        text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    try:
+    ) as proc:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "READY\n"
         if kill:
@@ -121,12 +120,6 @@ def left_behind(db: Path, *modes: str, kill: bool = True) -> Iterator[subprocess
             proc.wait()
             let_go(db)
         yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
 
 
 def last_seqs(db: Path) -> dict[str, int | None]:

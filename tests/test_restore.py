@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from tests.flows import (
     Sleeper,
     read_trace,
 )
+from tests.support.child import child
 from workflow import (
     Checkpoint,
     CheckpointNotFoundError,
@@ -61,19 +64,22 @@ def run_flow(flow: str, db: str, *args: str, timeout: float = 60) -> tuple[int, 
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def start_flow(flow: str, db: str, *args: str) -> tuple[subprocess.Popen[str], str]:
-    """Starts ``python -m tests.flows`` and returns the process once it printed its run id."""
-    proc = subprocess.Popen(
+@contextlib.contextmanager
+def started_flow(
+    flow: str, db: str, *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Starts ``python -m tests.flows`` (``env`` added to its environment) and yields the
+    process and its run id once it printed it; killed if still alive, and reaped, after."""
+    with child(
         [sys.executable, "-m", "tests.flows", flow, str(db), *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "DW_LEASE_TTL": str(LEASE_S)},
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.startswith("RUN "), line
-    return proc, line.split()[1]
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DW_LEASE_TTL": str(LEASE_S), **(env or {})},
+    ) as proc:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("RUN "), line
+        yield proc, line.split()[1]
 
 
 def wait_for(predicate: object, timeout: float = 10.0) -> None:
@@ -265,8 +271,7 @@ def test_input_that_always_kills_is_counted(location: str) -> None:
 def test_live_owner_refuses_other_executors(location: str) -> None:
     """While a live process runs a run, resume elsewhere fails; once it is killed, it works."""
     db = location
-    proc, run_id = start_flow("sleeper", db, "run")
-    try:
+    with started_flow("sleeper", db, "run") as (proc, run_id):
         wait_for(lambda: read_trace(db) == ["start"])
 
         async def try_resume() -> None:
@@ -301,12 +306,6 @@ def test_live_owner_refuses_other_executors(location: str) -> None:
 
         assert asyncio.run(resume_and_cancel()) == ["start", "start"]
         del resume_short
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
 
 
 def test_durable_wait_across_processes(location: str) -> None:
@@ -360,12 +359,7 @@ def test_resumed_consumer_is_asked_again(location: str) -> None:
 def test_answer_from_another_process_wakes_the_owner(location: str) -> None:
     """An answer sent by another process reaches the live owner's waiting run promptly."""
     db = location
-    os.environ["ASKER_STAYS"] = "1"
-    try:
-        proc, run_id = start_flow("asker", db, "run")
-    finally:
-        del os.environ["ASKER_STAYS"]
-    try:
+    with started_flow("asker", db, "run", env={"ASKER_STAYS": "1"}) as (proc, run_id):
         wf = Asker(store=db)
         wait_for(lambda: run_id in {r.run_id for r in wf.runs()})
         wait_for(lambda: wf.state_at(run_id).status == "waiting")
@@ -376,12 +370,6 @@ def test_answer_from_another_process_wakes_the_owner(location: str) -> None:
         assert proc.wait(timeout=10) == 0
         assert "RESULT hello zoe" in out
         assert time.monotonic() - sent < 5
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
 
 
 async def test_wait_answered_within_one_process() -> None:

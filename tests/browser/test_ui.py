@@ -16,6 +16,7 @@ from playwright.sync_api import Page, expect
 
 from eventstore import add_key
 from tests.flows import Asker, ReportFlow
+from tests.support.child import child
 from tests.support.ui_server import ROOT, serving, wait_for, waiting_asker
 from tests.test_cli import run_to_end
 from tests.test_encryption import SECRET, sealed_secretive
@@ -109,13 +110,11 @@ def test_a_live_run_advances_without_reload(tmp_path: Path, page: Page) -> None:
     place, the selection follows the end."""
     db = tmp_path / "live.db"
     gate = Path(str(db) + ".gate")
-    proc = subprocess.Popen(
+    with child(
         [sys.executable, "-m", "tests.support.live_flow", str(db), "live", "3"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    ) as proc:
         wait_for(lambda: proc.poll() is None and db.exists() and "live" in _runs(db), "the run")
         with serving(db) as base:
             page.goto(base + "/runs/live")
@@ -143,10 +142,6 @@ def test_a_live_run_advances_without_reload(tmp_path: Path, page: Page) -> None:
             assert page.evaluate("window.__same") == "no reload"
         out, _ = proc.communicate(timeout=60)
         assert "ticked 3 times" in out
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def _runs(db: Path) -> str:
