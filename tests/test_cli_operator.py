@@ -20,6 +20,7 @@ from tests.flows import Asker, ReportFlow
 from tests.support.child import child
 from tests.support.ui_server import waiting_asker
 from tests.test_cli import invoke, ok, run_to_end
+from tests.test_workers import Doubler
 from workflow import WorkflowCancelledError
 from workflow.cli._filters import RunFilter, parse_since, parse_statuses
 
@@ -303,3 +304,75 @@ def test_resume_after_cancel_gives_up_saying_what_holds_the_run(tmp_path: Path) 
         finally:
             gate.write_text("go")
             first.wait(timeout=HANG_GUARD_S)
+
+
+def resumed_line(db: Path, run: str) -> str:
+    """The payload text of RUN's last ``run_resumed`` line in `workflow history`."""
+    (*_, line) = [ln for ln in ok("history", db, run).splitlines() if " run_resumed " in ln]
+    return line.split(" run_resumed ", 1)[1].strip()
+
+
+def test_history_shows_a_cancel_by_its_kind_and_the_resume_as_of_cancelled(
+    tmp_path: Path,
+) -> None:
+    """`workflow history` shows `run_cancelled` by its kind alone (its payload is empty,
+    so no `{}`), and the resume that follows says the run was cancelled."""
+    db = tmp_path / "c.db"
+    waiting_asker(db, "ask")
+    ok("cancel", db, "ask")
+    (line,) = [ln for ln in ok("history", db, "ask").splitlines() if "run_cancelled" in ln]
+    assert line.rstrip().endswith("run_cancelled"), line
+    assert run_ids(db, "--status", "cancelled") == ["ask"]
+    ok("resume", db, "ask", "--workflow", "tests.flows:Asker", "--cancelled", "--wait", "30")
+    assert resumed_line(db, "ask").endswith(", was cancelled")
+
+
+def test_history_says_a_died_run_was_interrupted_as_runs_listed_it(tmp_path: Path) -> None:
+    """A run whose process died is listed `interrupted` by `workflow runs`; the line of the
+    resume that continues it in `workflow history` says it was interrupted, not "running"
+    (the status the log still held)."""
+    db = tmp_path / "d.db"
+    died = subprocess.run(
+        [sys.executable, "-m", "tests.flows", "dies_once", str(db), "run", "dead"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert died.returncode == 9, died.stderr
+    assert run_ids(db, "--status", "interrupted") == ["dead"]
+    assert "finished" in ok("resume", db, "dead", "--workflow", "tests.flows:DiesOnce")
+    assert resumed_line(db, "dead") == "epoch 2, was interrupted"
+
+
+def test_history_says_a_submitted_run_was_submitted_as_runs_listed_it(tmp_path: Path) -> None:
+    """A submitted run no worker took yet is listed `submitted` (its log says running); the
+    resume that first takes it up says so in `workflow history`."""
+    db = tmp_path / "s.db"
+    run = Doubler(store=db, timeout=None).submit(n=2)
+    assert run_ids(db, "--status", "submitted") == [run]
+    ok("resume", db, run, "--workflow", "tests.test_workers:Doubler")
+    assert resumed_line(db, run) == "epoch 2, was submitted"
+
+
+def test_history_says_a_run_killed_while_waiting_was_waiting(tmp_path: Path) -> None:
+    """A run whose process was killed while it waited for an answer is listed `waiting`
+    (not interrupted: it has nothing to do but wait); the resume that takes the answer up
+    says it was waiting."""
+    db = tmp_path / "w.db"
+    with child(
+        [sys.executable, "-m", "tests.flows", "asker", str(db), "run", "ask"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "ASKER_STAYS": "1"},
+    ) as proc:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not db.exists() or run_ids(db, "--status", "waiting") != ["ask"]:
+            assert proc.poll() is None
+            assert time.monotonic() < deadline, "the run never waited"
+            time.sleep(0.02)
+        proc.kill()
+        proc.wait()
+    assert run_ids(db, "--status", "waiting") == ["ask"]
+    answer = ["--event", "workflow:HumanResponseEvent", "--data", '{"response": "x"}']
+    ok("send", db, "ask", *answer)
+    assert "hello x" in ok("resume", db, "ask", "--workflow", "tests.flows:Asker")
+    assert resumed_line(db, "ask") == "epoch 2, was waiting"

@@ -8,17 +8,28 @@ from __future__ import annotations
 
 import itertools
 import sys
+import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import click
 import orjson
 
-from eventstore import EventStore, LogCorruptedError, StoredRecord
+from eventstore import EventStore, LogCorruptedError, RunInfo, StoredRecord
 
 from .. import _journal as J
 from .._checkpoints import event_class, event_types_upto, note_event
-from .._read import Damaged, fold_run, readable_records, run_info, start_state
+from .._errors import SnapshotIgnoredWarning
+from .._read import (
+    Damaged,
+    fold_run,
+    live_status,
+    only_submitted,
+    readable_records,
+    run_info,
+    start_state,
+)
 from ._app import cli
 from ._common import json_option, progress, reader, traceback_option, workflow_option
 from ._inspect import Viewer, describe, record_json, traceback_lines
@@ -120,9 +131,7 @@ def history(
         _history_json(iter(items))
     else:
         steps = None if isinstance(items, Iterator) else [_step(r) for r, _, _ in items]
-        _history_text(
-            store, run, info.created, upto, iter(items), view, full, damaged, show_tb, steps
-        )
+        _history_text(store, info, upto, iter(items), view, full, damaged, show_tb, steps)
     if more is not None:
         click.echo(f"more: --from {more}", err=True)
     if damaged:
@@ -189,8 +198,7 @@ def _damaged_json(d: Damaged) -> dict[str, Any]:
 
 def _history_text(
     store: EventStore,
-    run: str,
-    base_ts: int,
+    info: RunInfo,
     upto: int,
     items: Iterator[tuple[StoredRecord | Damaged, Any, str]],
     view: Viewer,
@@ -199,6 +207,7 @@ def _history_text(
     show_tb: bool = False,
     steps: list[str] | None = None,
 ) -> None:
+    run, base_ts = info.run_id, info.created
     if steps is None:  # every line is shown: the step column fits the run's steps
         steps = [
             row[0]
@@ -222,6 +231,8 @@ def _history_text(
         empty = False
         if not isinstance(r, Damaged):
             try:
+                if r.kind == J.RUN_RESUMED:
+                    p = {**p, "previous": _listed_before(store, info, r, p)}
                 text = " ".join(describe(r, p, view, value_w).split("\n"))
             except Exception as exc:  # a payload of the wrong shape
                 damaged.append(r.seq)
@@ -253,6 +264,27 @@ def _history_text(
             click.echo("\n".join(traceback_lines(p, " " * (num_w + 2))))
     if empty:
         click.echo("no records match", err=True)
+
+
+def _listed_before(store: EventStore, info: RunInfo, record: StoredRecord, payload: Any) -> str:
+    """The status ``workflow runs`` gave the run just before this ``run_resumed``, which
+    records the status as logged (``previous``): a run left ``running`` by an executor
+    that died was listed ``interrupted``, or ``submitted`` if no worker had taken it yet
+    (its first claim, epoch 2), or ``waiting`` if it had nothing to do but wait."""
+    previous = str(payload.get("previous"))
+    if previous != "running":
+        return previous
+    # Its first claim moved the epoch from 1 to 2: the row as it was then says if submitted.
+    if payload.get("epoch") == 2 and only_submitted(replace(info, epoch=1)):
+        return "submitted"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SnapshotIgnoredWarning)  # the fold is right anyway
+            waits = fold_run(store, info.run_id, record.seq - 1).only_waiters()
+    except Exception:  # a damaged record before it is reported where it is read
+        waits = False
+    # A resume takes only a run no live executor owns (the claim fences any other).
+    return live_status(previous, waits, owned=False)
 
 
 def _line(cells: list[str], widths: list[int]) -> str:

@@ -288,9 +288,11 @@ def describe(record: StoredRecord, payload: Any, view: Viewer, limit: int = 200)
     if sealed is not None:
         return sealed
     line = _LINES.get(record.kind)
-    if line is None:
-        return show_dump(payload, limit)
-    return line(payload, view.show, limit)
+    if line is not None:
+        return line(payload, view.show, limit)
+    # A kind that carries nothing (``run_cancelled``, ``run_suspended``) is said by its kind
+    # alone: an empty ``{}`` beside it reads as a value that went missing.
+    return "" if payload == {} else show_dump(payload, limit)
 
 
 def record_json(record: StoredRecord) -> dict[str, Any]:
