@@ -75,6 +75,29 @@ def _resolve(batch: list[_Settled]) -> None:
                 fut.exception()  # then was told: not an exception nobody retrieved
 
 
+def _resolve_inline(items: Sequence[_Item], outcomes: Sequence[tuple[bool, Any]]) -> None:
+    """:func:`_resolve` for a batch written on its own loop, which is not closed: the
+    same, without a list of what settled or a look at each future's loop."""
+    for item, (ok, value) in zip(items, outcomes, strict=True):
+        fut: asyncio.Future[Any] = item.future  # type: ignore[assignment]  # the loop's
+        if fut.done():
+            continue  # cancelled: nobody waits for it any more
+        then = item.then
+        if then is not None:
+            try:
+                then(ok, value)
+            except Exception as exc:  # as a done-callback's would be: reported, not fatal
+                fut.get_loop().call_exception_handler(
+                    {"message": "exception in a commit's then callback", "exception": exc}
+                )
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+            if then is not None:
+                fut.exception()  # then was told: not an exception nobody retrieved
+
+
 class Committer:
     """Queues operations and writes them in batches, resolving each caller's future.
 
@@ -250,7 +273,7 @@ class Committer:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         item = _Item(op, fut, loop, then)
-        if not self._uses_inline(loop):
+        if (self._inline_loop is not loop or not self._inline) and not self._uses_inline(loop):
             self._check_writable()
             queued = self._handover.get(loop)
             if queued is None:
@@ -430,14 +453,17 @@ class Committer:
         else:
             self.operations += len(items)
             self.transactions += 1
-        _resolve(
-            [
-                (item.future, item.then, ok, value)  # type: ignore[misc]
-                for item, (ok, value) in zip(items, outcomes, strict=True)
-            ]
-        )
-        # After the wake-ups of the tasks it resolved, so that it runs after them.
         loop = self._inline_loop
+        if loop is not None and not loop.is_closed():
+            _resolve_inline(items, outcomes)
+        else:  # written as the store closes, after its loop ended
+            _resolve(
+                [
+                    (item.future, item.then, ok, value)  # type: ignore[misc]
+                    for item, (ok, value) in zip(items, outcomes, strict=True)
+                ]
+            )
+        # After the wake-ups of the tasks it resolved, so that it runs after them.
         if not self._flush_scheduled and self.failed is None and loop and loop.is_running():
             self._flush_scheduled = True
             loop.call_soon(self._flush_trailing)

@@ -26,6 +26,11 @@ __all__ = [
 ]
 
 
+# AppendResult's constructor given the seqs as the ints they are (``Seq(x)`` is a call of
+# its own, twice a commit, for nothing at runtime).
+_result: Callable[[int, int, int], AppendResult] = AppendResult  # type: ignore[assignment]
+
+
 class Instead(Exception):
     """An op failed where the transaction may hold part of it, and names the op to run in
     its place when the batch runs again (rather than none)."""
@@ -98,34 +103,41 @@ class JoinedAppends:
         last_c = commits[-1]
         run_id = last_c.run_id
         run = self._runs.get(run_id) or self._run(run_id)
+        epoch, rid = run.epoch, run.rid
+        ts = now_us()
+        seq = self.last_seq + 1
+        spans: list[tuple[int, int, Sequence[Any]]] = []  # each commit's first, last, records
+        results: list[AppendResult | Exception] = []
         refused: Exception | None = None
+        # One pass: each commit is fenced, checked and its rows made before the next one's
+        # check runs. Only the last has an on_written, so each check sees what it would see
+        # with the commits before it written: nothing of theirs is visible before it.
         for c in commits:
-            # Only the last has an on_written, so each check sees what it would see with
-            # the commits before it written: nothing of theirs is visible before it.
+            records = c.records
             try:
-                if c.epoch is not None and c.epoch != run.epoch:
-                    raise fenced(run_id, c.epoch, run.epoch)
+                if c.epoch is not None and c.epoch != epoch:
+                    raise fenced(run_id, c.epoch, epoch)
                 if c.check is not None:
                     c.check()
-                check_records(c.records)
+                for r in records:
+                    # Refused here, before anything of the commit is written.
+                    if not (isinstance(r.kind, str) and isinstance(r.payload, str)):
+                        _refuse_record(r)
             except Exception as exc:
                 if not last_alone or c is not last_c:
                     raise
                 refused = exc
-        written = commits if refused is None else commits[:-1]
-        ts = now_us()
-        rid = run.rid
-        seq = self.last_seq + 1
-        rows: list[Any] = []
-        results: list[AppendResult | Exception] = []
-        for c in written:
-            last = seq + len(c.records) - 1
-            rows.extend(
-                (seq + i, rid, r.kind, r.step, r.payload, last, ts) for i, r in enumerate(c.records)
-            )
-            results.append(AppendResult(Seq(seq), Seq(last), ts))
+                break
+            last = seq + len(records) - 1
+            spans.append((seq, last, records))
+            results.append(_result(seq, last, ts))
             seq = last + 1
         last = seq - 1
+        rows = [
+            (first + i, rid, r.kind, r.step, r.payload, end, ts)
+            for first, end, recs in spans
+            for i, r in enumerate(recs)
+        ]
         extras = last_c if refused is None else None
         self._wrote = True
         try:
@@ -183,20 +195,29 @@ def joinable(commits: Sequence[Commit]) -> bool:
     """Whether :meth:`JoinedAppends.append_all` may write ``commits`` as one write."""
     if len(commits) < 2:
         return False
-    run_id = commits[-1].run_id
+    last = commits[-1]
+    run_id = last.run_id
     for c in commits:
         if c.run_id != run_id or c.create is not None or c.seq is not None or c.ts is not None:
             return False
-    return all(
-        c.status is None and not c.inbox_taken and c.snapshot is None and c.on_written is None
-        for c in commits[:-1]
-    )
+        if c is not last and (
+            c.status is not None
+            or c.inbox_taken
+            or c.snapshot is not None
+            or c.on_written is not None
+        ):
+            return False
+    return True
 
 
 def check_records(records: Sequence[Any]) -> None:
     """Refuses records that are not a str kind and a JSON text payload."""
     for r in records:
         # Refused here, before anything of the commit is written.
-        if not isinstance(r.kind, str) or not isinstance(r.payload, str):
-            msg = f"a record needs a str kind and a JSON text payload, got {r!r}"
-            raise TypeError(msg)
+        if not (isinstance(r.kind, str) and isinstance(r.payload, str)):
+            _refuse_record(r)
+
+
+def _refuse_record(r: Any) -> NoReturn:
+    msg = f"a record needs a str kind and a JSON text payload, got {r!r}"
+    raise TypeError(msg)

@@ -116,6 +116,24 @@ def test_an_event_no_step_takes_is_enqueued_nowhere_and_a_question_is_streamed()
     assert [type(q) for q in planned.asked] == [Ask]
 
 
+def test_only_events_no_step_takes_are_unrouted_with_their_ids() -> None:
+    """``unrouted`` lists the events enqueued for no step (they may answer a wait); a routed
+    event, a question no step takes and the StopEvent are not among them."""
+    unclaimed = Answer(text="x")
+    planned = commit_of(
+        _attempt(sent=[(Ping(n=1), None), (unclaimed, None), (Ask(), None)]),
+        Returned(StopEvent(result=1)),
+        [],
+        codec=_codec(),
+        route=_route({Ping: ("a",)}),
+        first_id=20,
+    )
+    assert planned.unrouted == [(21, unclaimed)]
+    assert [(s, i) for s, i, _ in planned.deliveries] == [("a", 20)]
+    assert planned.stop is not None
+    assert planned.stop[0] == 23
+
+
 def test_context_records_and_streams_are_kept_in_place_and_the_input_list_is_untouched() -> None:
     change = Record("state_set", "work", '{"key":"k"}')
     given = [change]

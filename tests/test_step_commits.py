@@ -292,6 +292,30 @@ async def test_the_last_commit_may_be_refused_alone(store: EventStore, joined: b
     assert seqs == sorted(set(seqs))
 
 
+@pytest.mark.parametrize("joined", [True, False])
+async def test_records_that_are_not_text_are_refused_before_anything_is_written(
+    store: EventStore, joined: bool
+) -> None:
+    """A record whose kind or payload is not a str refuses its commit: the last one alone
+    with ``last_alone`` (the others written, the TypeError its result), else every commit
+    submitted with it. ``joined`` as above."""
+    _run(store, "r")
+    status = None if joined else "running"
+    bad = Record("bad", "s", b"{}")  # type: ignore[arg-type]
+    kinds = Record(1, "s", "{}")  # type: ignore[arg-type]
+    for i, wrong in enumerate((bad, kinds)):
+        before = Commit("r", [Record(f"ok{i}", "s", "{}")], epoch=1, status=status)
+        last = Commit("r", [Record(f"fine{i}", "s", "{}"), wrong], epoch=1)
+        results = await store.submit_many([before, last], last_alone=True)
+        assert isinstance(results[-1], TypeError)
+        assert "str kind and a JSON text payload" in str(results[-1])
+        assert type(results[0]).__name__ == "AppendResult"
+    first = Commit("r", [bad], epoch=1, status=status)
+    with pytest.raises(TypeError, match="JSON text payload"):
+        await store.submit_many([first, Commit("r", [Record("after", "s", "{}")], epoch=1)])
+    assert _commits_of(store, "r")[1:] == [["ok0"], ["ok1"]]
+
+
 class Entered(Workflow):
     """A step that says it began, then waits for the test."""
 

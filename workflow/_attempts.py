@@ -41,7 +41,7 @@ from ._commit import (
 )
 from ._context import current_context
 from ._errors import WorkflowRuntimeError
-from ._events import Event, InputRequiredEvent, StepState, StopEvent
+from ._events import Event, StepState
 from ._retry import RetryClock
 from ._run_log import Sealed
 from ._step_queue import StepQueue
@@ -410,12 +410,14 @@ class StepRunner:
         if hold:
             await self._executor.state_lock.acquire()
         try:
-            seq = await self._executor.append(
+            # The log's own submission (what ``append`` awaits): one coroutine less a step.
+            res = await self._executor.log.submit(
                 planned.records,
                 check=check if att.reads or owners else None,
                 on_written=on_written if written or att.collects else None,
                 status="finished" if planned.stop is not None else None,
             )
+            seq = int(res.last_seq)
         except Conflict as exc:
             await self._commit_conflict(att, exc.keys)
             return None
@@ -439,13 +441,8 @@ class StepRunner:
             self._executor.collects.settle(att, committed=True, seq=seq)
         for wid in att.answers_used:
             self._executor.answers.pop(wid, None)
-        for ev_id, (ev, target) in zip(planned.ids, planned.emitted, strict=True):
-            if (
-                target is None
-                and not isinstance(ev, StopEvent | InputRequiredEvent)
-                and not self._executor.graph.route(type(ev))
-            ):
-                self._executor.waits.park(ev_id, ev)  # it may answer a wait of another step
+        for ev_id, ev in planned.unrouted:
+            self._executor.waits.park(ev_id, ev)  # it may answer a wait of another step
         for step, ev_id, ev in planned.deliveries:
             self.deliver(step, Delivery(ev_id, ev))
         for ev in planned.asked:

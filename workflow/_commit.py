@@ -9,9 +9,10 @@ the outcome into records here, writes them, and only once they are durable appli
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import orjson
 
@@ -64,19 +65,22 @@ class Raised:
 Outcome = Returned | Waited | Raised
 
 
-@dataclass(frozen=True, slots=True)
-class Planned:
+class Planned(NamedTuple):
     """The commit of a returned attempt: its records, and what takes effect once durable.
 
     ``ids`` are the new ids of ``emitted`` (in order); ``deliveries`` the (step, event id,
-    event) each routed event reaches; ``asked`` the questions no step takes, streamed once
+    event) each routed event reaches; ``unrouted`` the (event id, event) of those no step
+    takes (they may answer a wait); ``asked`` the questions no step takes, streamed once
     the commit is durable; ``stop`` the StopEvent that finishes the run (its id and event).
+    A named tuple: one is made for every step, and a frozen dataclass costs a call of
+    ``object.__setattr__`` a field.
     """
 
     records: list[Record]
     ids: list[int]
     emitted: list[tuple[Event, str | None]]
     deliveries: list[tuple[str, int, Event]]
+    unrouted: list[tuple[int, Event]]
     asked: list[Event]
     stop: tuple[int, StopEvent] | None
 
@@ -108,6 +112,21 @@ def _event_dump(codec: Codec, att: Attempt, ev: Event, verb: str) -> Any:
         return codec.dump(ev, name=type(ev).__name__)
     except EncodeError as exc:
         raise refused(exc, f"step {att.step!r} {verb} it") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _role(cls: type[Event]) -> int:
+    """What events of ``cls`` do in a commit: 1 a StopEvent, 2 a question
+    (InputRequiredEvent), 0 anything else. By class, cached: ``isinstance`` on a pydantic
+    model class runs its metaclass's Python-level ``__instancecheck__``, twice an event."""
+    if issubclass(cls, StopEvent):
+        return 1
+    return 2 if issubclass(cls, InputRequiredEvent) else 0
+
+
+def _verb(ev: Event, result: Event | None) -> str:
+    """How an attempt's commit names what it did with ``ev``: returned it, or sent it."""
+    return "returned" if ev is result else "sent"
 
 
 def _refuse_text(
@@ -143,68 +162,67 @@ def commit_of(
     emitted: list[tuple[Event, str | None]] = list(att.sent)
     if result is not None:
         emitted.append((result, None))
-    ids: list[int] = []
+    # One id per event, in order: known before any record is made.
+    ids = list(range(first_id, first_id + len(emitted)))
     deliveries: list[tuple[str, int, Event]] = []
+    unrouted: list[tuple[int, Event]] = []
     stop: tuple[int, StopEvent] | None = None
     stop_dump: Any = None
     # Questions no step takes: streamed once this commit is durable, as it records them.
     asked: list[tuple[Event, orjson.Fragment]] = []
-    body = list(state_records)
+    base = att.collect_base
+    for seq in att.reads.values():
+        if seq > base:
+            base = seq
     dump = codec.dump
     source = [att.event_id, att.attempt]
-    records: list[Record] = []
-    next_id = first_id
     try:  # events are dumped (checked but for their strings) and serialized once, here
+        records = [
+            journal.step_finished(step, att.event_id, att.attempt, ids, base, att.answers_used),
+            *state_records,
+        ]
         for _, buf, put, take in att.collects:
             put_json: journal.EventRef | None = None
             if put is not None:
                 put_json = {"id": put[0], "event": _event_dump(codec, att, put[1], "collected")}
-            body.append(journal.collected(step, buf, put_json, take))
-        for ev, target in emitted:
-            ev_id = next_id
-            next_id += 1
-            ids.append(ev_id)
-            verb = "returned" if ev is result else "sent"
-            if isinstance(ev, StopEvent):
+            records.append(journal.collected(step, buf, put_json, take))
+        for ev_id, (ev, target) in zip(ids, emitted, strict=True):
+            role = _role(type(ev))
+            if role == 1:
                 if stop is None:
-                    stop = (ev_id, ev)
-                    stop_dump = _event_dump(codec, att, ev, verb)
+                    stop = (ev_id, cast("StopEvent", ev))
+                    stop_dump = _event_dump(codec, att, ev, _verb(ev, result))
                 continue
-            if isinstance(ev, InputRequiredEvent) and target is None and not route(type(ev)):
-                asked.append((ev, event_json(codec, ev, f"step {step!r} {verb} it")))
+            if role == 2 and target is None and not route(type(ev)):
+                asked.append((ev, event_json(codec, ev, f"step {step!r} {_verb(ev, result)} it")))
                 continue
             try:
                 d = dump(ev)
             except EncodeError:
-                d = _event_dump(codec, att, ev, verb)  # raises, naming the event
+                d = _event_dump(codec, att, ev, _verb(ev, result))  # raises, naming the event
             targets = (target,) if target is not None else route(type(ev))
             if not targets:
-                body.append(journal.enqueued(None, ev_id, d, source))
+                records.append(journal.enqueued(None, ev_id, d, source))
+                unrouted.append((ev_id, ev))
                 continue
             for t in targets:
-                body.append(journal.enqueued(t, ev_id, d, source))
+                records.append(journal.enqueued(t, ev_id, d, source))
                 deliveries.append((t, ev_id, ev))
-        records.append(
-            journal.step_finished(
-                step,
-                att.event_id,
-                att.attempt,
-                ids,
-                max(max(att.reads.values(), default=0), att.collect_base),
-                att.answers_used,
+        if att.streamed:
+            records.extend(streamed_records(codec, att))
+        if asked:
+            # Recorded as streamed by this commit only: a conflicted or failed attempt
+            # never asked them.
+            records.extend(
+                journal.streamed(step, att.event_id, att.attempt, text) for _, text in asked
             )
-        )
-        records.extend(body)
-        records.extend(streamed_records(codec, att))
-        # Recorded as streamed by this commit only: a conflicted or failed attempt never
-        # asked them.
-        records.extend(journal.streamed(step, att.event_id, att.attempt, text) for _, text in asked)
         if stop is not None:
             records.append(journal.run_finished(stop_dump, stop[0]))
     except orjson.JSONEncodeError:
         _refuse_text(codec, att, emitted, result)
         raise
-    return Planned(records, ids, emitted, deliveries, [q for q, _ in asked], stop)
+    questions = [q for q, _ in asked] if asked else []
+    return Planned(records, ids, emitted, deliveries, unrouted, questions, stop)
 
 
 def failure_record(

@@ -150,7 +150,9 @@ class RunLog:
             # Absorbed in seq order, before the code that waits for the commit goes on.
             return self._store.submit(self.commit(records, **kw), lazy=lazy, then=absorb)
         self._starts = []
-        commits = [self.commit(s) for s in starts]
+        # As commit() makes them: fenced by the epoch, refused once the run has ended.
+        run_id, epoch, guard = self.run_id, self.epoch, self._unsealed
+        commits = [Commit(run_id, s, epoch=epoch, check=guard) for s in starts]
         commits.append(self.commit(records, **kw))
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
@@ -170,10 +172,10 @@ class RunLog:
             last = res[-1]
             refused = isinstance(last, Exception)  # refused alone: the others stay written
             try:
-                if refused:
-                    self._keep_all(list(zip(starts, res, strict=False)))
-                else:
-                    self._keep_all(list(zip([*starts, records], res, strict=True)))
+                written = list(zip(starts, res, strict=False))
+                if not refused:
+                    written.append((records, last))
+                self._keep_all(written)
             finally:
                 if not fut.done():
                     if refused:
@@ -233,9 +235,13 @@ class RunLog:
     def _keep_all(self, written: list[tuple[list[Record], Any]]) -> None:
         """Keeps durable commits (records, result) to fold; a snapshot once the log since
         the last one weighs enough."""
-        self._unfolded.extend(written)
-        self._since_snapshot += sum([len(r.payload) for recs, _ in written for r in recs])
-        if self._since_snapshot >= max(self._min_bytes, self._factor * self._snapshot_bytes):
+        self._unfolded += written
+        size = self._since_snapshot
+        for recs, _ in written:
+            for r in recs:
+                size += len(r.payload)
+        self._since_snapshot = size
+        if size >= self._min_bytes and size >= self._factor * self._snapshot_bytes:
             self.write_snapshot()
 
     @property
