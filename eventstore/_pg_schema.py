@@ -15,8 +15,9 @@ from ._errors import NotAStoreError, SchemaVersionError, StoreUnavailableError
 from ._pg_connect import psycopg, require, split, where
 
 # 2: leases; 3: many snapshots a run; 4: the dw_write function; 5: dw_write without a
-# savepoint for plain appends, and the log's rows without a foreign key check each.
-SCHEMA_VERSION: Final = 5
+# savepoint for plain appends, and the log's rows without a foreign key check each;
+# 6: dw_write locks the seq row and reserves its seqs in one UPDATE.
+SCHEMA_VERSION: Final = 6
 APP_ID: Final = "durable-workflows/eventstore"
 
 __all__ = ["APP_ID", "SCHEMA_VERSION", "open_database"]
@@ -92,7 +93,9 @@ def _migrate(conn: Any, schema: str) -> None:
             )
             conn.execute("ALTER TABLE snapshots DROP CONSTRAINT snapshots_pkey")
             conn.execute("ALTER TABLE snapshots ADD PRIMARY KEY (rid, seq)")
-        # 4: the write function, a batch of the writer in one call; 5: its faster version.
+        # 4: the write function, a batch of the writer in one call; 5 and 6: its faster
+        # versions (the same arguments and replies: a process of version 5 still running
+        # calls the new one, which takes the same seq row's lock).
         conn.execute(_WRITE_FN)
         # 5: no foreign key from the log to its run. Its check cost a query of the run's
         # row per record, a fifth of a write; only dw_write inserts records, with the key
@@ -213,7 +216,7 @@ DECLARE
     v_n int := coalesce(array_length(p_ops, 1), 0);
     v_p int := 1;  -- the next op's first record
     v_t int := 1;  -- the next op's first taken inbox entry
-    v_base bigint;
+    v_base bigint;  -- the last seq reserved
     v_last bigint;
     v_saved bigint;
     v_cnt int;
@@ -236,10 +239,14 @@ DECLARE
 BEGIN
     -- The seq row's lock orders appends and claims: an append reads its run's epoch under
     -- it, so no claim can commit between that read and the append's commit (the fence).
+    -- One UPDATE takes the lock and reserves a seq for every record of the call (6; a
+    -- locking SELECT, then an UPDATE at the end, wrote the row twice); it is written
+    -- again at the end only when the call used other seqs (an op refused, kept seqs).
     IF 'a' = ANY (p_ops) OR 'c' = ANY (p_ops) THEN
-        SELECT value::bigint INTO v_last FROM meta WHERE key = 'last_seq' FOR UPDATE;
+        v_base := coalesce(cardinality(p_rec_ops), 0);
+        UPDATE meta SET value = (value::bigint + v_base)::text WHERE key = 'last_seq'
+        RETURNING value::bigint - v_base, value::bigint INTO v_last, v_base;
     END IF;
-    v_base := v_last;
     FOR i IN 1..v_n LOOP
         v_cnt := coalesce(p_counts[i], 0);
         v_tc := coalesce(p_taken_counts[i], 0);
@@ -345,7 +352,7 @@ BEGIN
         JOIN unnest(w_op, w_first, w_rid, w_last, w_ts, w_p) AS w(op, first, rid, last, ts, p)
             ON w.op = x.op;
     END IF;
-    IF v_last IS DISTINCT FROM v_base THEN
+    IF v_last IS DISTINCT FROM v_base THEN  -- not the seqs reserved
         UPDATE meta SET value = v_last::text WHERE key = 'last_seq';
     END IF;
     code := 'seq'; a := v_last; b := NULL; msg := NULL;

@@ -22,7 +22,7 @@ from eventstore import (
 )
 from eventstore._postgres import SCHEMA_VERSION, PostgresWriteSQL
 from eventstore._writer import BatchWriter
-from tests.conftest import POSTGRES_URL, postgres_store
+from tests.conftest import POSTGRES_URL, postgres_location, postgres_store
 from tests.flows import Asker, ReportFlow
 from tests.support.child import child
 from tests.test_engine import Counter, FanOut, Linear
@@ -183,6 +183,18 @@ def version_of(schema: str) -> str:
     return str(row[0])
 
 
+def write_function_of(schema: str) -> str:
+    """The source of a store's ``dw_write``."""
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE p.proname = 'dw_write' AND n.nspname = %s",
+            (schema,),
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
 def foreign_keys_of_log(schema: str) -> list[str]:
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         rows = conn.execute(
@@ -194,15 +206,17 @@ def foreign_keys_of_log(schema: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-@pytest.mark.parametrize("version", [2, 3, 4])
+@pytest.mark.parametrize("version", [2, 3, 4, 5])
 def test_an_older_store_is_read_as_it_is_and_migrated_when_written(
     schema: str, version: int
 ) -> None:
     """A store of an older schema (version 2: one snapshot a run, 3: many, both before the
-    write function; 4: its first version, and a foreign key from the log to its runs)
-    reads unchanged read-only; opened for writing it migrates to the current version and
-    goes on: same records, inbox, lease and snapshot, new commits fenced and numbered after
-    the old ones, by the write function; the foreign key is gone."""
+    write function; 4: its first version, and a foreign key from the log to its runs; 5:
+    the write function that locked the seq row with a SELECT, and a run of ReportFlow
+    after run-1's records) reads unchanged read-only; opened for writing it migrates to
+    the current version and goes on: same records, inbox, lease and snapshot, new commits
+    fenced and numbered after the old ones, by the write function; the foreign key is
+    gone."""
     url = load_store(version, schema)
     before = [
         (1, "run-1", "run_started", None, '{"n": 1}', 2),
@@ -210,13 +224,14 @@ def test_an_older_store_is_read_as_it_is_and_migrated_when_written(
         (3, "run-1", "step_finished", "first", '{"out": "it\'s \\"quoted\\""}', 3),
     ]
     with EventStore(url, readonly=True) as ro:
-        assert [tuple(r)[:6] for r in ro.records()] == before
+        assert [tuple(r)[:6] for r in ro.records("run-1")] == before
+        head = ro.head()  # 3, or (5) after the ReportFlow run's records
     assert version_of(schema) == str(version)
-    assert foreign_keys_of_log(schema) == ["log_rid_fkey"]
+    assert foreign_keys_of_log(schema) == ([] if version >= 5 else ["log_rid_fkey"])
     with EventStore(url) as es:
         assert version_of(schema) == str(SCHEMA_VERSION)
         assert foreign_keys_of_log(schema) == []
-        assert [tuple(r)[:6] for r in es.records()] == before
+        assert [tuple(r)[:6] for r in es.records("run-1")] == before
         assert es.run("run-1").status == "waiting"
         assert es.run("run-1").meta == {"workflow": "Old"}
         assert es.snapshot("run-1") == (3, '{"state": 1}')
@@ -228,18 +243,44 @@ def test_an_older_store_is_read_as_it_is_and_migrated_when_written(
         res = es.append_sync(
             Commit("run-1", [Record("step_started", "second", "{}")], epoch=0, status="running")
         )
-        assert (res.first_seq, res.last_seq) == (4, 4)
+        assert (res.first_seq, res.last_seq) == (head + 1, head + 1)
         assert es.claim_sync("run-1") == 1
         with pytest.raises(ConcurrencyError, match="epoch 0 refused"):
             es.append_sync(Commit("run-1", [Record("late", None, "{}")], epoch=0))
         es.append_sync(Commit("run-1", [Record("step_finished", "second", "{}")], epoch=1))
-        es.append_sync(Commit("run-1", [], snapshot=(5, '{"state": 2}')))
-        assert [r.seq for r in es.records("run-1")] == [1, 2, 3, 4, 5]
+        es.append_sync(Commit("run-1", [], snapshot=(head + 2, '{"state": 2}')))
+        assert [r.seq for r in es.records("run-1")] == [1, 2, 3, head + 1, head + 2]
         assert es.run("run-1").status == "running"
-        assert es.snapshot("run-1") == (5, '{"state": 2}')
+        assert es.snapshot("run-1") == (head + 2, '{"state": 2}')
     with EventStore(url) as again:  # opened once more: nothing left to migrate
         assert version_of(schema) == str(SCHEMA_VERSION)
-        assert again.head() == 5
+        assert again.head() == head + 2
+    with postgres_location() as fresh:  # the write function of a store this version makes
+        EventStore(fresh).close()
+        assert write_function_of(schema) == write_function_of(fresh.rpartition("=")[2])
+
+
+async def test_a_run_of_a_version_5_store_folds_and_resumes_after_migration(schema: str) -> None:
+    """A workflow's run written by version 5 (report-1, failed for want of 'var') folds the
+    same after the migration, and resumes to its end, its new records after the old."""
+    url = load_store(5, schema)
+    with EventStore(url, readonly=True) as ro:  # read as it is, not migrated
+        folded = ReportFlow(store=ro).state_at("report-1")
+    assert version_of(schema) == "5"
+    assert folded.status == "failed"
+    wf = ReportFlow(store=url)
+    try:
+        assert version_of(schema) == str(SCHEMA_VERSION)
+        assert wf.state_at("report-1") == folded
+        assert [r.seq for r in wf.store.records("report-1")][-1] == 17
+        assert await wf.resume("report-1", updates={"var": 1}) == "end: second: first"
+        seqs = [r.seq for r in wf.store.records("report-1")]
+        assert seqs == sorted(seqs)
+        assert seqs[:14] == list(range(4, 18))
+        assert seqs[14] == 18  # the first seq after the fixture's last
+        assert wf.state_at("report-1").status == "finished"
+    finally:
+        wf.store.close()
 
 
 def test_a_batch_is_one_statement(pg: EventStore) -> None:
@@ -281,6 +322,35 @@ def test_a_batch_is_one_statement(pg: EventStore) -> None:
     assert pg.head() == 30
     assert [r.seq for r in pg.records("r9")] == [28, 29, 30]
     assert all(pg.run(f"r{i}").epoch == 1 for i in range(10))
+
+
+def test_seqs_reserved_for_refused_appends_go_to_the_next_ones(pg: EventStore) -> None:
+    """A call reserves a seq for each of its records with the seq row's lock; appends
+    refused among them (fenced, of a missing run) leave no gap: the next appends of the
+    call and of the next call take the seqs they did not use."""
+    pg.append_sync(Commit("r1", [Record("a", None, "{}")], epoch=0, create=NewRun()))
+    assert pg.claim_sync("r1") == 1
+    writer = BatchWriter(pg._backend.write_sql())
+    two = [Record("b", None, "{}")] * 2
+    try:
+        out = writer.run_batch(
+            [
+                lambda w: w.append(Commit("r1", two, epoch=1)),
+                lambda w: w.append(Commit("r1", two, epoch=0)),  # fenced
+                lambda w: w.append(Commit("nobody", two)),  # no such run
+                lambda w: w.append(Commit("r1", two, epoch=1)),
+            ]
+        )
+        assert [ok for ok, _ in out] == [True, False, False, True]
+        assert isinstance(out[1][1], ConcurrencyError)
+        assert [(r.first_seq, r.last_seq) for ok, r in out if ok] == [(2, 3), (4, 5)]
+        assert pg.head() == 5
+        [(ok, res)] = writer.run_batch([lambda w: w.append(Commit("r1", two, epoch=1))])
+        assert ok
+        assert (res.first_seq, res.last_seq) == (6, 7)
+    finally:
+        writer.close()
+    assert [r.seq for r in pg.records("r1")] == list(range(1, 8))
 
 
 def test_the_writer_connects_again_after_its_connection_is_lost(pg: EventStore) -> None:
