@@ -182,6 +182,7 @@ class LiveContext:
         for ch in changes:
             key = ch.key
             self.versions[key] = seq
+            ch.seq = seq
             if ch.deleted:
                 self.committed.pop(key, None)
                 self.keylog.pop(key, None)
