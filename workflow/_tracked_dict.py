@@ -91,7 +91,6 @@ class TrackedDict(dict):  # type: ignore[type-arg]
         "_shared",
         "_taken",
         "_token",
-        "_values",
     )
 
     _base: dict[Any, Any]
@@ -101,7 +100,6 @@ class TrackedDict(dict):  # type: ignore[type-arg]
     _kids: dict[Any, Node]  # committed keys neither set nor deleted -> the wrapper there
     _shared: dict[Any, Node]
     _cleared: bool
-    _values: list[Any] | None  # the committed values, listed when the view was made
     _token: object  # its tracker's: the views of one attempt (see _delta.diff)
     _edits: int  # assignments and deletions made through it (its kids' aside)
     _taken: int  # _edits when its patch was last taken (``_collect``)
@@ -113,23 +111,21 @@ class TrackedDict(dict):  # type: ignore[type-arg]
         self._base, self._codec, self._token = base, codec, token
         self._set, self._del, self._kids, self._shared = {}, {}, {}, {}
         self._cleared = False
-        self._values = None
         self._edits = self._taken = 0
 
     @staticmethod
     def of(base: dict[Any, Any], codec: Codec = default_codec, token: object = None) -> TrackedDict:
         """A view of base: a :class:`_NestedDict` if a value of base is not an atom."""
         values = list(dict.values(base))
-        view = (TrackedDict if MEMO.atoms(values, base) else _NestedDict)(base, codec, token)
-        view._values = values
-        return view
+        return (TrackedDict if MEMO.atoms(values, base) else _NestedDict)(base, codec, token)
 
     def _derive(self, *, deep: bool = False, memo: dict[int, Any] | None = None) -> TrackedDict:
         new = type(self).__new__(type(self))
-        dict.update(new, dict.copy(self))
+        # A view of atoms is merged from its storage (one C-speed clone); a nested one's
+        # would be read through __getitem__, wrapping its values: copied as a dict first.
+        dict.update(new, self if type(self) is TrackedDict else dict.copy(self))
         new._base, new._codec, new._cleared = self._base, self._codec, self._cleared
         new._token = self._token
-        new._values = self._values
         new._edits = new._taken = 0
         new._set, new._del = dict(self._set), dict(self._del)
         if not deep:
@@ -200,7 +196,6 @@ class TrackedDict(dict):  # type: ignore[type-arg]
             return False
         self._token = token
         self._set, self._del, self._kids, self._shared = {}, {}, {}, {}
-        self._values = None
         self._edits = self._taken = 0
         return True
 
@@ -211,16 +206,15 @@ class TrackedDict(dict):  # type: ignore[type-arg]
         if type(value) not in ATOMS and type(self) is TrackedDict:
             self.__class__ = _NestedDict
 
-    def _entries(self) -> tuple[list[Any], list[Any]]:
-        """The keys and the values this view shows, as lists no other thread can change
-        (the committed values as listed when the view was made, while it shows them)."""
+    def _entries(self) -> dict[Any, Any]:
+        """A dict holding the entries this view shows, no other thread can change: the
+        committed dict itself while the view shows exactly it (no copy), else a copy."""
         base = self._base
         if not (self._cleared or self._set or self._del or self._kids) and dict.__len__(
             self
         ) == dict.__len__(base):
-            values = self._values if self._values is not None else list(dict.values(base))
-            return list(dict.keys(base)), values
-        return list(dict.keys(self)), list(dict.values(self))
+            return base
+        return dict.copy(self)
 
     def _added(self, key: Any) -> bool:
         return self._cleared or key not in self._base or key in self._del
