@@ -186,11 +186,12 @@ def renew(
     A committed list or dict is copied into each attempt's view (C speed, yet a cost
     growing with the value, which a step adding one item to a long one would pay every
     step). The view of the attempt before is made over instead, putting back only what
-    changed, so a step costs its change. A list's view then checks every item is base's,
-    by identity at memory speed (:meth:`TrackedList._renew`). A dict's entries cannot be
-    compared so, so its view is renewed only on its owner's word ``since``: the ops base
-    (the spare's own base, changed in place) took since the spare was made, and whether
-    they are the spare view's own patch (:meth:`TrackedDict._renew`); None: not known.
+    changed, so a step costs its change. The owner's word ``since`` says what base (the
+    spare's own base, changed in place) took since the spare was made: the ops, and
+    whether they are the spare view's own patch; None: not known. A dict's entries cannot
+    be compared at memory speed, so its view is renewed only on that word
+    (:meth:`TrackedDict._renew`); a list's view without it checks every item is base's,
+    by identity at memory speed (:meth:`TrackedList._renew`).
     Reference counts are what proves the view unreachable: where they do not (another
     interpreter, no GIL) every view is a copy.
     """
@@ -200,7 +201,7 @@ def renew(
     view = kept.node
     token = object()
     if type(view) is TrackedList:
-        if not view._renew(base, token):
+        if not view._renew(base, token, since):
             return None
     elif since is None or not isinstance(view, TrackedDict) or not view._renew(base, token, *since):
         return None
