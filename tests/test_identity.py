@@ -176,3 +176,78 @@ def test_memo_keeps_within_its_bounds() -> None:
         assert memo.atoms(items)
     assert len(memo._seen) <= 4
     assert memo._total == sum(map(len, memo._seen.values())) <= 100
+
+
+def test_the_fast_dict_comparison_is_used_here() -> None:
+    """On this interpreter dict entry tables are compared with memcmp."""
+    assert _identity._DICT_FAST
+
+
+def _plain_entries(a: dict[Any, Any], b: dict[Any, Any]) -> bool:
+    n = len(a)
+    pairs = list(b.items())[:n]
+    return len(b) >= n and all(
+        k is c and v is w for (k, v), (c, w) in zip(a.items(), pairs, strict=True)
+    )
+
+
+@pytest.mark.parametrize("way", ["memcmp", "bytes", "unknown layout"])
+@given(
+    n=st.integers(0, 60),
+    at=st.integers(0, 59),
+    change=st.sampled_from(["none", "value", "equal value", "key", "grow", "reorder"]),
+    str_keys=st.booleans(),
+)
+def test_same_entries_is_identity_of_each_key_and_value(
+    way: str, n: int, at: int, change: str, str_keys: bool
+) -> None:
+    """same_entries says whether b starts with a's entries, the same objects in order, as
+    comparing each pair does; None only where it cannot tell (an unknown layout, a table
+    with a deleted entry)."""
+    with pytest.MonkeyPatch.context() as mp:
+        if way == "bytes":
+            mp.setattr(_identity, "_MEMCMP", None)
+        mp.setattr(_identity, "_DICT_FAST", way != "unknown layout")
+        a: dict[Any, Any] = {(f"k{i}" if str_keys else (i,)): [i] for i in range(n)}
+        b = dict(a)
+        if n and change != "none":
+            k = list(a)[at % n]
+            if change == "value":
+                b[k] = [-1]
+            elif change == "equal value":
+                b[k] = list(a[k])  # equal, another object
+            elif change == "key":
+                del b[k]
+                b[f"other{at}" if str_keys else (-1,)] = a[k]
+            elif change == "reorder":
+                b[k] = b.pop(k)
+        if change == "grow":
+            b[f"more{at}" if str_keys else (-2,)] = 1
+        got = _identity.same_entries(a, b) if len(b) >= n else False
+        if got is None:  # the layout is not known, or b's table has a deleted entry
+            assert n > 0
+            assert way == "unknown layout" or change in ("key", "reorder")
+        else:
+            assert way != "unknown layout" or n == 0
+            assert got == _plain_entries(a, b)
+
+
+def test_same_entries_cannot_tell_past_a_deleted_entry() -> None:
+    """A table with a deleted entry among its first entries is not compared: None."""
+    a = {f"k{i}": i for i in range(40)}
+    del a["k3"]
+    assert _identity.same_entries(a, dict.copy(a)) is None
+    assert _identity.same_entries({}, a) is True
+
+
+def test_a_dict_derived_from_a_view_costs_the_change() -> None:
+    """``{**d, k: v}`` of a view of a large dict is the view's patch and the new key, found
+    by comparing entry tables (no list of values), also after a deleted key."""
+    base = {f"k{i}": i for i in range(500)}
+    tracker = Tracker(base)
+    new = {**tracker.view, "x": 1}
+    assert diff(base, new, default_codec, hint=tracker) == [("set", ("x",), 1)]
+    del base["k7"]
+    tracker = Tracker(base)
+    new = {**tracker.view, "y": 2}
+    assert diff(base, new, default_codec, hint=tracker) == [("set", ("y",), 2)]

@@ -99,8 +99,8 @@ def test_a_full_write_is_the_codec_text(changes: list[tuple[str, Any]]) -> None:
         run.change(kind, arg)
     # The live value is the one the log's texts stand for.
     if "k" in run.live.texts:
-        pieces = run.live.texts["k"]
-        assert pieces[0].startswith("[")
+        first, _ = run.live.texts["k"]
+        assert first.startswith("[")
 
 
 def test_a_growing_list_of_models_is_joined_and_exact() -> None:
@@ -118,10 +118,20 @@ def test_a_growing_list_of_models_is_joined_and_exact() -> None:
 def test_an_edit_that_is_no_append_forgets_the_text() -> None:
     run = _Run()
     run.change("whole", ["a" * 300])
-    assert run.live.texts["k"] == [default_codec.encode(["a" * 300])]
+    assert run.live.texts["k"] == (default_codec.encode(["a" * 300]), [])
     run.change("append", "b")
-    assert run.live.texts["k"][1:] == ['"b"']
+    assert run.live.texts["k"][1] == [b'"b"']  # the patch's bytes, decoded when joined
     run.change("set0", "c")
     assert "k" not in run.live.texts  # the next full write encodes the value
     run.change("whole", ["z"])
-    assert run.live.texts["k"] == ['["z"]']
+    assert run.live.texts["k"] == ('["z"]', [])
+
+
+def test_a_deleted_key_forgets_its_text() -> None:
+    """Deleting a key drops the pieces of its text (they would hold its memory)."""
+    run = _Run()
+    run.change("whole", ["a"])
+    run.change("append", "b")
+    run.seq += 1
+    run.live.apply([KeyChange("k", deleted=True)], run.seq)
+    assert "k" not in run.live.texts

@@ -120,6 +120,55 @@ def test_a_rewritten_view_is_not_renewed() -> None:
     assert _same_objects(tracker.view, store["k"])
 
 
+def test_on_the_owners_word_a_list_is_renewed_without_comparing_its_items() -> None:
+    """With the ops base took vouched for, what they touched is put back and no item is
+    compared: an index changed in place by ops from elsewhere shows base's new item."""
+    store, spares = _committed(), dict[str, Tracker]()
+    _step(store, spares, lambda v: None)
+    ops: list[Any] = [("set", (7,), "elsewhere"), ("set", (9, "i"), -9), ("append", (), "end")]
+    apply(store["k"], ops)
+    tracker = renew(spares, "k", store["k"], (ops, False))
+    assert tracker is not None
+    assert _same_objects(tracker.view, store["k"])
+    assert tracker.view[7] == "elsewhere"
+    assert tracker.view[-1] == "end"
+
+
+def test_ops_that_move_items_are_not_vouched_for() -> None:
+    """Ops that delete an item or rewrite the list make the renewal compare every item."""
+    cases: list[list[Any]] = [[("del", (3,))], [("replace", (), [])]]
+    for ops in cases:
+        store, spares = _committed(), dict[str, Tracker]()
+        _step(store, spares, lambda v: None)
+        store["k"] = committed = apply(store["k"], ops)
+        tracker = renew(spares, "k", committed, (ops, False))
+        if tracker is not None:
+            assert _same_objects(tracker.view, committed)
+
+
+def test_the_views_own_patch_is_put_back_without_comparing() -> None:
+    """The view's own patch, vouched for, is put back as what it touched."""
+    store, spares = _committed(), dict[str, Tracker]()
+    tracker = _tracker_of(store, spares)
+    tracker.view[2]["i"] = "inside"
+    tracker.view[4] = "set"
+    tracker.view.append("end")
+    change = encode_tracked(default_codec, "k", tracker, BY_SET, "k")
+    assert change is not None
+    assert change.ops is not None
+    apply(store["k"], change.ops)
+    del tracker
+    renewed = renew(spares, "k", store["k"], (change.ops, True))
+    assert renewed is not None
+    assert _same_objects(renewed.view, store["k"])
+
+
+def _tracker_of(store: dict[str, Any], spares: dict[str, Tracker]) -> Tracker:
+    tracker = Tracker(store["k"])
+    spares["k"] = tracker
+    return tracker
+
+
 class Again(Event):
     i: int
 

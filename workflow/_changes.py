@@ -67,6 +67,7 @@ class KeyChange:
     ops: list[Any] | None = None  # Python-form ops, when patched
     ops_json: bytes | None = None  # their JSON text
     size: int = 0  # bytes of its record's payload
+    seq: int = 0  # the seq of the commit that applied it (0: not applied)
 
 
 @dataclass(frozen=True, slots=True)

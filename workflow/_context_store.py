@@ -19,7 +19,7 @@ from eventstore import EncodeError
 
 from ._attempt import MISSING, Attempt, Write, current_attempt
 from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, value_change
-from ._diff import Tracker, is_view, materialize, renew, spare
+from ._diff import Op, Tracker, is_view, materialize, renew, spare
 from ._errors import ContextKeyError
 from ._events import Event
 
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 __all__ = ["ContextStore", "StateDict", "StoreHost"]
 
 S = TypeVar("S", default=Any)
+
+# A tracker's ``written`` while its attempt's write of the key is unknown or not a value.
+_UNSURE: Any = object()
 
 
 class StoreHost(Protocol):
@@ -164,11 +167,41 @@ class ContextStore(Generic[S]):
         if value is MISSING:
             return MISSING
         spares = self._spares
-        tracker = (key in spares and renew(spares, key, value)) or Tracker(value)
+        version = host.versions.get(key, 0)
+        tracker = None
+        if key in spares:
+            tracker = renew(spares, key, value, self._since(spares[key], version))
+        if tracker is None:
+            tracker = Tracker(value)
+        tracker.version = version
         if spare(tracker):
             spares[key] = tracker
         att.trackers[key] = tracker
         return tracker.view
+
+    @staticmethod
+    def _since(tracker: Tracker, version: int) -> tuple[list[Op], bool] | None:
+        """What the host's committed value took since tracker was made, by the host's word
+        (for :func:`workflow._diff.renew`): the ops, and whether they are the view's own
+        patch; None when not known.
+
+        The host's version of a key changes with each commit that changes it, and the
+        change an attempt wrote learns the seq of its commit once applied: so the value is
+        unchanged when the version is, and changed by exactly the attempt's last write of
+        the key when the version is that write's seq (the attempt read the key, so no other
+        commit came between). A host that keeps no versions (0) vouches for nothing.
+        """
+        if not version:
+            return None
+        if version == tracker.version:
+            return [], False
+        written = tracker.written
+        if written is None or written is _UNSURE:
+            return None
+        change, own = written
+        if change is None or change.seq != version or change.ops is None:
+            return None
+        return change.ops, own
 
     def _field_default(self, key: str) -> Any:
         """A fresh copy of the typed state model's default for field ``key``, or ``MISSING``
@@ -256,9 +289,12 @@ class ContextStore(Generic[S]):
             _assign(parent, rest[-1], value)
             value = root
         tracker = att.trackers.get(root_key)
+        if tracker is not None:
+            tracker.written = _UNSURE  # until this write is made: it may fail half-way
         if tracker is not None and tracker.is_view(value):
             change = encode_tracked(codec, root_key, tracker, BY_SET, path)
             att.writes[root_key] = Write(tracker=tracker, change=change)
+            tracker.written = (change, True)
             return
         # A value derived from the view (items + [x], {**d, k: v}) is diffed against it by
         # identity and costs the change; any other value is encoded whole once.
@@ -276,6 +312,8 @@ class ContextStore(Generic[S]):
             how=BY_SET.format(path),
         )
         att.writes[root_key] = Write(value=value, change=change, text=text, version=version)
+        if tracker is not None:
+            tracker.written = (change, False)
 
     async def delete(self, path: str) -> None:
         """Removes a top-level key (committed with the attempt)."""
@@ -285,6 +323,9 @@ class ContextStore(Generic[S]):
             return
         self._root(att, path)  # a delete depends on what it deletes
         att.writes[path] = Write(deleted=True)
+        tracker = att.trackers.get(path)
+        if tracker is not None:
+            tracker.written = _UNSURE
 
     async def clear(self) -> None:
         """Resets the state: every key removed, or with a typed state, each field back to

@@ -9,11 +9,12 @@ what shares nothing known is compared by its encoding (C speed), so ``1``, ``1.0
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Final
 
 from eventstore import Codec
 
-from ._identity import differing, same_items
+from ._identity import differing, same_entries, same_items
 from ._patch import KeyRef, Op, Path, ops_to_json, patch_size
 from ._values import (
     VIEWS,
@@ -248,16 +249,17 @@ def _diff_dict(
     text: str | None,
 ) -> None:
     src: Any = hint if isinstance(hint, dict) else None
-    added = None if src is None else _dict_extends(src._entries(), new)
+    copied = dict.copy(new)  # compared by identity: a copy no other thread changes
+    added = None if src is None else _dict_extends(src._entries(), copied)
     if added is not None:  # derived from the view: {**d, k: v}
         src._collect(out, path)
         out.extend(("set", (*path, elem(k)), fresh(dict.__getitem__(new, k))) for k in added)
         return
-    keys, values = list(dict.keys(old)), list(dict.values(old))
-    added = _dict_extends((keys, values), new)
+    added = _dict_extends(old, copied)
     if added is not None:
         out.extend(("set", (*path, elem(k)), fresh(dict.__getitem__(new, k))) for k in added)
         return
+    keys, values = list(dict.keys(old)), list(dict.values(old))
     n = len(keys)
     if n > _SMALL and dict.__len__(new) == n and same_items(list(dict.keys(new)), keys, n):
         mine = list(dict.values(new))
@@ -282,16 +284,27 @@ def _diff_dict(
             out.append(("set", (*path, elem(k)), fresh(v)))
 
 
-def _dict_extends(src: tuple[list[Any], list[Any]], new: dict[Any, Any]) -> list[Any] | None:
+def _dict_extends(src: dict[Any, Any], new: dict[Any, Any]) -> list[Any] | None:
     """The keys new has after src's entries, if it starts with them: the same key and
-    value objects, in order (src: its keys and values); None if it does not.
+    value objects, in order; None if it does not. No other thread may change src or new.
 
-    new's keys and values are copied into lists (no other thread can change those), which
-    :func:`same_items` compares with src's by identity.
+    Their entry tables are compared at memory speed (:func:`same_entries`), and the keys
+    after src's are taken from new's end, so a dict that grew costs its growth; where the
+    tables cannot be compared so, keys and values are listed and compared by identity.
     """
-    keys, values = src
-    n = len(keys)
-    if dict.__len__(new) < n or not same_items(list(dict.values(new)), values, n):
+    n = dict.__len__(src)
+    extra = dict.__len__(new) - n
+    if extra < 0:
         return None
-    new_keys = list(dict.keys(new))
-    return new_keys[n:] if same_items(new_keys, keys, n) else None
+    same = same_entries(src, new)
+    if same is None:
+        values = list(dict.values(src))
+        if not same_items(list(dict.values(new)), values, n):
+            return None
+        keys = list(dict.keys(new))
+        return keys[n:] if same_items(keys, list(dict.keys(src)), n) else None
+    if not same:
+        return None
+    added = list(itertools.islice(dict.__reversed__(new), extra))
+    added.reverse()
+    return added

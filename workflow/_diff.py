@@ -100,6 +100,10 @@ class Tracker:
         self.token = object()  # carried by each view it makes: they show base as it is now
         self.node = None if type(base) in ATOMS else node_of(base, self._codec, self.token)
         self._view = base if self.node is None else view_of(self.node)
+        # Kept for its owner (the context's store, see :func:`renew`): the version of the
+        # key base was, and what the attempt's last write of the key made of the view.
+        self.version = 0
+        self.written: Any = None
 
     @property
     def view(self) -> Any:
@@ -139,9 +143,12 @@ def diff(
 
 
 def spare(tracker: Tracker) -> bool:
-    """Whether to keep tracker once its attempt ends, for :func:`renew` (a large list's)."""
+    """Whether to keep tracker once its attempt ends, for :func:`renew` (a large list's
+    or dict's)."""
     view = tracker.node
-    return type(view) is TrackedList and list.__len__(view) >= SPARE_MIN
+    if type(view) is TrackedList:
+        return list.__len__(view) >= SPARE_MIN
+    return isinstance(view, TrackedDict) and dict.__len__(view) >= SPARE_MIN
 
 
 def _take(spares: dict[str, Tracker], key: str) -> tuple[Tracker | None, tuple[int, int]]:
@@ -166,26 +173,40 @@ def _sole_counts() -> tuple[int, int] | None:
     return counts
 
 
-def renew(spares: dict[str, Tracker], key: str, base: Any) -> Tracker | None:
+def renew(
+    spares: dict[str, Tracker],
+    key: str,
+    base: Any,
+    since: tuple[list[Op], bool] | None = None,
+) -> Tracker | None:
     """A tracker of base made from key's spare (popped from spares), when nothing but
     spares holds that tracker and its view: its attempt has ended, and neither the user's
     code nor anything else kept the view. None otherwise.
 
-    A committed list is copied into each attempt's view (C speed, yet a cost growing with
-    the list, which a step appending one item to a long list would pay every step). The
-    view of the attempt before is made over instead, putting back only what it changed
-    (:meth:`TrackedList._renew`), so a step costs its change. Reference counts are what
-    proves the view unreachable: where they do not (another interpreter, no GIL) every
-    view is a copy.
+    A committed list or dict is copied into each attempt's view (C speed, yet a cost
+    growing with the value, which a step adding one item to a long one would pay every
+    step). The view of the attempt before is made over instead, putting back only what
+    changed, so a step costs its change. The owner's word ``since`` says what base (the
+    spare's own base, changed in place) took since the spare was made: the ops, and
+    whether they are the spare view's own patch; None: not known. A dict's entries cannot
+    be compared at memory speed, so its view is renewed only on that word
+    (:meth:`TrackedDict._renew`); a list's view without it checks every item is base's,
+    by identity at memory speed (:meth:`TrackedList._renew`).
+    Reference counts are what proves the view unreachable: where they do not (another
+    interpreter, no GIL) every view is a copy.
     """
     kept, counts = _take(spares, key)
     if kept is None or counts != _SOLE:
         return None
     view = kept.node
     token = object()
-    if type(view) is not TrackedList or not view._renew(base, token):
+    if type(view) is TrackedList:
+        if not view._renew(base, token, since):
+            return None
+    elif since is None or not isinstance(view, TrackedDict) or not view._renew(base, token, *since):
         return None
     kept.base, kept.token = base, token
+    kept.written = None
     return kept
 
 

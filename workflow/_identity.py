@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final, cast
 
-__all__ = ["AtomMemo", "differing", "same_items"]
+__all__ = ["AtomMemo", "differing", "same_entries", "same_items"]
 
 _PTR: Final = ctypes.sizeof(ctypes.c_void_p)
 # PyListObject ends with `PyObject **ob_item; Py_ssize_t allocated;` after its header.
@@ -98,6 +98,75 @@ def same_items(a: list[Any], b: list[Any], n: int) -> bool:
     if n <= _SMALL or not _FAST:
         return _walk(a, b, n)
     return _same_range(_items(a), _items(b), 0, n)
+
+
+# PyDictObject ends with `PyDictKeysObject *ma_keys; PyDictValues *ma_values;` after
+# `Py_ssize_t ma_used; uint64_t ma_version_tag;`; its keys object starts with
+# `Py_ssize_t dk_refcnt; uint8_t dk_log2_size, dk_log2_index_bytes, dk_kind; uint32_t
+# dk_version; Py_ssize_t dk_usable, dk_nentries;` then the index table, then the entries:
+# (hash, key, value) of general keys (kind 0), (key, value) of str keys only (kind 1).
+_KEYS_AT: Final = dict.__basicsize__ - 2 * _PTR
+_ENTRIES_AT: Final = 4 * _PTR
+_ENTRY_SIZE: Final = {0: 3 * _PTR, 1: 2 * _PTR}
+
+
+def _table(d: dict[Any, Any]) -> tuple[int, int, int] | None:
+    """Where d's entries start, their size and how many are used (live or deleted); None
+    for a table of another kind (a split table). Same conditions as :func:`_items`."""
+    at = id(d) + _KEYS_AT
+    if ctypes.c_void_p.from_address(at + _PTR).value:  # ma_values: a split table
+        return None
+    keys = ctypes.c_void_p.from_address(at).value or 0
+    size = _ENTRY_SIZE.get(ctypes.c_uint8.from_address(keys + _PTR + 2).value)
+    if size is None:
+        return None
+    index_bytes = 1 << ctypes.c_uint8.from_address(keys + _PTR + 1).value
+    used = ctypes.c_ssize_t.from_address(keys + 3 * _PTR).value
+    return keys + _ENTRIES_AT + index_bytes, size, used
+
+
+def _dict_layout_known() -> bool:
+    """Whether dict entries sit where :func:`_table` says (checked once, both kinds)."""
+    if not _FAST:
+        return False
+    try:
+        for probe in ({f"p{i}": object() for i in range(9)}, {(i,): object() for i in range(9)}):
+            table = _table(probe)
+            if table is None:
+                return False
+            at, size, used = table
+            words = [id(x) for kv in probe.items() for x in kv]
+            if size == 3 * _PTR:
+                hashes = [hash(k) % (1 << 8 * _PTR) for k in probe]
+                words = [w for i, h in enumerate(hashes) for w in (h, *words[2 * i : 2 * i + 2])]
+            raw = b"".join(w.to_bytes(_PTR, sys.byteorder) for w in words)
+            if used != len(probe) or ctypes.string_at(at, len(raw)) != raw:
+                return False
+    except (ValueError, TypeError, OSError, OverflowError):
+        return False
+    return True
+
+
+_DICT_FAST: Final = _dict_layout_known()
+
+
+def same_entries(a: dict[Any, Any], b: dict[Any, Any]) -> bool | None:
+    """Whether b's first ``len(a)`` entries are a's, the same key and value objects in
+    order (one memory comparison of the two entry tables); None when that cannot be told
+    so: another layout, tables of different kinds, or a deleted entry in either table.
+
+    b holds at least ``len(a)`` entries, and no other thread can change either meanwhile
+    (see :func:`_items`): pass a fresh copy of a dict others may hold.
+    """
+    n = dict.__len__(a)
+    if not n:
+        return True
+    if not _DICT_FAST:
+        return None
+    ta, tb = _table(a), _table(b)
+    if ta is None or tb is None or ta[1] != tb[1] or ta[2] != n or tb[2] != dict.__len__(b):
+        return None
+    return _same_range(ta[0], tb[0], 0, n * ta[1] // _PTR)
 
 
 def differing(a: list[Any], b: list[Any], n: int, limit: int) -> list[int] | None:

@@ -51,8 +51,9 @@ class LiveContext:
         self.written: dict[str, int] = {}
         self.keylog: dict[str, list[int]] = {}
         # Per list key, its text in the log since its last full write, as pieces: that
-        # text, then each item appended since (see :func:`_grown_text`).
-        self.texts: dict[str, list[str]] = {}
+        # text, and the text of each item appended since, kept as the bytes of its patch
+        # (decoded once, when they are joined: see :func:`_grown_text`).
+        self.texts: dict[str, tuple[str, list[bytes]]] = {}
         self.pins: dict[str, int] = {}  # key -> live attempts that read it
         # Held by an edit_state attempt (and one that conflicted too often) until it ends.
         self.state_lock = asyncio.Lock()
@@ -182,9 +183,11 @@ class LiveContext:
         for ch in changes:
             key = ch.key
             self.versions[key] = seq
+            ch.seq = seq
             if ch.deleted:
                 self.committed.pop(key, None)
                 self.keylog.pop(key, None)
+                self.texts.pop(key, None)
                 continue
             size = ch.size
             if ch.ops is not None:
@@ -195,18 +198,18 @@ class LiveContext:
                 self.committed[key] = apply(current, ch.ops)
                 log = self.keylog.setdefault(key, [size, 0])
                 log[1] += size
-                pieces = self.texts.get(key)
-                if pieces is not None:
+                known = self.texts.get(key)
+                if known is not None:
                     item = _appended_text(ch)
                     if item is None:
                         del self.texts[key]
                     else:
-                        pieces.append(item)
+                        known[1].append(item)
             else:
                 self.committed[key] = ch.full  # plain: no view is ever written whole
                 self.keylog[key] = [size, 0]
                 if ch.text is not None and ch.text.startswith("["):
-                    self.texts[key] = [ch.text]
+                    self.texts[key] = (ch.text, [])
                 else:
                     self.texts.pop(key, None)
 
@@ -217,8 +220,9 @@ _APPEND: Final = (b'[["append",[],', b"]]")
 _EXTEND: Final = (b'[["extend",[],[', b"]]]")
 
 
-def _appended_text(ch: KeyChange) -> str | None:
-    """The text of what ch's patch appends to its root list (None: it does something else).
+def _appended_text(ch: KeyChange) -> bytes | None:
+    """The text of what ch's patch appends to its root list, as bytes (None: it does
+    something else).
 
     The items are dumped at the depth they have in the list, as ``Codec.encode`` of the
     whole list dumps them, and serialized by the same ``orjson.dumps``: the list's text
@@ -236,23 +240,21 @@ def _appended_text(ch: KeyChange) -> str | None:
         return None
     if not (raw.startswith(head) and raw.endswith(tail)):
         return None
-    return raw[len(head) : len(raw) - len(tail)].decode()
+    return raw[len(head) : len(raw) - len(tail)]
 
 
-def _grown_text(pieces: list[str] | None, ch: KeyChange) -> str | None:
+def _grown_text(known: tuple[str, list[bytes]] | None, ch: KeyChange) -> str | None:
     """The text of ch's key once ch's patch applies, from the text the log holds and the
     items appended since (None: not known that way; encode the value).
 
     The same text ``Codec.encode`` writes, made without walking the value in Python: a list
     of models written whole again costs a join of strings, not a walk of every model.
     """
-    if pieces is None:
+    if known is None:
         return None
     item = _appended_text(ch)
     if item is None:
         return None
-    first = pieces[0]
-    items = [*pieces[1:], item]
-    if first != "[]":
-        items.insert(0, first[1:-1])
-    return "[" + ",".join(items) + "]"
+    first, items = known
+    added = b",".join([*items, item]).decode()
+    return "[" + added + "]" if first == "[]" else first[:-1] + "," + added + "]"

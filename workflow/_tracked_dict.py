@@ -7,6 +7,7 @@ See :mod:`workflow._diff` for how views, trackers and patches fit together.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any, SupportsIndex
 
@@ -15,7 +16,7 @@ from pydantic import BaseModel
 from eventstore import Codec, default_codec
 
 from ._delta import diff_into, diff_obj
-from ._patch import Op, Path
+from ._patch import KeyRef, Op, Path
 from ._values import (
     ATOMS,
     MEMO,
@@ -84,11 +85,12 @@ class TrackedDict(dict):  # type: ignore[type-arg]
         "_cleared",
         "_codec",
         "_del",
+        "_edits",
         "_kids",
         "_set",
         "_shared",
+        "_taken",
         "_token",
-        "_values",
     )
 
     _base: dict[Any, Any]
@@ -98,8 +100,9 @@ class TrackedDict(dict):  # type: ignore[type-arg]
     _kids: dict[Any, Node]  # committed keys neither set nor deleted -> the wrapper there
     _shared: dict[Any, Node]
     _cleared: bool
-    _values: list[Any] | None  # the committed values, listed when the view was made
     _token: object  # its tracker's: the views of one attempt (see _delta.diff)
+    _edits: int  # assignments and deletions made through it (its kids' aside)
+    _taken: int  # _edits when its patch was last taken (``_collect``)
 
     def __init__(
         self, base: dict[Any, Any], codec: Codec = default_codec, token: object = None
@@ -108,22 +111,22 @@ class TrackedDict(dict):  # type: ignore[type-arg]
         self._base, self._codec, self._token = base, codec, token
         self._set, self._del, self._kids, self._shared = {}, {}, {}, {}
         self._cleared = False
-        self._values = None
+        self._edits = self._taken = 0
 
     @staticmethod
     def of(base: dict[Any, Any], codec: Codec = default_codec, token: object = None) -> TrackedDict:
         """A view of base: a :class:`_NestedDict` if a value of base is not an atom."""
         values = list(dict.values(base))
-        view = (TrackedDict if MEMO.atoms(values, base) else _NestedDict)(base, codec, token)
-        view._values = values
-        return view
+        return (TrackedDict if MEMO.atoms(values, base) else _NestedDict)(base, codec, token)
 
     def _derive(self, *, deep: bool = False, memo: dict[int, Any] | None = None) -> TrackedDict:
         new = type(self).__new__(type(self))
-        dict.update(new, dict.copy(self))
+        # A view of atoms is merged from its storage (one C-speed clone); a nested one's
+        # would be read through __getitem__, wrapping its values: copied as a dict first.
+        dict.update(new, self if type(self) is TrackedDict else dict.copy(self))
         new._base, new._codec, new._cleared = self._base, self._codec, self._cleared
         new._token = self._token
-        new._values = self._values
+        new._edits = new._taken = 0
         new._set, new._del = dict(self._set), dict(self._del)
         if not deep:
             new._kids, new._shared = dict(self._kids), self._shared
@@ -146,16 +149,72 @@ class TrackedDict(dict):  # type: ignore[type-arg]
                 new._set[k] = None
         return new
 
-    def _entries(self) -> tuple[list[Any], list[Any]]:
-        """The keys and the values this view shows, as lists no other thread can change
-        (the committed values as listed when the view was made, while it shows them)."""
+    def _renew(self, base: dict[Any, Any], token: object, since: list[Op], own: bool) -> bool:
+        """Makes this view over into a new view of ``base`` without copying it; False (and
+        this view is left unusable) when it cannot.
+
+        Nothing compares the entries: the caller vouches for what ``base`` (this view's own
+        committed dict, changed in place since) took since this view was made: the ops
+        ``since``, this view's own patch when ``own`` (taken after its last edit), else
+        ops from elsewhere this unedited view never saw. Either way only the keys those ops
+        and this view touched are put back from base, in place or, for keys the ops added
+        or deleted, as the ops did (so the order is base's). The caller also makes sure
+        nothing else holds this view (:func:`workflow._diff.renew`).
+        """
+        if self._base is not base or self._cleared:
+            return False
+        if own:
+            if self._edits != self._taken:
+                return False
+            if any(k in base for k in self._del if k not in self._set):
+                return False
+            touched: Iterable[Any] = itertools.chain(self._set, self._kids)
+        else:
+            if self._edits:
+                return False
+            touched = self._kids
+            for kind, path, *_ in since:
+                if not path:
+                    return False
+                k = path[0]
+                k = k.key if type(k) is KeyRef else k
+                if kind == "del" and len(path) == 1:
+                    if not dict.__contains__(self, k):
+                        return False
+                    dict.__delitem__(self, k)
+                elif (len(path) == 1 and kind == "set") or dict.__contains__(self, k):
+                    if not dict.__contains__(base, k):
+                        return False
+                    self._put(k, dict.__getitem__(base, k))
+                else:
+                    return False
+        for k in list(touched):
+            if not dict.__contains__(base, k) or not dict.__contains__(self, k):
+                return False
+            self._put(k, dict.__getitem__(base, k))
+        if dict.__len__(self) != dict.__len__(base):
+            return False
+        self._token = token
+        self._set, self._del, self._kids, self._shared = {}, {}, {}, {}
+        self._edits = self._taken = 0
+        return True
+
+    def _put(self, key: Any, value: Any) -> None:
+        """Shows base's value at key (renewing): a view of atoms holding another becomes a
+        :class:`_NestedDict`, so that C code reads that value through ``__getitem__``."""
+        dict.__setitem__(self, key, value)
+        if type(value) not in ATOMS and type(self) is TrackedDict:
+            self.__class__ = _NestedDict
+
+    def _entries(self) -> dict[Any, Any]:
+        """A dict holding the entries this view shows, no other thread can change: the
+        committed dict itself while the view shows exactly it (no copy), else a copy."""
         base = self._base
         if not (self._cleared or self._set or self._del or self._kids) and dict.__len__(
             self
         ) == dict.__len__(base):
-            values = self._values if self._values is not None else list(dict.values(base))
-            return list(dict.keys(base)), values
-        return list(dict.keys(self)), list(dict.values(self))
+            return base
+        return dict.copy(self)
 
     def _added(self, key: Any) -> bool:
         return self._cleared or key not in self._base or key in self._del
@@ -198,10 +257,12 @@ class TrackedDict(dict):  # type: ignore[type-arg]
             return  # a child put back changes nothing
         self._kids.pop(key, None)
         self._set[key] = None
+        self._edits += 1
         dict.__setitem__(self, key, value)
 
     def __delitem__(self, key: Any) -> None:
         dict.__delitem__(self, key)  # KeyError as a dict raises it
+        self._edits += 1
         self._set.pop(key, None)
         self._kids.pop(key, None)
         if not self._cleared and key in self._base and key not in self._del:
@@ -240,6 +301,7 @@ class TrackedDict(dict):  # type: ignore[type-arg]
     def clear(self) -> None:
         """Remove all keys; the patch replaces the dict by an empty one."""
         self._cleared = True
+        self._edits += 1
         self._set, self._del, self._kids = {}, {}, {}
         dict.clear(self)
 
@@ -282,6 +344,7 @@ class TrackedDict(dict):  # type: ignore[type-arg]
         return {k: fresh(v) for k, v in dict.items(self)}
 
     def _collect(self, out: list[Op], path: Path) -> None:
+        self._taken = self._edits
         if self._cleared:  # one op: later ops must never write into an earlier op's value
             out.append(("replace", path, self._materialize()))
             return

@@ -114,7 +114,9 @@ class TrackedList(list):  # type: ignore[type-arg]
             new._wrapped = True
         return new
 
-    def _renew(self, base: list[Any], token: object) -> bool:
+    def _renew(
+        self, base: list[Any], token: object, since: tuple[list[Op], bool] | None = None
+    ) -> bool:
         """Makes this view over into a new view of ``base`` without copying its items; False
         (and this view is left unusable) when it cannot.
 
@@ -122,6 +124,9 @@ class TrackedList(list):  # type: ignore[type-arg]
         end from the first item it no longer shows at its committed index: what its
         attempt appended, and base's own new end), then every item is checked to be
         base's, by identity at memory speed: exact whatever else changed base in place.
+        That check is skipped when the caller vouches for what base took since this view
+        was made (``since``, as :meth:`TrackedDict._renew` takes it): the view's own patch
+        touches only what is put back, and ops from elsewhere are put back too.
         The caller makes sure nothing else holds this view (:func:`workflow._diff.renew`),
         so no other thread can resize it meanwhile.
         """
@@ -130,10 +135,14 @@ class TrackedList(list):  # type: ignore[type-arg]
         m = self._n
         if m > list.__len__(base):
             return False
-        for i in itertools.chain(self._set, self._kids):
-            list.__setitem__(self, i, list.__getitem__(base, i))
+        touched = [] if since is None or since[1] else _touched(since[0])
+        if touched is None:
+            since, touched = None, []
+        for i in itertools.chain(self._set, self._kids, touched):
+            if i < m:
+                list.__setitem__(self, i, list.__getitem__(base, i))
         list.__setitem__(self, slice(m, None), list.__getitem__(base, slice(m, None)))
-        if not same_items(self, base, m):
+        if since is None and not same_items(self, base, m):
             return False
         self._token = token
         self._n = self._n0 = list.__len__(base)
@@ -393,6 +402,21 @@ class TrackedList(list):  # type: ignore[type-arg]
             out.append(("trunc", path, self._n))
         if list.__len__(self) > self._n:
             tail_ops(path, list.__getitem__(self, slice(self._n, None)), out)
+
+
+def _touched(ops: list[Op]) -> list[int] | None:
+    """The committed indices ops change in place (their end aside: appended, truncated),
+    for :meth:`TrackedList._renew`; None when they do more (move items, rewrite the list)."""
+    out = []
+    for kind, path, *_ in ops:
+        if not path:
+            if kind not in ("append", "extend", "trunc"):
+                return None
+        elif type(path[0]) is int and (kind != "del" or len(path) > 1):
+            out.append(path[0])
+        else:
+            return None
+    return out
 
 
 VIEWS[TrackedList] = list.copy
