@@ -137,6 +137,27 @@ def _rec(seq: int, kind: str, payload: str, step: str | None = None) -> StoredRe
         pytest.param(_rec(1, "enqueued", "{not json"), "seq 1.*malformed payload", id="bad-json"),
         pytest.param(_rec(1, "enqueued", '{"x": 1}', "s"), "seq 1.*malformed", id="missing-field"),
         pytest.param(_rec(1, "dequeued", '{"id": 5}', "s"), "seq 1.*not queued", id="not-queued"),
+        pytest.param(_rec(1, "dequeued", '{"id": 5}'), "seq 1.*names no step", id="deq-no-step"),
+        pytest.param(
+            _rec(1, "step_started", '{"id": 5, "attempt": 1}', "s"),
+            "seq 1 \\(step_started\\): event 5 is not in progress at 's'",
+            id="start-not-in-progress",
+        ),
+        pytest.param(
+            _rec(1, "step_finished", '{"id": 5, "attempt": 1, "emitted": [], "base": 0}', "s"),
+            "seq 1 \\(step_finished\\): event 5 is not in progress at 's'",
+            id="finish-not-in-progress",
+        ),
+        pytest.param(
+            _rec(1, "step_finished", '{"id": 5, "attempt": 1, "emitted": [], "base": 0}'),
+            "seq 1 \\(step_finished\\).*names no step",
+            id="finish-no-step",
+        ),
+        pytest.param(
+            _rec(1, "step_started", '{"attempt": 1}'),
+            "seq 1 \\(step_started\\).*names no step",
+            id="start-no-step-before-its-id",
+        ),
     ],
 )
 def test_fold_refuses_bad_records_naming_the_seq(record: StoredRecord, match: str) -> None:
@@ -172,6 +193,33 @@ def test_the_fold_keeps_each_inputs_first_start_and_the_sessions() -> None:
     )
     assert (s.session, s.started, s.state) == (6, {"a": {1: 5}}, "m:S@2")
     assert dump_folded(load_folded(dump_folded(s))) == dump_folded(s)
+
+
+def test_the_fold_of_a_step_leaves_only_what_is_unfinished() -> None:
+    """Each input's queue, progress and first start are kept until it finishes, the next id
+    is past the largest id enqueued in any order (and an unclaimed one), and a step's
+    emptied queue and progress stay as empty entries while its first starts go."""
+    ev = {"c": "m:E", "v": {}}
+    s = _fold_log(
+        ("run_started", None, {"workflow": "w", "fingerprint": "f", "start": None, "parent": None}),
+        ("enqueued", "a", {"id": 7, "event": ev, "src": "start"}),
+        ("enqueued", "a", {"id": 3, "event": ev, "src": "start"}),
+        ("enqueued", None, {"id": 9, "event": ev, "src": "send"}),
+        ("dequeued", "a", {"id": 7, "worker": 0}),
+        ("step_started", "a", {"id": 7, "attempt": 1}),
+        ("step_finished", "a", {"id": 7, "attempt": 1, "emitted": [], "base": 0}),
+        ("dequeued", "a", {"id": 3, "worker": 0}),
+        ("step_started", "a", {"id": 3, "attempt": 1}),
+        ("step_started", "a", {"id": 3, "attempt": 2}),
+    )
+    assert s.next_id == 10
+    assert (s.queues, list(s.unclaimed)) == ({"a": {}}, [9])
+    assert [(i, p.attempt) for i, p in s.in_progress["a"].items()] == [(3, 2)]
+    assert s.started == {"a": {3: 9}}
+    s = fold(
+        s, [_rec(11, "step_finished", '{"id": 3, "attempt": 2, "emitted": [], "base": 0}', "a")]
+    )
+    assert (s.in_progress, s.started, s.seq, s.records) == ({"a": {}}, {}, 11, 11)
 
 
 def test_renames_move_work_memos_starts_and_buffers() -> None:

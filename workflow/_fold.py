@@ -2,8 +2,8 @@
 
 ``fold(state, records)`` applies records in order to a :class:`Folded` state (``_folded``),
 which keeps events and context values in their JSON form and decodes nothing;
-:func:`to_run_state` turns it into a typed :class:`RunState` at the end, which decodes only
-what is read.
+:func:`to_run_state` (``_run_state_view``) turns it into a typed :class:`RunState` at the
+end, which decodes only what is read.
 
 One function a record kind, each reading its kind's payload type (``_journal``) in every
 shape the log has written; ``_snapshot`` caches a folded state in the store.
@@ -12,16 +12,15 @@ shape the log has written; ``_snapshot`` caches a folded state in the store.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import orjson
 
-from eventstore import Codec, CodecError, LogCorruptedError, StoredRecord
+from eventstore import LogCorruptedError, StoredRecord
 from eventstore._encryption import encrypted_error
 
 from . import _journal as J
 from ._buffers import class_qualname, collect_key, taken
-from ._events import StopEvent
 from ._folded import (
     STATUS_OF_KIND,
     Ev,
@@ -31,14 +30,12 @@ from ._folded import (
     Prog,
     WaitRec,
     drop_input,
-    not_damage,
     payload_of,
     rename_steps,
     session_started,
 )
 from ._keylog import KeyLog
-from ._state import TERMINAL, InProgress, LazyDict, LazyList, RunState, Waiter
-from ._state_versions import upcast_values
+from ._run_state_view import is_terminal, result_of, to_run_state
 
 __all__ = [
     "APPLY",
@@ -87,16 +84,30 @@ def _run_started(s: Folded, r: StoredRecord, p: J.RunStarted) -> None:
 
 
 def _enqueued(s: Folded, r: StoredRecord, p: J.Enqueued) -> None:
-    ev = Ev(p["id"], p["event"], r.seq)
-    s.next_id = max(s.next_id, ev.id + 1)
-    if r.step is None:
-        s.unclaimed[ev.id] = ev
+    eid = p["id"]
+    ev = Ev(eid, p["event"], r.seq)
+    after = eid + 1
+    if after > s.next_id:  # max(next_id, after), without the call: every event comes here
+        s.next_id = after
+    step = r.step
+    if step is None:
+        s.unclaimed[eid] = ev
     else:
-        s.queues.setdefault(r.step, {})[ev.id] = ev
+        queue = s.queues.get(step)
+        if queue is None:
+            s.queues[step] = {eid: ev}
+        else:
+            queue[eid] = ev
+    if s.recoveries or "recoveries" in p:  # only runs where a handler took over pay
+        _recoveries(s, ev, p)
+
+
+def _recoveries(s: Folded, ev: Ev, p: J.Enqueued) -> None:
+    """An event's @catch_error counts: its payload's, or else its lineage's."""
     counts = p.get("recoveries")
     if counts is not None:
         s.recoveries[ev.id] = counts
-    elif s.recoveries:  # only runs where a handler took over pay for the lineage
+    elif s.recoveries:
         src = p["src"]
         if type(src) is list:
             inherited = s.recoveries.get(src[0])
@@ -106,18 +117,33 @@ def _enqueued(s: Folded, r: StoredRecord, p: J.Enqueued) -> None:
 
 def _step_of(r: StoredRecord) -> str:
     if r.step is None:
-        msg = f"record seq {r.seq} ({r.kind}) of run {r.run_id!r} names no step"
-        raise LogCorruptedError(msg, seq=r.seq)
+        _no_step(r)
     return r.step
 
 
+def _no_step(r: StoredRecord) -> NoReturn:
+    msg = f"record seq {r.seq} ({r.kind}) of run {r.run_id!r} names no step"
+    raise LogCorruptedError(msg, seq=r.seq)
+
+
+# The functions of the kinds every step writes test ``r.step`` inline and build no default
+# dicts: they run for most records of every run, and the executor folds each it writes.
+
+
 def _dequeued(s: Folded, r: StoredRecord, p: J.Dequeued) -> None:
-    step = _step_of(r)
-    ev = s.queues.get(step, {}).pop(p["id"], None)
+    step = r.step
+    if step is None:
+        _no_step(r)
+    queue = s.queues.get(step)
+    ev = None if queue is None else queue.pop(p["id"], None)
     if ev is None:
         msg = f"record seq {r.seq}: step {step!r} took event {p['id']}, which was not queued"
         raise LogCorruptedError(msg, seq=r.seq)
-    s.in_progress.setdefault(step, {})[ev.id] = Prog(ev)
+    progs = s.in_progress.get(step)
+    if progs is None:
+        s.in_progress[step] = {ev.id: Prog(ev)}
+    else:
+        progs[ev.id] = Prog(ev)
 
 
 def _prog(
@@ -125,29 +151,52 @@ def _prog(
     r: StoredRecord,
     p: J.OfAttempt,
 ) -> Prog:
-    step = _step_of(r)
-    prog = s.in_progress.get(step, {}).get(p["id"])
+    step = r.step
+    if step is None:
+        _no_step(r)
+    progs = s.in_progress.get(step)
+    prog = None if progs is None else progs.get(p["id"])
     if prog is None:
-        msg = f"record seq {r.seq} ({r.kind}): event {p['id']} is not in progress at {step!r}"
-        raise LogCorruptedError(msg, seq=r.seq)
+        _not_in_progress(r, p)
     return prog
 
 
+def _not_in_progress(r: StoredRecord, p: J.OfAttempt) -> NoReturn:
+    msg = f"record seq {r.seq} ({r.kind}): event {p['id']} is not in progress at {r.step!r}"
+    raise LogCorruptedError(msg, seq=r.seq)
+
+
 def _step_started(s: Folded, r: StoredRecord, p: J.StepStarted) -> None:
-    prog = _prog(s, r, p)
+    step = r.step
+    if step is None:
+        _no_step(r)
+    eid = p["id"]
+    progs = s.in_progress.get(step)
+    prog = None if progs is None else progs.get(eid)
+    if prog is None:
+        _not_in_progress(r, p)
     prog.attempt = p["attempt"]
-    s.started.setdefault(_step_of(r), {}).setdefault(p["id"], r.seq)
+    firsts = s.started.get(step)
+    if firsts is None:
+        s.started[step] = {eid: r.seq}
+    elif eid not in firsts:
+        firsts[eid] = r.seq
     if prog.failure is not None:
         prog.failure.retry_at = None  # the retry began: a resume does not wait for it again
 
 
 def _step_finished(s: Folded, r: StoredRecord, p: J.StepFinished) -> None:
-    _prog(s, r, p)
-    step = _step_of(r)
-    del s.in_progress[step][p["id"]]
-    for wid in p.get("answers", ()):
-        s.answers.pop(wid, None)
-    drop_input(s, step, p["id"])
+    step = r.step
+    if step is None:
+        _no_step(r)
+    eid = p["id"]
+    progs = s.in_progress.get(step)
+    if progs is None or progs.pop(eid, None) is None:
+        _not_in_progress(r, p)
+    if "answers" in p:
+        for wid in p["answers"]:
+            s.answers.pop(wid, None)
+    drop_input(s, step, eid)
 
 
 def _step_failed(s: Folded, r: StoredRecord, p: J.StepFailed) -> None:
@@ -307,46 +356,43 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
     starts = _SESSION_STARTS
     n = 0
     prev_ts, paused, exec_us = state.prev_ts, state.paused, state.exec_us
+    first = state.first_seq is None
     try:
         for r in records:
-            kind = r.kind
+            seq, run_id, kind, _, payload, commit_seq, ts = r
             fn = apply.get(kind)
             if fn is None:
-                msg = f"record seq {r.seq} of run {r.run_id!r} has an unknown kind {kind!r}"
-                raise LogCorruptedError(msg, seq=r.seq)
+                msg = f"record seq {seq} of run {run_id!r} has an unknown kind {kind!r}"
+                raise LogCorruptedError(msg, seq=seq)
             start = kind in starts
             if start:  # a session's start may reset the clock (a timed-out run resumed)
                 state.exec_us = exec_us
             try:
-                fn(state, r, loads(r.payload))
+                fn(state, r, loads(payload))
             except orjson.JSONDecodeError as exc:
-                msg = (
-                    f"record seq {r.seq} ({kind}) of run {r.run_id!r} has a malformed"
-                    f" payload: {exc}"
-                )
-                raise LogCorruptedError(msg, seq=r.seq) from exc
+                msg = f"record seq {seq} ({kind}) of run {run_id!r} has a malformed payload: {exc}"
+                raise LogCorruptedError(msg, seq=seq) from exc
             except LogCorruptedError:
                 raise
             except (KeyError, TypeError, IndexError, AttributeError, ValueError) as exc:
                 if (sealed := encrypted_error(r)) is not None:  # read without the key
                     raise sealed from None
-                msg = f"record seq {r.seq} ({kind}) of run {r.run_id!r} is malformed: {exc!r}"
-                raise LogCorruptedError(msg, seq=r.seq) from exc
+                msg = f"record seq {seq} ({kind}) of run {run_id!r} is malformed: {exc!r}"
+                raise LogCorruptedError(msg, seq=seq) from exc
             n += 1
             if start:
                 exec_us = state.exec_us
-            seq = r.seq
-            if state.first_seq is None:
-                state.first_seq = seq
-            # Execution time: from a session's first record to its last, without the time
-            # the run spent with nothing to do but wait, nor the time between sessions.
-            ts = r.ts
-            if not start and prev_ts is not None and not paused and ts > prev_ts:
+            elif prev_ts is not None and not paused and ts > prev_ts:
+                # Execution time: from a session's first record to its last, without the
+                # time the run spent with nothing to do but wait, nor between sessions.
                 exec_us += ts - prev_ts
             prev_ts = ts
-            if seq == r.commit_seq:
+            if first:
+                state.first_seq = seq
+                first = False
+            if seq == commit_seq:
                 state.seq = seq
-                paused = state.only_waiters()
+                paused = state.only_waiters() if state.waiters else False
     finally:
         state.records += n
         state.prev_ts, state.paused, state.exec_us = prev_ts, paused, exec_us
@@ -354,136 +400,3 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
 
 
 _SESSION_STARTS: Final = frozenset({J.RUN_STARTED, J.RUN_RESUMED})
-
-
-def result_of(stop: Any) -> Any:
-    """What awaiting a run returns: ``StopEvent.result``, or the event for a subclass."""
-    if type(stop) is StopEvent:
-        return stop.result
-    return stop
-
-
-def to_run_state(s: Folded, codec: Codec, status: str | None = None) -> RunState:
-    """A typed :class:`RunState` of a folded state, decoded as it is read.
-
-    The result is decoded here; context values, queues, events in progress, collect
-    buffers, waiters and stream events when first read, so that a state costs what its
-    reader looks at.
-
-    :raises LogCorruptedError: the result cannot be decoded here (and, when read, any other
-        stored event or value: its class is unknown or not allowed); the message names the
-        event or key and the seq of its record.
-    """
-    ev = _decoder(s, codec)
-    result = None
-    if s.result is not None:
-        try:
-            result = result_of(codec.load(s.result))
-        except CodecError as exc:
-            not_damage(exc, f"the result of run {s.run_id!r}")
-            msg = f"run {s.run_id!r} at seq {s.seq}: its result cannot be decoded: {exc}"
-            raise LogCorruptedError(msg, seq=s.seq) from exc
-
-    def waiter(w: WaitRec) -> Waiter:
-        try:
-            requirements = codec.load(w.requirements) or {}
-            asked = None if w.waiter_event is None else codec.load(w.waiter_event)
-        except CodecError as exc:
-            not_damage(exc, f"record seq {w.ev.seq} of run {s.run_id!r}, wait {w.waiter_id!r}")
-            msg = (
-                f"record seq {w.ev.seq} of run {s.run_id!r}: the wait {w.waiter_id!r}"
-                f" cannot be decoded: {exc}"
-            )
-            raise LogCorruptedError(msg, seq=w.ev.seq) from exc
-        return Waiter(
-            w.waiter_id, w.step, ev(w.ev), w.awaited, requirements, w.deadline, asked, w.ev.id
-        )
-
-    return RunState(
-        run_id=s.run_id,
-        seq=s.seq,
-        status=status or s.status,  # type: ignore[arg-type]
-        result=result,
-        error=s.error,
-        queues=LazyDict(
-            {k: list(q.values()) for k, q in s.queues.items() if q},
-            lambda _, q: [ev(e) for e in q],
-        ),
-        in_progress=LazyDict(
-            {k: list(v.values()) for k, v in s.in_progress.items() if v},
-            lambda _, v: [
-                InProgress(
-                    ev(p.ev),
-                    p.attempt,
-                    p.failures,
-                    p.ev.id,
-                    None if p.failure is None else p.failure.retry_at,
-                )
-                for p in v
-            ],
-        ),
-        context=_context(s, codec),
-        collected=LazyDict(
-            {b: {t: list(es) for t, es in d.items()} for b, d in s.buffers.items()},
-            lambda _, d: {t: [ev(e) for e in es] for t, es in d.items()},
-        ),
-        waiters=LazyList(s.waiters.values(), waiter),
-        stream=LazyList(s.stream, ev),
-        workflow=s.workflow,
-        fingerprint=s.fingerprint,
-        parent=s.parent,
-    )
-
-
-def _decoder(s: Folded, codec: Codec) -> Callable[[Ev], Any]:
-    def load(e: Ev) -> Any:
-        try:
-            return codec.load(e.dump)
-        except CodecError as exc:
-            not_damage(exc, f"record seq {e.seq} of run {s.run_id!r}, event {e.id}")
-            msg = (
-                f"record seq {e.seq} of run {s.run_id!r}: its event {e.id} ({e.type or '?'})"
-                f" cannot be decoded: {exc}"
-            )
-            raise LogCorruptedError(msg, seq=e.seq) from exc
-
-    return load
-
-
-def _context(s: Folded, codec: Codec) -> LazyDict[str, Any]:
-    """The context as read: decoded when read, or upcast first when it is in an older
-    version of the typed state model than this program's (``_state_versions``)."""
-    try:
-        values = upcast_values(s, codec)
-    except CodecError as exc:
-        msg = (
-            f"run {s.run_id!r} at seq {s.seq}: its context (state model {s.state}) cannot be"
-            f" decoded: {exc}"
-        )
-        error = LogCorruptedError(msg, seq=s.seq)
-        error.__cause__ = exc
-
-        def refuse(key: str, entry: KeyLog) -> Any:
-            raise error
-
-        return LazyDict(s.context, refuse)  # its keys list; its values say why they cannot
-    if values is None:
-        return LazyDict(s.context, lambda k, v: _value(s, codec, k, v))
-    return LazyDict(values, lambda k, v: v)
-
-
-def _value(s: Folded, codec: Codec, key: str, entry: KeyLog) -> Any:
-    try:
-        return codec.load(entry.dump)
-    except CodecError as exc:
-        not_damage(exc, f"record seq {entry.seq} of run {s.run_id!r}, context key {key!r}")
-        msg = (
-            f"record seq {entry.seq} of run {s.run_id!r}: context key {key!r} cannot be"
-            f" decoded: {exc}"
-        )
-        raise LogCorruptedError(msg, seq=entry.seq) from exc
-
-
-def is_terminal(status: str) -> bool:
-    """Whether a status ends the run (finished, failed, cancelled, timed out)."""
-    return status in TERMINAL

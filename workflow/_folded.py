@@ -290,10 +290,13 @@ def session_started(s: Folded, seq: int, p: J.RunResumed | J.RunStarted) -> None
 
 def drop_input(s: Folded, step: str, event_id: int) -> None:
     """An input is done: its memoized calls and first start are never asked for again."""
-    for part in (s.memos, s.started):
-        by_event: Any = part.get(step)
-        if by_event is not None and by_event.pop(event_id, None) is not None and not by_event:
-            del part[step]
+    # Unrolled (no tuple, no loop): every input that ends comes here.
+    memos = s.memos.get(step)
+    if memos is not None and memos.pop(event_id, None) is not None and not memos:
+        del s.memos[step]
+    started = s.started.get(step)
+    if started is not None and started.pop(event_id, None) is not None and not started:
+        del s.started[step]
 
 
 def not_damage(exc: CodecError, where: str) -> None:

@@ -56,6 +56,12 @@ _Del = Callable[[Any, Any], None]
 def _apply(value: Any, ops: list[Any], get: _Get, put: _Put, delete: _Del) -> Any:
     for op in ops:
         kind, path = op[0], op[1]
+        if kind == "append":  # first: a list that grows is the common patch
+            node = value
+            for elem in path:
+                node = get(node, elem)
+            node.append(op[2])
+            continue
         if kind in ("set", "replace") and not path:
             value = op[2]
             continue

@@ -10,7 +10,7 @@ weighs ``snapshot_factor`` times its size (``workflow._runner.SNAPSHOT_FACTOR``)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from eventstore import (
@@ -250,19 +250,7 @@ class RunLog:
         pending = self._unfolded
         if pending:
             self._unfolded = []
-            run_id, stored = self.run_id, list[StoredRecord]()
-            # tuple.__new__ builds each named tuple without its Python-level __new__ (the
-            # fields are given in order): this runs for every record the executor writes.
-            new, cls = tuple.__new__, StoredRecord
-            for records, res in pending:
-                first, last, ts = int(res.first_seq), int(res.last_seq), res.ts
-                stored.extend(
-                    [
-                        new(cls, (first + i, run_id, r.kind, r.step, r.payload, last, ts))
-                        for i, r in enumerate(records)
-                    ]
-                )
-            fold(self._fold_state, stored)
+            fold(self._fold_state, _stored(self.run_id, pending))
         return self._fold_state
 
     def restart(self, folded: Folded) -> None:
@@ -295,3 +283,15 @@ class RunLog:
         fut = self._store.submit(commit, lazy=lazy)
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
         return fut
+
+
+def _stored(run_id: str, written: list[tuple[list[Record], Any]]) -> Iterator[StoredRecord]:
+    """The records of durable commits (records, result) as the log holds them."""
+    # tuple.__new__ builds each named tuple without its Python-level __new__ (the fields
+    # are given in order): this runs for every record the executor writes.
+    new, cls = tuple.__new__, StoredRecord
+    for records, res in written:
+        seq, last, ts = int(res.first_seq), int(res.last_seq), res.ts
+        for r in records:
+            yield new(cls, (seq, run_id, r.kind, r.step, r.payload, last, ts))
+            seq += 1
