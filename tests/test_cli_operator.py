@@ -240,7 +240,7 @@ def history_kinds(db: Path) -> list[str]:
 
 
 def test_resume_right_after_cancel_waits_for_the_cancelled_executor(tmp_path: Path) -> None:
-    """Cancel, then resume at once: the cancelled executor (another process, in its step
+    """Cancel, then resume at once: the cancelled `workflow run` (another process, in its step
     until the test opens the gate) still holds the run, so `resume --cancelled` says it
     waits for it, then takes the run as soon as that executor lets go and runs it to the
     end; without waiting it is refused naming that process, not as "owned"."""
@@ -275,7 +275,11 @@ def test_resume_right_after_cancel_waits_for_the_cancelled_executor(tmp_path: Pa
             gate.write_text("go")  # the first executor's step ends; its commit is refused
             assert resumer.wait(timeout=HANG_GUARD_S) == 0, err.read_text()
         assert (tmp_path / "resumer.out").read_text() == "run live finished: 'through'\n"
-        first.wait(timeout=HANG_GUARD_S)
+        assert first.wait(timeout=HANG_GUARD_S) == 1
+    # The `workflow run` whose run was cancelled says so (the run did not fail).
+    said = (tmp_path / "first.out").read_text()
+    assert f"run live cancelled (`workflow resume {db} live --cancelled" in said, said
+    assert "failed" not in said
     kinds = history_kinds(db)
     assert kinds.count("run_cancelled") == 1
     assert kinds.index("run_cancelled") < kinds.index("run_resumed")
@@ -307,9 +311,15 @@ def test_resume_after_cancel_gives_up_saying_what_holds_the_run(tmp_path: Path) 
 
 
 def resumed_line(db: Path, run: str) -> str:
-    """The payload text of RUN's last ``run_resumed`` line in `workflow history`."""
+    """The payload text of RUN's last ``run_resumed`` line in `workflow history`, which
+    `workflow timeline` gives the same record too."""
     (*_, line) = [ln for ln in ok("history", db, run).splitlines() if " run_resumed " in ln]
-    return line.split(" run_resumed ", 1)[1].strip()
+    text = line.split(" run_resumed ", 1)[1].strip()
+    page = json.loads(ok("timeline", db, run, "--json"))
+    rec, kind = page["rec"], page["kinds"].index("run_resumed")
+    (*_, shown) = [x for k, x in zip(rec["k"], rec["x"], strict=True) if k == kind]
+    assert shown == text, (shown, text)
+    return text
 
 
 def test_history_shows_a_cancel_by_its_kind_and_the_resume_as_of_cancelled(

@@ -32,6 +32,20 @@ async def recorded(db: str) -> str:
     return h.run_id
 
 
+def test_run_makes_the_store_where_none_is_yet(location: str) -> None:
+    """``workflow run`` creates a missing store (its help says so), a new PostgreSQL schema
+    as a new file, and the run in it is there to list."""
+    spec = "tests.flows:Sleeper"
+    result = CliRunner().invoke(
+        cli, ["run", location, "--workflow", spec, "--data", '{"seconds": 0}', "--run-id", "r1"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "slept" in result.output
+    listed = CliRunner().invoke(cli, ["runs", location, "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert [r["run_id"] for r in json.loads(listed.output)] == ["r1"]
+
+
 async def test_verify_passes_for_today_s_code(location: str) -> None:
     """verify with the code that recorded the run passes and exits 0."""
     db = location

@@ -227,14 +227,15 @@ def load_workflow(spec: str, store: EventStore | str, **kwargs: Any) -> Workflow
 
 def check_store_to_write(db: str) -> None:
     """Refuses, before anything is written, a DB that a command would create or write a store
-    at but cannot: a folder that does not exist, or a file that is not a store (left as it
-    is). A missing or empty file is fine: the store is made there, as ``Workflow`` makes it.
+    at but cannot: a folder that does not exist, or a file or PostgreSQL schema that is not a
+    store (left as it is). A missing or empty file, or a missing schema, is fine: the store is
+    made there, as ``Workflow`` makes it.
 
     :raises click.ClickException: the folder is missing.
     :raises NotAStoreError: the file is not a store.
     """
-    if is_url(db):
-        open_store(db).close()
+    if is_url(db):  # a schema is made as a file is: opened for writing, checked or created
+        open_store(db, readonly=False).close()
         return
     path = Path(db)
     if not path.parent.is_dir():

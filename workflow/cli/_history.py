@@ -10,7 +10,6 @@ import itertools
 import sys
 import warnings
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import click
@@ -24,8 +23,6 @@ from .._errors import SnapshotIgnoredWarning
 from .._read import (
     Damaged,
     fold_run,
-    live_status,
-    only_submitted,
     readable_records,
     run_info,
     start_state,
@@ -35,6 +32,7 @@ from ._common import json_option, progress, reader, traceback_option, workflow_o
 from ._inspect import Viewer, describe, record_json, traceback_lines
 from ._keys import encrypted_text
 from ._render import bare_class, clip, terminal_width
+from ._resumed import listed_before
 
 __all__ = ["history"]
 
@@ -267,24 +265,16 @@ def _history_text(
 
 
 def _listed_before(store: EventStore, info: RunInfo, record: StoredRecord, payload: Any) -> str:
-    """The status ``workflow runs`` gave the run just before this ``run_resumed``, which
-    records the status as logged (``previous``): a run left ``running`` by an executor
-    that died was listed ``interrupted``, or ``submitted`` if no worker had taken it yet
-    (its first claim, epoch 2), or ``waiting`` if it had nothing to do but wait."""
-    previous = str(payload.get("previous"))
-    if previous != "running":
-        return previous
-    # Its first claim moved the epoch from 1 to 2: the row as it was then says if submitted.
-    if payload.get("epoch") == 2 and only_submitted(replace(info, epoch=1)):
-        return "submitted"
+    """The status ``workflow runs`` gave the run just before this ``run_resumed``."""
+    if payload.get("previous") != "running":
+        return str(payload.get("previous"))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SnapshotIgnoredWarning)  # the fold is right anyway
             waits = fold_run(store, info.run_id, record.seq - 1).only_waiters()
     except Exception:  # a damaged record before it is reported where it is read
         waits = False
-    # A resume takes only a run no live executor owns (the claim fences any other).
-    return live_status(previous, waits, owned=False)
+    return listed_before(info, payload, waits)
 
 
 def _line(cells: list[str], widths: list[int]) -> str:

@@ -22,6 +22,7 @@ from eventstore import EventStore
 from .._errors import (
     DeprecatedPatchError,
     RunSuspendedError,
+    WorkflowCancelledByUser,
     WorkflowChangedError,
     WorkflowRuntimeError,
 )
@@ -138,6 +139,8 @@ async def _settle(handler: WorkflowHandler) -> tuple[str, Any]:
         return "waiting", None
     except DeprecatedPatchError as exc:  # this code cannot finish it: stopped, unfailed
         return "interrupted", exc
+    except WorkflowCancelledByUser as exc:  # `workflow cancel` (or a cancel of its own)
+        return "cancelled", exc
     except Exception as exc:  # the user's step raised: that is the run's outcome, not ours
         return "failed", exc
 
@@ -162,12 +165,13 @@ def public_event_name(name: str) -> str:
 
 def report(wf: Workflow, run_id: str, outcome: tuple[str, Any], as_json: bool, db: str) -> None:
     status, value = outcome
-    state = wf.state_at(run_id) if status not in ("failed", "interrupted") else None
+    ended = ("failed", "interrupted", "cancelled")
+    state = wf.state_at(run_id) if status not in ended else None
     if as_json:
         data: dict[str, Any] = {"run_id": run_id, "status": status}
         if status == "finished":
             data["result"] = wf.__workflow_parts__.codec.dump(value)
-        elif status in ("failed", "interrupted"):
+        elif status in ended:
             data["error"] = f"{type(value).__name__}: {value}"
         elif state is not None:
             data["waiting_for"] = [w.awaited for w in state.waiters]
@@ -178,6 +182,9 @@ def report(wf: Workflow, run_id: str, outcome: tuple[str, Any], as_json: bool, d
         click.echo(f"run {run_id} failed: {type(value).__name__}: {value}")
     elif status == "interrupted":
         click.echo(f"run {run_id} stopped, still resumable: {type(value).__name__}: {value}")
+    elif status == "cancelled":
+        resume = f"workflow resume {shlex.quote(db)} {run_id} --cancelled --workflow ..."
+        click.echo(f"run {run_id} cancelled (`{resume}` continues it)")
     else:
         waiters = state.waiters if state is not None else []
         names = list(dict.fromkeys(public_event_name(w.awaited) for w in waiters))
@@ -188,7 +195,7 @@ def report(wf: Workflow, run_id: str, outcome: tuple[str, Any], as_json: bool, d
             f" `workflow send {db} {run_id} --event {spec} --data JSON`,"
             f" then resume it"
         )
-    if status in ("failed", "interrupted"):
+    if status in ended:
         raise click.exceptions.Exit(1)
 
 

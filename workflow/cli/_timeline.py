@@ -33,6 +33,7 @@ from ._app import cli
 from ._common import emit_json, progress, reader, workflow_option
 from ._inspect import Viewer
 from ._page import PAGE
+from ._resumed import listed_before
 from ._timeline_build import TEXT, TRACEBACK, UNSHOWN, Builder, lane_rows, worker_rows
 
 __all__ = [
@@ -142,11 +143,15 @@ def timeline_data(
     for ci, commit in enumerate(chunks):
         if ci == limit:
             break  # the rest of the run is other windows
+        waits = any(r.kind == J.RUN_RESUMED for r in commit) and state.only_waiters()
         fold(state, commit)
         b.commit_seq.append(commit[-1].seq)
         b.commit_first.append(len(b.text))
         for r in commit:
-            args = b.record(r, r.data(), ci, t0)
+            p = r.data()
+            if r.kind == J.RUN_RESUMED:  # said as `runs` listed the run (and history says)
+                p = {**p, "previous": listed_before(info, p, waits)}
+            args = b.record(r, p, ci, t0)
             if r.kind == J.STATE_SET or r.kind == J.STATE_DELETED:
                 entry = state.context.get(args[0])
                 args.append(None if entry is None else view.show(entry.dump, TEXT))
