@@ -154,6 +154,13 @@ def test_history_filters(report: str) -> None:
     assert [ln.split()[3] for ln in kinds.splitlines()[2:]] == ["step_started"] * 3 + [
         "step_failed"
     ]
+    # Several kinds in one --kind, as runs --status takes statuses, give the same lines.
+    assert ok("history", report, "rep", "--kind", "step_started,step_failed") == kinds
+    assert ok("history", report, "rep", "--kind", "step_started, step_failed") == kinds
+    bad = invoke("history", report, "rep", "--kind", "step_started,nope")
+    assert bad.exit_code == 2
+    assert "unknown kind nope: use " in bad.stderr
+    assert "step_started" in bad.stderr.split("use ", 1)[1]
     steps = ok("history", report, "rep", "--step", "process").splitlines()[2:]
     assert {ln.split()[4] for ln in steps} == {"process"}
     window = ok("history", report, "rep", "--from", "5", "--to", "7").splitlines()[2:]

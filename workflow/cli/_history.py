@@ -41,7 +41,12 @@ __all__ = ["history"]
 @click.argument("db")
 @click.argument("run")
 @click.option(
-    "--kind", "kinds", multiple=True, type=click.Choice(sorted(J.KINDS)), help="Only this kind."
+    "--kind",
+    "kinds",
+    multiple=True,
+    metavar="K[,K...]",
+    callback=lambda _ctx, _param, values: _kinds(values),
+    help="Only records of these kinds (repeat it, or separate them by commas).",
 )
 @click.option("--step", "step_name", metavar="STEP", help="Only records of this step.")
 @click.option("--from", "from_seq", type=int, metavar="SEQ", help="From this seq on.")
@@ -262,6 +267,18 @@ def _history_text(
             click.echo("\n".join(traceback_lines(p, " " * (num_w + 2))))
     if empty:
         click.echo("no records match", err=True)
+
+
+def _kinds(values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--kind`` values, each one kind or several separated by commas, as one tuple; an
+    unknown kind is refused naming it and the known ones (as ``runs --status`` does)."""
+    kinds = tuple(k.strip() for v in values for k in v.split(",") if k.strip())
+    unknown = sorted(set(kinds) - set(J.KINDS))
+    if unknown or (values and not kinds):
+        known = ", ".join(sorted(J.KINDS))
+        msg = f"unknown kind {', '.join(unknown) or repr(','.join(values))}: use {known}"
+        raise click.BadParameter(msg, param_hint="'--kind'")
+    return kinds
 
 
 def _listed_before(store: EventStore, info: RunInfo, record: StoredRecord, payload: Any) -> str:
