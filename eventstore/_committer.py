@@ -60,19 +60,7 @@ def _resolve(batch: list[_Settled]) -> None:
     for fut, then, ok, value in batch:
         if fut.done() or fut.get_loop().is_closed():
             continue  # nobody can be waiting for it any more
-        if then is not None:
-            try:
-                then(ok, value)
-            except Exception as exc:  # as a done-callback's would be: reported, not fatal
-                fut.get_loop().call_exception_handler(
-                    {"message": "exception in a commit's then callback", "exception": exc}
-                )
-        if ok:
-            fut.set_result(value)
-        else:
-            fut.set_exception(value)
-            if then is not None:
-                fut.exception()  # then was told: not an exception nobody retrieved
+        _settle(fut, then, ok, value)
 
 
 def _resolve_inline(items: Sequence[_Item], outcomes: Sequence[tuple[bool, Any]]) -> None:
@@ -80,22 +68,25 @@ def _resolve_inline(items: Sequence[_Item], outcomes: Sequence[tuple[bool, Any]]
     same, without a list of what settled or a look at each future's loop."""
     for item, (ok, value) in zip(items, outcomes, strict=True):
         fut: asyncio.Future[Any] = item.future  # type: ignore[assignment]  # the loop's
-        if fut.done():
-            continue  # cancelled: nobody waits for it any more
-        then = item.then
+        if not fut.done():  # done: cancelled, nobody waits for it any more
+            _settle(fut, item.then, ok, value)
+
+
+def _settle(fut: asyncio.Future[Any], then: Then | None, ok: bool, value: Any) -> None:
+    """Tells ``then`` (if any) the outcome, then resolves the future with it."""
+    if then is not None:
+        try:
+            then(ok, value)
+        except Exception as exc:  # as a done-callback's would be: reported, not fatal
+            fut.get_loop().call_exception_handler(
+                {"message": "exception in a commit's then callback", "exception": exc}
+            )
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
         if then is not None:
-            try:
-                then(ok, value)
-            except Exception as exc:  # as a done-callback's would be: reported, not fatal
-                fut.get_loop().call_exception_handler(
-                    {"message": "exception in a commit's then callback", "exception": exc}
-                )
-        if ok:
-            fut.set_result(value)
-        else:
-            fut.set_exception(value)
-            if then is not None:
-                fut.exception()  # then was told: not an exception nobody retrieved
+            fut.exception()  # then was told: not an exception nobody retrieved
 
 
 class Committer:
