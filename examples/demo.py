@@ -5,7 +5,8 @@
 1. process 1 starts the run; ``fetch`` and ``summarize`` do their heavy work and commit;
    ``publish`` kills the process (``os._exit``) on its first attempt;
 2. process 2 resumes the run from the SQLite file: only ``publish`` runs again;
-3. the run's history is printed, and the state at a seq in the middle.
+3. the run's history is printed (``workflow history``), and the state at a seq in the
+   middle.
 
 The store is kept (in a new temporary folder, or ``python examples/demo.py DIR``), and the
 demo ends with the ``workflow`` commands that look at the run in it.
@@ -70,12 +71,19 @@ async def resume(db: str, run_id: str) -> None:
     print(f"  result: {result}")
 
 
-def show(db: str, run_id: str) -> None:
+def show(db: str, run_id: str, env: dict[str, str]) -> None:
     wf = Report(store=db)
-    print("\nThe run's history, as the log holds it (`workflow history DB RUN` decodes it):")
-    for r in wf.store.records(run_id):
-        payload = r.payload if len(r.payload) < 70 else r.payload[:67] + "..."
-        print(f"  {r.seq:>3} {r.kind:<14} {r.step or '':<10} {payload}")
+    print("\nThe run's history, every record of its log (`workflow history DB RUN`; a")
+    print("record's `commit` is the last seq of the commit it became durable with):")
+    history = subprocess.run(
+        [sys.executable, "-m", "workflow", "history", db, run_id],
+        capture_output=True,
+        text=True,
+        env={**env, "COLUMNS": "100"},
+        check=True,
+    )
+    for line in history.stdout.splitlines():
+        print(f"  {line}")
     cps = wf.checkpoints(run_id, step="summarize")
     middle = next(c for c in cps if c.kind == "step_finished")
     state = wf.state_at(run_id, middle.seq)
@@ -111,7 +119,7 @@ def main(folder: str | None) -> None:
     if second.returncode != 0:
         print(second.stderr, file=sys.stderr)
         raise SystemExit(second.returncode)
-    show(db, run_id)
+    show(db, run_id, env)
     tool = Path(sys.executable).with_name("workflow")
     command = str(tool) if tool.exists() else f"{sys.executable} -m workflow"
     print(f"\nThe store is kept at {db}; look at the run yourself:")

@@ -216,6 +216,12 @@ def test_the_demo_keeps_its_store_and_its_commands_work(tmp_path: Path) -> None:
     out = demo.stdout
     assert "publish: the process dies here" in out
     assert "result: published:" in out
+    # The history it prints is `workflow history`'s, decoded: values, not the log's JSON.
+    story = out.split("The run's history", 1)[1].split("The state at seq", 1)[0]
+    assert "pages_fetched = 3" in story
+    assert "epoch 2, was interrupted" in story
+    assert '{"key":' not in story
+    assert "commit" in story.splitlines()[1]
     assert f"The store is kept at {tmp_path / 'runs.db'}" in out
     commands = [ln.split() for ln in out.splitlines()[-3:]]
     assert ["runs" in commands[0], "history" in commands[1], "timeline" in commands[2]] == [

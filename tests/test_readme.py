@@ -37,7 +37,7 @@ def test_readme_block_runs(
     in the same directory (a reader runs an example twice: its store is there by then)."""
     monkeypatch.chdir(tmp_path)
     for _ in range(2):
-        exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})
+        exec(compile(code, str(README), "exec"), {"__name__": "__main__"})  # as `python x.py`
         out = capsys.readouterr().out
         if "# NOTES ON SQLITE" in code:
             assert "NOTES ON SQLITE" in out
