@@ -10,6 +10,7 @@ import asyncio
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from workflow import (
@@ -194,12 +195,21 @@ class AwaitsApproval(Workflow):
 
 class Gated(Workflow):
     """A step that waits until its gate file (``ev.gate``) exists, then ends the run: a
-    step in flight for exactly as long as a test keeps the gate shut, in any process."""
+    step in flight for exactly as long as a test keeps the gate shut, in any process.
+
+    With ``ev.block`` it waits blocking its event loop (as a step calling blocking code
+    does), from when it has written the file ``<gate>.blocking`` (its start is durable by
+    then): nothing else of its process runs meanwhile, not even a cancel's notice."""
 
     @step
     async def start(self, ev: StartEvent) -> StopEvent:
         trace(self, "start")
         gate = Path(str(ev.get("gate")))
+        if ev.get("block"):
+            await asyncio.sleep(0.3)  # the start's commit completes on this loop meanwhile
+            Path(f"{gate}.blocking").write_text("")
+            while not gate.exists():
+                time.sleep(0.02)  # noqa: ASYNC251
         while not gate.exists():  # noqa: ASYNC110
             await asyncio.sleep(0.02)
         return StopEvent(result="through")

@@ -645,6 +645,10 @@ def test_resume_end_to_end(report: str) -> None:
     assert "finished" in ok("runs", report)
     state = json.loads(ok("state", report, "rep", "--json"))
     assert state["context"] == {"var": True}
+    # The resume's line says how the run had ended, in history and timeline alike.
+    from tests.test_cli_operator import resumed_line
+
+    assert resumed_line(report, "rep") == "epoch 2, had failed"
 
 
 def test_resume_that_fails_again_exits_1(report: str) -> None:

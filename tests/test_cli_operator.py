@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -16,13 +17,17 @@ from pathlib import Path
 
 import pytest
 
+from eventstore import Commit, EventStore, Record
+from tests.conftest import BACKENDS, new_location
 from tests.flows import Asker, ReportFlow
 from tests.support.child import child
 from tests.support.ui_server import waiting_asker
 from tests.test_cli import invoke, ok, run_to_end
 from tests.test_workers import Doubler
 from workflow import WorkflowCancelledError
+from workflow._journal import RUN_CANCELLED
 from workflow.cli._filters import RunFilter, parse_since, parse_statuses
+from workflow.errors import WorkflowCancelledByUser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -182,9 +187,10 @@ asyncio.run(main())
 
 
 def test_cancel_a_run_another_process_executes(tmp_path: Path) -> None:
-    """A run executing in another process is cancelled from outside: the step it was in
-    finishes afterwards, but its commit never lands, and that process's handler raises
-    WorkflowCancelledByUser, as for a cancel of its own (not "lost the run")."""
+    """A run executing in another process is cancelled from outside while its step is in
+    flight (the gate never opens): that process stops the step within a second, nothing
+    of it lands, and its handler raises WorkflowCancelledByUser with the reason given, as
+    for a cancel of its own (not "lost the run")."""
     db, started, gate = tmp_path / "live.db", tmp_path / "started", tmp_path / "gate"
     script = tmp_path / "gated.py"
     script.write_text(GATED)
@@ -199,17 +205,77 @@ def test_cancel_a_run_another_process_executes(tmp_path: Path) -> None:
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the step never started"
             time.sleep(0.02)
-        out = ok("cancel", db, "live")
+        out = ok("cancel", db, "live", "--reason", "wrong input")
         assert "cancelled run live" in out
-        gate.write_text("go")
-        stdout, stderr = proc.communicate(timeout=60)
+        stdout, stderr = proc.communicate(timeout=HANG_GUARD_S)
     assert stdout.startswith("ERROR WorkflowCancelledByUser"), (stdout, stderr)
-    assert "was cancelled" in stdout
+    assert "run 'live' was cancelled: wrong input" in stdout
     kinds = [r["kind"] for r in json.loads(ok("history", db, "live", "--json"))]
     assert kinds[-1] == "run_cancelled"
     assert "step_finished" not in kinds
     assert "run_finished" not in kinds
     assert run_ids(db, "--status", "cancelled") == ["live"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cancel_reaches_a_process_awaiting_a_waiting_run(backend: str, tmp_path: Path) -> None:
+    """A run that only waits for an answer commits nothing until it comes: cancelled from
+    another shell, the process awaiting it still raises WorkflowCancelledByUser (with the
+    reason) within a second or so, and lets go of the run, so `resume --cancelled` takes
+    it at once. It used to wait forever, holding the run."""
+    with new_location(backend, tmp_path) as db:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "ASKER_STAYS": "1", "DW_LEASE_TTL": "30"}
+        with child(
+            [sys.executable, "-m", "tests.flows", "asker", db, "run", "ask"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        ) as proc:  # fmt: skip
+            deadline = time.monotonic() + HANG_GUARD_S
+            while not waiting(db, "ask"):
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the run never waited"
+                time.sleep(0.05)
+            ok("cancel", db, "ask", "--reason", "nobody will answer")
+            stdout, stderr = proc.communicate(timeout=HANG_GUARD_S)
+        assert proc.returncode == 1, (stdout, stderr)
+        assert "ERROR WorkflowCancelledByUser: run 'ask' was cancelled: nobody will answer" in (
+            stdout
+        )
+        (line,) = [ln for ln in ok("history", db, "ask").splitlines() if "run_cancelled" in ln]
+        assert line.rstrip().endswith("via workflow cancel: nobody will answer"), line
+        assert f" by {socket.gethostname()}:" in line
+        resumed = invoke(
+            "resume", db, "ask", "--workflow", "tests.flows:Asker", "--cancelled", "--wait", "0"
+        )
+        assert resumed.exit_code == 0, resumed.stderr
+        assert "was cancelled" in resumed_line(db, "ask")
+
+
+def test_a_handler_cancel_records_its_reason(tmp_path: Path) -> None:
+    """`handler.cancel_run(reason=...)` gives the reason to whoever awaits the handler and
+    records it, with the process and `via handler`, in `run_cancelled`."""
+    db = tmp_path / "h.db"
+
+    async def go() -> None:
+        wf = Asker(store=db, timeout=None)
+        h = wf.run(run_id="ask")
+        await h.wait_until_waiting(HANG_GUARD_S)
+        await h.cancel_run(reason="the user closed the tab")
+        with pytest.raises(WorkflowCancelledByUser, match="was cancelled: the user closed the tab"):
+            await h
+        wf.store.close()
+
+    asyncio.run(go())
+    (line,) = [ln for ln in ok("history", db, "ask").splitlines() if "run_cancelled" in ln]
+    by = f"by {socket.gethostname()}:{os.getpid()}"
+    assert line.rstrip().endswith(f"{by} via handler: the user closed the tab"), line
+    (rec,) = [r for r in json.loads(ok("history", db, "ask", "--json")) if r["step"] is None][-1:]
+    assert rec["payload"]["reason"] == "the user closed the tab"
+
+
+def waiting(db: str | Path, run: str) -> bool:
+    """Whether RUN of the store at DB exists and only waits for an event."""
+    result = invoke("runs", db, "--json", "--status", "waiting")
+    return result.exit_code == 0 and run in [r["run_id"] for r in json.loads(result.stdout)]
 
 
 GATED_SPEC = "tests.flows:Gated"
@@ -219,15 +285,18 @@ HANG_GUARD_S = 120.0  # only ever reached when something is broken: nothing here
 @contextlib.contextmanager
 def gated(db: Path, gate: Path, out: Path) -> Iterator[subprocess.Popen[str]]:
     """`workflow run` of a Gated run 'live' in a process of its own, yielded once its step
-    is in flight and its start is durable (nothing of it commits until the gate opens)."""
+    is in flight and its start is durable (nothing of it commits until the gate opens; its
+    step blocks its event loop, so it cannot notice a cancel before then)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with out.open("wb") as fh, child(
         [sys.executable, "-m", "workflow", "run", str(db), "--workflow", GATED_SPEC,
-         "--run-id", "live", "--timeout", "600", "--data", json.dumps({"gate": str(gate)})],
+         "--run-id", "live", "--timeout", "600",
+         "--data", json.dumps({"gate": str(gate), "block": True})],
         cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
     ) as proc:  # fmt: skip
         deadline = time.monotonic() + HANG_GUARD_S
-        while not db.exists() or "step_started" not in history_kinds(db):
+        blocking = Path(f"{gate}.blocking")
+        while not blocking.exists() or "step_started" not in history_kinds(db):
             assert proc.poll() is None, out.read_text()
             assert time.monotonic() < deadline, "the step never started"
             time.sleep(0.02)
@@ -252,7 +321,7 @@ def test_resume_right_after_cancel_waits_for_the_cancelled_executor(tmp_path: Pa
         assert refused.exit_code == 1, refused.stdout
         assert (
             "run 'live' was cancelled, but the executor that was running it (another"
-            f" process, pid {first.pid}) still holds it: it lets go at its next commit"
+            f" process, pid {first.pid}) still holds it: it lets go within a second"
         ) in refused.stderr
         assert "owned by another live executor" not in refused.stderr
         err = tmp_path / "resumer.err"
@@ -301,7 +370,7 @@ def test_resume_after_cancel_gives_up_saying_what_holds_the_run(tmp_path: Path) 
             assert result.exit_code == 1, result.stdout
             assert "run live is still being cancelled" in result.stderr  # it said it waits
             assert f"(another process, pid {first.pid}) still holds it" in result.stderr
-            lets_go = "it lets go at its next commit, once the step in flight ends"
+            lets_go = "it lets go within a second, or once the step in flight ends if that"
             assert lets_go in result.stderr
             assert "waited 0.3 s for it; resume again then" in result.stderr
             assert history_kinds(db) == before
@@ -310,7 +379,7 @@ def test_resume_after_cancel_gives_up_saying_what_holds_the_run(tmp_path: Path) 
             first.wait(timeout=HANG_GUARD_S)
 
 
-def resumed_line(db: Path, run: str) -> str:
+def resumed_line(db: str | Path, run: str) -> str:
     """The payload text of RUN's last ``run_resumed`` line in `workflow history`, which
     `workflow timeline` gives the same record too."""
     (*_, line) = [ln for ln in ok("history", db, run).splitlines() if " run_resumed " in ln]
@@ -325,14 +394,22 @@ def resumed_line(db: Path, run: str) -> str:
 def test_history_shows_a_cancel_by_its_kind_and_the_resume_as_of_cancelled(
     tmp_path: Path,
 ) -> None:
-    """`workflow history` shows `run_cancelled` by its kind alone (its payload is empty,
-    so no `{}`), and the resume that follows says the run was cancelled."""
+    """`workflow history` shows who cancelled a run and how (`workflow cancel` without a
+    reason), and a `run_cancelled` of an earlier version, whose payload is empty, by its
+    kind alone (no `{}`); the resume that follows says the run was cancelled."""
     db = tmp_path / "c.db"
     waiting_asker(db, "ask")
     ok("cancel", db, "ask")
     (line,) = [ln for ln in ok("history", db, "ask").splitlines() if "run_cancelled" in ln]
-    assert line.rstrip().endswith("run_cancelled"), line
+    assert line.rstrip().endswith(f"by {socket.gethostname()}:{os.getpid()} via workflow cancel")
     assert run_ids(db, "--status", "cancelled") == ["ask"]
+    waiting_asker(db, "old")
+    with EventStore(db) as store:  # as an earlier version recorded it
+        epoch = store.claim_sync("old")
+        old = Record(RUN_CANCELLED, None, "{}")
+        store.append_sync(Commit("old", [old], epoch=epoch, status="cancelled"))
+    (line,) = [ln for ln in ok("history", db, "old").splitlines() if "run_cancelled" in ln]
+    assert line.rstrip().endswith("run_cancelled"), line
     ok("resume", db, "ask", "--workflow", "tests.flows:Asker", "--cancelled", "--wait", "30")
     assert resumed_line(db, "ask").endswith(", was cancelled")
 

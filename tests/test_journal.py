@@ -60,6 +60,7 @@ _VOLATILE: Final = (
     (re.compile(r'"deadline":-?[0-9][0-9.eE+-]*'), '"deadline":0'),
     (re.compile(r'"elapsed":-?[0-9][0-9.eE+-]*'), '"elapsed":0'),
     (re.compile(r'"retry_at":-?[0-9][0-9.eE+-]*'), '"retry_at":0'),
+    (re.compile(r'"by":"(?:[^"\\]|\\.)*:[0-9]+"'), '"by":"<host>:<pid>"'),
 )
 
 
@@ -352,8 +353,9 @@ def load_rows(db: Path, runs: Rows) -> dict[str, str]:
 def older_shapes(runs: Rows) -> Rows:
     """The rows as the earliest code that wrote each kind would have written them: no step
     graph in ``run_started`` (before ``verify``), ``collected`` buffers and classes
-    named with their modules, without ``"v"`` (before module-free buffer ids), and
-    ``step_failed`` without ``retry_at`` and ``elapsed`` (before durable retries)."""
+    named with their modules, without ``"v"`` (before module-free buffer ids),
+    ``step_failed`` without ``retry_at`` and ``elapsed`` (before durable retries), and
+    ``run_cancelled`` empty (before it said who cancelled, how and why)."""
     module = GoldenFlow.__module__
     legacy_buf = {"gather": "gather:" + ",".join([f"{module}:Done"] * 3)}
     out: Rows = {}
@@ -367,6 +369,8 @@ def older_shapes(runs: Rows) -> Rows:
                     del p["graph"]
                 elif kind == J.STEP_FAILED:
                     del p["retry_at"], p["elapsed"]
+                elif kind == J.RUN_CANCELLED:
+                    p = {}
                 elif kind == J.COLLECTED:
                     del p["v"]
                     p["buf"] = legacy_buf[step_name]

@@ -27,7 +27,7 @@ from tests.support.ui_server import (
     wait_for,
     waiting_asker,
 )
-from tests.test_cli import invoke, run_to_end
+from tests.test_cli import invoke, ok, run_to_end
 from workflow import HumanResponseEvent, Worker
 
 
@@ -316,6 +316,9 @@ def test_actions_executed_by_the_server(tmp_path: Path) -> None:
             code, answer = post(f"{base}/runs/{run_id}/cancel", {})
             assert code == 200, answer
             wait_for(lambda r=run_id: status_of(base, r) == "cancelled", "the cancel")
+        for run_id in (new, "other"):  # its own run through the handler, the other directly
+            (rec,) = json.loads(ok("history", db, run_id, "--json", "--kind", "run_cancelled"))
+            assert rec["payload"]["via"] == "ui", rec
         code, answer = post(base + "/runs/ask/send", {"event": "workflow:HumanResponseEvent"})
         assert code == 409
         assert "has finished; nothing would take the event in" in answer["message"]

@@ -2,8 +2,9 @@
 was cancelled from lets go of it.
 
 ``workflow cancel`` takes a run over and records ``run_cancelled`` at once, but the
-executor that was running it (another process) only lets go at its next commit, which the
-store refuses: when the step it is in ends. A resume meanwhile is refused with
+executor that was running it (another process) lets go only once it notices (``_takeover``:
+within a second), or, if a step blocks its event loop, at its next commit, which the store
+refuses: when that step ends. A resume meanwhile is refused with
 :class:`RunCancellingError`; :func:`resume_when_let_go` tries again until it succeeds or the
 bound passes, then raises that error (saying what holds the run and how long it waited).
 """

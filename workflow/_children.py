@@ -116,7 +116,8 @@ async def run_child(host: Any, att: Attempt, flow: Any, start_kwargs: dict[str, 
             # With the parent's cancel, the child is cancelled too; otherwise (the parent
             # failed, timed out or was left) it goes on, and a re-run re-attaches to it.
             if host.folded.status == "cancelled":
-                await asyncio.shield(handler.cancel_run())
+                reason = f"its parent run {host.run_id!r} was cancelled"
+                await asyncio.shield(handler.cancel_run(reason=reason, via="parent"))
             raise
         finally:
             host.children_awaited -= 1

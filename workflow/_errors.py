@@ -150,9 +150,10 @@ class RunOwnedError(WorkflowError):
 
 class RunCancellingError(RunOwnedError):
     """A run cancelled from outside (``workflow cancel``) is still held by the executor that
-    was running it: that executor lets go at its next commit (the store refuses it), once
-    the step it is in ends. Resuming works from then; ``workflow resume --cancelled`` waits
-    for it (``waited``: how long this resume waited before giving up)."""
+    was running it: that executor notices within a second and lets go, unless a step blocks
+    its event loop, when it lets go at its next commit (the store refuses it), once that
+    step ends. Resuming works from then; ``workflow resume --cancelled`` waits for it
+    (``waited``: how long this resume waited before giving up)."""
 
     def __init__(
         self, run_id: str, detail: str, lapses_at: float | None = None, waited: float = 0.0
@@ -161,7 +162,9 @@ class RunCancellingError(RunOwnedError):
         self.detail = detail
         self.lapses_at = lapses_at
         self.waited = waited
-        until = "at its next commit, once the step in flight ends"
+        until = (
+            "within a second, or once the step in flight ends if that step blocks its event loop"
+        )
         if lapses_at is not None:
             when = time.strftime("%H:%M:%S", time.gmtime(lapses_at))
             until += f", or when its lease lapses at {when} UTC if it stops renewing it"

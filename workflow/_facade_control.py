@@ -93,7 +93,7 @@ def resume_run(
     except RunOwnedError as exc:
         if folded.status != "cancelled":
             raise
-        # Cancelled from outside: its executor elsewhere lets go at its next commit.
+        # Cancelled from outside: its executor elsewhere lets go within a second (``_takeover``).
         raise RunCancellingError(run_id, exc.detail, exc.lapses_at) from None
     try:
         executor = parts.executor(run_id, folded, info.rid, 0)

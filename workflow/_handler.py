@@ -216,20 +216,29 @@ class WorkflowHandler:
         if self._executor is not None:
             self._executor.poke()
 
-    async def cancel_run(self, *, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+    async def cancel_run(
+        self,
+        *,
+        timeout: float = 5.0,  # noqa: ASYNC109
+        reason: str | None = None,
+        via: str = "handler",
+    ) -> None:
         """Cancels the run: running attempts stop, ``run_cancelled`` is recorded.
 
         As in LlamaIndex it raises nothing (also for a run that already ended) and returns
         once the run has ended, or after ``timeout`` seconds; awaiting the handler then
-        raises :class:`WorkflowCancelledByUser`. A caller that asked for the cancellation
-        need not await it (LlamaIndex's pause-and-resume does not): asyncio does not report
-        it as never retrieved.
+        raises :class:`WorkflowCancelledByUser`, whose message gives ``reason``. A caller
+        that asked for the cancellation need not await it (LlamaIndex's pause-and-resume
+        does not): asyncio does not report it as never retrieved.
+
+        ``reason`` and ``via`` (how it was cancelled: the UI says ``"ui"``) are recorded in
+        ``run_cancelled`` with the process that cancelled; ``workflow history`` shows them.
         """
         if self._executor is None or self._future.done():
             return
         self._future.add_done_callback(_retrieve)
         with contextlib.suppress(Exception):
-            await self._executor.cancel()
+            await self._executor.cancel(via, reason)
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wait_for(asyncio.shield(self._future), timeout)
 

@@ -14,11 +14,7 @@ import copy
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from eventstore import (
-    ConcurrencyError,
-    EventStoreError,
-    Record,
-)
+from eventstore import ConcurrencyError, EventStoreError, Record
 
 from . import _journal as journal
 from ._attempts import Conflict, StepRunner
@@ -32,7 +28,6 @@ from ._errors import (
     RunLostError,
     RunSuspendedError,
     StateConflictError,
-    WorkflowCancelledByUser,
     WorkflowCancelledError,
     WorkflowTimeoutError,
 )
@@ -49,14 +44,10 @@ from ._live_runs import own, release
 from ._ownership import LeaseOwners
 from ._run_clock import RunClock
 from ._run_log import RunLog, Sealed
-from ._run_start import (
-    fork_run,
-    over_recovery_limit,
-    resume_run,
-    start_imported_run,
-    start_run,
-)
+from ._run_start import fork_run, over_recovery_limit, resume_run, start_imported_run, start_run
 from ._stream import RunStream
+from ._takeover import cancelled_elsewhere, cancelled_error
+from ._takeover import watch as watch_takeover
 from ._waits import Delivery, Waits
 
 if TYPE_CHECKING:
@@ -242,6 +233,11 @@ class Executor:
     # ------------------------------------------------------------------ committing
 
     @property
+    def epoch(self) -> int:
+        """The executor's hold on the run: its commits are refused once the run's is newer."""
+        return self.log.epoch
+
+    @property
     def folded(self) -> Folded:
         """The folded state of every durable commit of this executor's run."""
         return self.log.folded
@@ -334,6 +330,7 @@ class Executor:
             for worker in range(spec.num_workers):
                 self._spawn(self.steps.work(name, spec, worker))
         self._spawn(self.waits.inbox_loop())
+        self._spawn(watch_takeover(self))
         if self.config.timeout is not None:
             self._spawn(self.clock.watchdog(self.config.timeout))
         owners = self.config.owners
@@ -405,11 +402,9 @@ class Executor:
         """Waits until the executor holds the run (or has already ended)."""
         await self.ready.wait()  # set on claiming the run, and on ending
 
-    async def cancel(self) -> None:
+    async def cancel(self, via: str = "handler", reason: str | None = None) -> None:
         await self.wait_ready()
-        await self.end_run(
-            journal.run_cancelled(), WorkflowCancelledByUser(f"run {self.run_id!r} was cancelled")
-        )
+        await self.end_run(journal.run_cancelled(via, reason), cancelled_error(self.run_id, reason))
 
     async def suspend(self, exc: BaseException) -> None:
         await self.wait_ready()
@@ -424,22 +419,16 @@ class Executor:
         if isinstance(exc, Sealed):
             return  # the run already ended; the commit that lost the race is moot
         if isinstance(exc, ConcurrencyError) and not isinstance(exc, Conflict):
-            if self._cancelled_elsewhere():
+            cancelled = cancelled_elsewhere(self.store, self.run_id)
+            if cancelled is not None:
                 # `workflow cancel` (or another process's cancel) took the run over to end
                 # it: this handler's run was cancelled, not lost to another executor.
                 self.status = "cancelled"
-                self.close(exc=WorkflowCancelledByUser(f"run {self.run_id!r} was cancelled"))
+                self.close(exc=cancelled)
                 return
             exc = RunLostError(self.run_id, str(exc))
         self.status = "failed"
         self.close(exc=exc)
-
-    def _cancelled_elsewhere(self) -> bool:
-        """Whether another process cancelled the run (its runs row says so)."""
-        try:
-            return self.store.run(self.run_id).status == "cancelled"
-        except EventStoreError:
-            return False
 
     def _last_event(self, exc: BaseException) -> StopEvent | None:
         """The stream's last event for a run that ended with ``exc`` (as LlamaIndex's)."""

@@ -5,6 +5,8 @@ Each builds its kind's payload type (``_payloads``) and encodes it as the record
 
 from __future__ import annotations
 
+import os
+import socket
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
@@ -335,8 +337,11 @@ def run_failed(step: str | None, error: BaseException | str, message: str = "") 
     return _rec(RUN_FAILED, step, payload)
 
 
-def run_cancelled() -> Record:
-    payload: RunCancelled = {}
+def run_cancelled(via: str, reason: str | None = None) -> Record:
+    """``via``: how the run was cancelled (``RunCancelled``); ``reason``: the operator's."""
+    payload: RunCancelled = {"via": via, "by": f"{socket.gethostname()}:{os.getpid()}"}
+    if reason:
+        payload["reason"] = _text(reason)
     return _rec(RUN_CANCELLED, None, payload)
 
 

@@ -326,7 +326,17 @@ class RunFailed(TypedDict):
 
 
 class RunCancelled(TypedDict):
-    """The run was cancelled."""
+    """The run was cancelled.
+
+    ``via`` says how (``handler``: ``handler.cancel_run()``; ``workflow cancel``; ``ui``;
+    ``parent``: with the run that awaited it as a child), ``by`` which process
+    (``host:pid``), ``reason`` what the canceller gave. Records of earlier versions carry
+    none of them.
+    """
+
+    via: NotRequired[str]
+    by: NotRequired[str]
+    reason: NotRequired[str]
 
 
 class RunResumed(TypedDict):

@@ -111,7 +111,7 @@ def run(
     show_default=True,
     metavar="SECONDS",
     help="With --cancelled: how long to wait for the executor of a run just cancelled to"
-    " let go of it (at its next commit, once its step in flight ends).",
+    " let go of it (within a second; a step blocking its event loop, once that step ends).",
 )
 @timeout_option
 @json_option
@@ -129,7 +129,7 @@ def resume(
     """Continue RUN from the end of its log: only unfinished work runs again.
 
     A run cancelled a moment ago may still be held by the executor that was running it
-    (it lets go at its next commit): with --cancelled, resume waits up to --wait seconds
+    (it lets go within a second): with --cancelled, resume waits up to --wait seconds
     for that, saying so, then says what holds the run.
     """
     raw = parse_sets(sets)

@@ -25,7 +25,7 @@ from .._checkpoints import event_type
 from .._fold import Folded
 from .._read import run_info
 from ._keys import cli_codec, encrypted_text
-from ._render import Show, short_class, show_dump, show_typed
+from ._render import Show, clip, short_class, show_dump, show_typed
 
 __all__ = [
     "Viewer",
@@ -276,10 +276,29 @@ def _run_failed(payload: journal.RunFailed, show: Show, limit: int) -> str:
     return f"{payload.get('error')}: {payload.get('message')}"
 
 
+# How a resume says the run's status before it: an ended run "had failed", not "was failed".
+_ENDED_AS: Final = {
+    "failed": "had failed",
+    "timed_out": "had timed out",
+    "finished": "had finished",
+}
+
+
 @_line(journal.RUN_RESUMED)
 def _run_resumed(payload: journal.RunResumed, show: Show, limit: int) -> str:
-    text = f"epoch {payload.get('epoch')}, was {payload.get('previous')}"
-    return text + _state_of(payload) + _moves_of(payload)
+    previous = str(payload.get("previous"))
+    was = _ENDED_AS.get(previous) or f"was {previous}"
+    return f"epoch {payload.get('epoch')}, {was}" + _state_of(payload) + _moves_of(payload)
+
+
+@_line(journal.RUN_CANCELLED)
+def _run_cancelled(payload: journal.RunCancelled, show: Show, limit: int) -> str:
+    # Records of earlier versions carry nothing: the kind alone says it all then.
+    text = " ".join(f"{k} {payload[k]}" for k in ("by", "via") if k in payload)
+    reason = payload.get("reason")
+    if reason:
+        text += f": {clip(reason, limit)}" if text else clip(reason, limit)
+    return text
 
 
 def describe(record: StoredRecord, payload: Any, view: Viewer, limit: int = 200) -> str:

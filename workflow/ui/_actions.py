@@ -103,14 +103,14 @@ class Actions:
 
     async def cancel(self, run_id: str) -> Done:
         """Cancels the run: through its handler when this process runs it, else from
-        outside (its executor elsewhere loses it at its next commit)."""
+        outside (its executor elsewhere stops within a fraction of a second)."""
         self._run(run_id)
         live = self.handlers.get(run_id)
         try:
             if live is not None and not live.is_done():
-                await live.cancel_run()
+                await live.cancel_run(via="ui")
                 return Done(f"cancelled run {run_id}", run_id)
-            seq = cancel_run(self.wf.store, run_id)
+            seq = cancel_run(self.wf.store, run_id, via="ui")
         except WorkflowRuntimeError as exc:
             raise ActionError(409, str(exc)) from None
         return Done(f"cancelled run {run_id} (run_cancelled at seq {seq})", run_id)
