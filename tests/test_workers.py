@@ -106,6 +106,21 @@ async def test_worker_runs_submitted_runs(tmp_path: Path) -> None:
     check_exactly_once(wf, list(inputs), inputs)
 
 
+async def test_a_worker_takes_the_next_run_as_soon_as_one_ends(tmp_path: Path) -> None:
+    """A worker whose run ends looks for the next one at once, not at its next poll: a
+    backlog goes through one run after another even when polls are ten minutes apart."""
+    wf = Doubler(store=tmp_path / "w.db", timeout=None)
+    inputs = {wf.submit(n=i): i for i in range(5)}
+    worker = Worker(wf, concurrency=1, poll_interval=600)
+    task = asyncio.create_task(worker.run())
+    async with asyncio.timeout(60):  # without it, the second run waits for the next poll
+        while {r.status for r in wf.runs()} != {"finished"}:  # noqa: ASYNC110 - polls the store
+            await asyncio.sleep(0.05)
+    worker.stop()
+    assert await task == 5
+    check_exactly_once(wf, list(inputs), inputs)
+
+
 async def test_submit_is_once_per_run_id(tmp_path: Path) -> None:
     """Submitting the same run id twice records one run."""
     wf = Doubler(store=tmp_path / "w.db")

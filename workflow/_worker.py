@@ -32,7 +32,8 @@ class Worker:
     """Claims and executes runs of ``workflow`` until stopped.
 
     :param concurrency: how many runs it executes at once.
-    :param poll_interval: seconds between looks for work.
+    :param poll_interval: seconds between looks for work when it has none to do; it also
+        looks each time one of its runs ends, and (on PostgreSQL) when an answer is posted.
 
     A run this worker loses to another executor (its lease lapsed while the host was cut
     off or stalled; the epoch fence refuses what it still commits) is logged as a warning
@@ -92,6 +93,10 @@ class Worker:
         except Exception:  # the run failed: recorded in its log, nothing for the worker to do
             pass
         finally:
+            # A slot is free: look for more work now, not at the next poll (a backlog of
+            # submitted runs is worked through at the speed of the runs, not of polling).
+            if self._nudge is not None and not self._stopping:
+                self._nudge.set()
             self._active.pop(run_id, None)
         self.completed += 1
 
