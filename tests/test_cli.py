@@ -724,6 +724,14 @@ def test_resume_leaves_a_run_that_only_waits(tmp_path: Path) -> None:
     }
 
 
+def test_the_waiting_hint_quotes_the_store_for_a_shell(tmp_path: Path) -> None:
+    """The hint's command can be pasted into a shell: a store whose name a shell would split
+    or expand (a space; a PostgreSQL URL's `?`) is quoted."""
+    db = tmp_path / "my runs?.db"
+    run = ok("run", db, "--workflow", "tests.flows:Asker", "--run-id", "a1")
+    assert f"`workflow send '{db}' a1 --event workflow:HumanResponseEvent --data JSON`" in run
+
+
 def test_the_waiting_hint_names_a_users_event_by_its_own_module(tmp_path: Path) -> None:
     """A wait for the user's own event class is hinted by its module; the hint's command
     sends it and the resume finishes the run."""

@@ -315,7 +315,7 @@ def test_resume_right_after_cancel_waits_for_the_cancelled_executor(tmp_path: Pa
     end; without waiting it is refused naming that process, not as "owned"."""
     db, gate = tmp_path / "gated.db", tmp_path / "gate"
     with gated(db, gate, tmp_path / "first.out") as first:
-        assert "cancelled run live" in ok("cancel", db, "live")
+        assert "cancelled run live" in ok("cancel", db, "live", "--reason", "redo it")
         args: list[str | Path] = ["resume", db, "live", "--workflow", GATED_SPEC, "--cancelled"]
         refused = invoke(*args, "--wait", "0")
         assert refused.exit_code == 1, refused.stdout
@@ -347,7 +347,8 @@ def test_resume_right_after_cancel_waits_for_the_cancelled_executor(tmp_path: Pa
         assert first.wait(timeout=HANG_GUARD_S) == 1
     # The `workflow run` whose run was cancelled says so (the run did not fail).
     said = (tmp_path / "first.out").read_text()
-    assert f"run live cancelled (`workflow resume {db} live --cancelled" in said, said
+    resume = f"workflow resume {db} live --cancelled --workflow {GATED_SPEC}"
+    assert f"run live cancelled: redo it (`{resume}` continues it)" in said, said
     assert "failed" not in said
     kinds = history_kinds(db)
     assert kinds.count("run_cancelled") == 1

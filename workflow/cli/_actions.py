@@ -86,7 +86,7 @@ def run(
     try:
         with left_unfinished(db, ids, workflow_spec):
             outcome = asyncio.run(go())
-        report(wf, ids[0], outcome, as_json, db)
+        report(wf, ids[0], outcome, as_json, db, workflow_spec)
     finally:
         wf.store.close()
 
@@ -156,7 +156,7 @@ def resume(
     try:
         with left_unfinished(db, [run], workflow_spec):
             outcome = asyncio.run(go())
-        report(wf, run, outcome, as_json, db)
+        report(wf, run, outcome, as_json, db, workflow_spec)
     finally:
         wf.store.close()
 
@@ -198,7 +198,7 @@ def fork(
     try:
         with left_unfinished(db, new_id, workflow_spec):
             outcome = asyncio.run(go())
-        report(wf, new_id[0], outcome, as_json, db)
+        report(wf, new_id[0], outcome, as_json, db, workflow_spec)
     finally:
         wf.store.close()
 

@@ -163,7 +163,15 @@ def public_event_name(name: str) -> str:
     return name
 
 
-def report(wf: Workflow, run_id: str, outcome: tuple[str, Any], as_json: bool, db: str) -> None:
+def report(
+    wf: Workflow,
+    run_id: str,
+    outcome: tuple[str, Any],
+    as_json: bool,
+    db: str,
+    spec: str = "...",
+) -> None:
+    """Says how the run ended (``spec``: the ``--workflow`` it was run with, for the hints)."""
     status, value = outcome
     ended = ("failed", "interrupted", "cancelled")
     state = wf.state_at(run_id) if status not in ended else None
@@ -183,16 +191,19 @@ def report(wf: Workflow, run_id: str, outcome: tuple[str, Any], as_json: bool, d
     elif status == "interrupted":
         click.echo(f"run {run_id} stopped, still resumable: {type(value).__name__}: {value}")
     elif status == "cancelled":
-        resume = f"workflow resume {shlex.quote(db)} {run_id} --cancelled --workflow ..."
-        click.echo(f"run {run_id} cancelled (`{resume}` continues it)")
+        q = shlex.quote
+        resume = f"workflow resume {q(db)} {q(run_id)} --cancelled --workflow {q(spec)}"
+        _, was, reason = str(value).partition(" was cancelled: ")
+        why = f": {reason}" if was else ""
+        click.echo(f"run {run_id} cancelled{why} (`{resume}` continues it)")
     else:
         waiters = state.waiters if state is not None else []
         names = list(dict.fromkeys(public_event_name(w.awaited) for w in waiters))
         awaited = ", ".join(names) or "an event"
-        spec = names[0] if len(names) == 1 else "MODULE:CLASS"
+        event = names[0] if len(names) == 1 else "MODULE:CLASS"
         click.echo(
             f"run {run_id} is waiting for {awaited}; send it with"
-            f" `workflow send {db} {run_id} --event {spec} --data JSON`,"
+            f" `workflow send {shlex.quote(db)} {shlex.quote(run_id)} --event {event} --data JSON`,"
             f" then resume it"
         )
     if status in ended:
