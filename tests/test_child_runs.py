@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
+from eventstore import EventStore
 from workflow import Context, StartEvent, StopEvent, Workflow, WorkflowCancelledError, step
+from workflow.cli._operator import cancel_run
 
 BOUND = 10.0  # seconds any await here may take at most (a bound, not a speed goal)
 
@@ -92,6 +94,34 @@ def test_cancelling_a_parent_with_a_running_child_reports_nothing_to_asyncio(
     asyncio.run(go())
     gc.collect()
     assert [c.get("message") for c in reported] == []
+
+
+def test_a_parent_cancelled_from_another_process_cancels_its_child(tmp_path: Path) -> None:
+    """`workflow cancel` of a parent awaiting a child (from another process: a store of
+    its own here) ends the parent with its reason and cancels the child too, saying why."""
+    db = tmp_path / "s.db"
+
+    async def go() -> None:
+        wf = Trunk(store=db, timeout=None)
+        wf.leaf.started = asyncio.Event()
+        handler = wf.run()
+        await asyncio.wait_for(wf.leaf.started.wait(), BOUND)
+        with EventStore(db) as other:
+            cancel_run(other, handler.run_id, reason="stop")
+        with pytest.raises(WorkflowCancelledError, match="was cancelled: stop"):
+            await asyncio.wait_for(handler, BOUND)
+        child_id = f"{handler.run_id}/grow/1/1"
+        for _ in range(int(BOUND / 0.01)):
+            if wf.leaf.state_at(child_id).status == "cancelled":
+                break
+            await asyncio.sleep(0.01)
+        assert wf.leaf.state_at(child_id).status == "cancelled"
+        (rec,) = wf.store.records(child_id, kinds=["run_cancelled"])
+        assert rec.data()["reason"] == f"its parent run {handler.run_id!r} was cancelled"
+        assert rec.data()["via"] == "parent"
+        wf.store.close()
+
+    asyncio.run(go())
 
 
 def test_the_parent_s_timeout_does_not_count_the_time_it_awaits_a_child(

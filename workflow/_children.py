@@ -115,7 +115,8 @@ async def run_child(host: Any, att: Attempt, flow: Any, start_kwargs: dict[str, 
         except asyncio.CancelledError:
             # With the parent's cancel, the child is cancelled too; otherwise (the parent
             # failed, timed out or was left) it goes on, and a re-run re-attaches to it.
-            if host.folded.status == "cancelled":
+            # Cancelled here (its fold says so) or from another process (``_takeover``).
+            if host.folded.status == "cancelled" or host.status == "cancelled":
                 reason = f"its parent run {host.run_id!r} was cancelled"
                 await asyncio.shield(handler.cancel_run(reason=reason, via="parent"))
             raise

@@ -427,6 +427,10 @@ class Executor:
                 self.close(exc=cancelled)
                 return
             exc = RunLostError(self.run_id, str(exc))
+        elif isinstance(exc, WorkflowCancelledError):  # cancelled elsewhere (``_takeover``)
+            self.status = "cancelled"
+            self.close(exc=exc)
+            return
         self.status = "failed"
         self.close(exc=exc)
 

@@ -72,7 +72,9 @@ async def watch(host: TakeoverHost, poll_s: float = TAKEOVER_POLL_S) -> None:
     while not host.closing:
         await asyncio.sleep(poll_s)
         info = None
-        with contextlib.suppress(EventStoreError):
+        # Best effort: a row unreadable now (the server away, the store closing) is read
+        # again at the next tick; the fence still refuses whatever this executor commits.
+        with contextlib.suppress(Exception):
             info = host.store.get_run(host.run_id)
         if info is None or info.epoch == host.epoch:
             moved = None  # not created yet, unreadable now, or still ours

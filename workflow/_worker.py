@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final
 from ._errors import DeprecatedPatchError, RunAbandonedError, RunLostError, WorkflowError
 from ._handler import executor_of
 from ._recover import has_work
+from ._state import TERMINAL
 
 if TYPE_CHECKING:
     from ._handler import WorkflowHandler
@@ -78,6 +79,7 @@ class Worker:
         return out
 
     async def _finish(self, run_id: str, handler: WorkflowHandler) -> None:
+        executor = executor_of(handler)
         try:
             await handler
         except RunAbandonedError:
@@ -95,7 +97,11 @@ class Worker:
         finally:
             # A slot is free: look for more work now, not at the next poll (a backlog of
             # submitted runs is worked through at the speed of the runs, not of polling).
-            if self._nudge is not None and not self._stopping:
+            # Only after a run whose end its log records: one that stopped without (lost,
+            # left, or failing before its steps, which a look now would take up again at
+            # once) is looked at again at the poll's pace.
+            ended = executor is None or executor.folded.status in TERMINAL
+            if self._nudge is not None and not self._stopping and ended:
                 self._nudge.set()
             self._active.pop(run_id, None)
         self.completed += 1
