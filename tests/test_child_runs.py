@@ -65,6 +65,17 @@ def test_a_workflow_lists_its_own_runs_of_a_shared_store(tmp_path: Path) -> None
     asyncio.run(go())
 
 
+async def child_cancelled(wf: Trunk, parent_id: str) -> str:
+    """The id of the parent's child run, once it is cancelled (within BOUND seconds)."""
+    child_id = f"{parent_id}/grow/1/1"
+    for _ in range(int(BOUND / 0.01)):
+        if wf.leaf.state_at(child_id).status == "cancelled":
+            break
+        await asyncio.sleep(0.01)
+    assert wf.leaf.state_at(child_id).status == "cancelled"
+    return child_id
+
+
 def test_cancelling_a_parent_with_a_running_child_reports_nothing_to_asyncio(
     tmp_path: Path,
 ) -> None:
@@ -81,12 +92,7 @@ def test_cancelling_a_parent_with_a_running_child_reports_nothing_to_asyncio(
         await handler.cancel_run()
         with pytest.raises(WorkflowCancelledError):
             await asyncio.wait_for(handler, BOUND)
-        child_id = f"{handler.run_id}/grow/1/1"
-        for _ in range(int(BOUND / 0.01)):
-            if wf.leaf.state_at(child_id).status == "cancelled":
-                break
-            await asyncio.sleep(0.01)
-        assert wf.leaf.state_at(child_id).status == "cancelled"
+        await child_cancelled(wf, handler.run_id)
         for _ in range(3):
             gc.collect()  # a Task's unretrieved exception is reported when it is collected
             await asyncio.sleep(0.01)
@@ -110,12 +116,7 @@ def test_a_parent_cancelled_from_another_process_cancels_its_child(tmp_path: Pat
             cancel_run(other, handler.run_id, reason="stop")
         with pytest.raises(WorkflowCancelledError, match="was cancelled: stop"):
             await asyncio.wait_for(handler, BOUND)
-        child_id = f"{handler.run_id}/grow/1/1"
-        for _ in range(int(BOUND / 0.01)):
-            if wf.leaf.state_at(child_id).status == "cancelled":
-                break
-            await asyncio.sleep(0.01)
-        assert wf.leaf.state_at(child_id).status == "cancelled"
+        child_id = await child_cancelled(wf, handler.run_id)
         (rec,) = wf.store.records(child_id, kinds=["run_cancelled"])
         assert rec.data()["reason"] == f"its parent run {handler.run_id!r} was cancelled"
         assert rec.data()["via"] == "parent"

@@ -334,7 +334,10 @@ class WorkflowConfigurationError(WorkflowValidationError):
 
 
 class WorkflowCancelledByUser(WorkflowCancelledError):
-    """The run was cancelled by ``handler.cancel_run()`` (LlamaIndex's name)."""
+    """The run was cancelled by ``handler.cancel_run()`` (LlamaIndex's name), or by
+    ``workflow cancel`` from another process; ``reason``: the one the cancel gave, if any."""
+
+    reason: str | None = None
 
 
 class WorkflowStepDoesNotExistError(WorkflowRuntimeError):

@@ -419,19 +419,12 @@ class Executor:
         if isinstance(exc, Sealed):
             return  # the run already ended; the commit that lost the race is moot
         if isinstance(exc, ConcurrencyError) and not isinstance(exc, Conflict):
-            cancelled = cancelled_elsewhere(self.store, self.run_id)
-            if cancelled is not None:
-                # `workflow cancel` (or another process's cancel) took the run over to end
-                # it: this handler's run was cancelled, not lost to another executor.
-                self.status = "cancelled"
-                self.close(exc=cancelled)
-                return
-            exc = RunLostError(self.run_id, str(exc))
-        elif isinstance(exc, WorkflowCancelledError):  # cancelled elsewhere (``_takeover``)
-            self.status = "cancelled"
-            self.close(exc=exc)
-            return
-        self.status = "failed"
+            # `workflow cancel` (or another process's cancel) took the run over to end it:
+            # this handler's run was cancelled, not lost to another executor.
+            exc = cancelled_elsewhere(self.store, self.run_id) or RunLostError(
+                self.run_id, str(exc)
+            )
+        self.status = "cancelled" if isinstance(exc, WorkflowCancelledError) else "failed"
         self.close(exc=exc)
 
     def _last_event(self, exc: BaseException) -> StopEvent | None:

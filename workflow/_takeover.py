@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 from typing import Final, Protocol
 
-from eventstore import ConcurrencyError, EventStore, EventStoreError
+from eventstore import ConcurrencyError, EventStore, EventStoreError, RunInfo
 
 from . import _journal as journal
 from ._errors import WorkflowCancelledByUser
@@ -46,14 +46,19 @@ class TakeoverHost(Protocol):
 def cancelled_error(run_id: str, reason: str | None = None) -> WorkflowCancelledByUser:
     """What awaiting a cancelled run raises, saying the reason it was cancelled for."""
     text = f"run {run_id!r} was cancelled"
-    return WorkflowCancelledByUser(f"{text}: {reason}" if reason else text)
+    err = WorkflowCancelledByUser(f"{text}: {reason}" if reason else text)
+    err.reason = reason or None
+    return err
 
 
-def cancelled_elsewhere(store: EventStore, run_id: str) -> WorkflowCancelledByUser | None:
-    """The error for a run another process cancelled (its row says so), with the reason its
-    ``run_cancelled`` gives; None when the run was not cancelled (or cannot be read now)."""
+def cancelled_elsewhere(
+    store: EventStore, run_id: str, info: RunInfo | None = None
+) -> WorkflowCancelledByUser | None:
+    """The error for a run another process cancelled (its row, ``info`` if read already,
+    says so), with the reason its ``run_cancelled`` gives; None when the run was not
+    cancelled (or cannot be read now)."""
     try:
-        info = store.run(run_id)
+        info = info or store.run(run_id)
         if info.status != "cancelled":
             return None
         reason = None
@@ -80,7 +85,7 @@ async def watch(host: TakeoverHost, poll_s: float = TAKEOVER_POLL_S) -> None:
             moved = None  # not created yet, unreadable now, or still ours
             continue
         if info.status == "cancelled":
-            cancelled = cancelled_elsewhere(host.store, host.run_id)
+            cancelled = cancelled_elsewhere(host.store, host.run_id, info)
             host.end_with(cancelled or cancelled_error(host.run_id))
             return
         if moved is None:

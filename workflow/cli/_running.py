@@ -169,7 +169,7 @@ def report(
     outcome: tuple[str, Any],
     as_json: bool,
     db: str,
-    spec: str = "...",
+    spec: str,
 ) -> None:
     """Says how the run ended (``spec``: the ``--workflow`` it was run with, for the hints)."""
     status, value = outcome
@@ -193,8 +193,8 @@ def report(
     elif status == "cancelled":
         q = shlex.quote
         resume = f"workflow resume {q(db)} {q(run_id)} --cancelled --workflow {q(spec)}"
-        _, was, reason = str(value).partition(" was cancelled: ")
-        why = f": {reason}" if was else ""
+        reason = getattr(value, "reason", None)
+        why = f": {reason}" if reason else ""
         click.echo(f"run {run_id} cancelled{why} (`{resume}` continues it)")
     else:
         waiters = state.waiters if state is not None else []
