@@ -697,6 +697,77 @@ async def test_send_event_to_a_step_that_does_not_exist() -> None:
     assert await handler == "x"
 
 
+class Parcel(Event):
+    pass
+
+
+class SubParcel(Parcel):
+    pass
+
+
+class SendsTo(Workflow):
+    """Its first step sends one event to the step named in the start event (or says why
+    it could not); ``exact`` takes only :class:`Parcel`, ``wide`` its subclasses too."""
+
+    @step
+    async def first(self, ctx: Context, ev: StartEvent) -> Parcel | StopEvent | None:
+        event = SubParcel() if ev.get("derived") else (Event() if ev.get("plain") else Parcel())
+        try:
+            ctx.send_event(event, step=ev.to)
+        except WorkflowRuntimeError as exc:
+            return StopEvent(result=f"{type(exc).__name__}: {exc}")
+        return None
+
+    @step
+    async def exact(self, ev: Parcel) -> StopEvent:
+        return StopEvent(result=f"exact took {type(ev).__name__}")
+
+    @step(accept_event_subclasses=True)
+    async def wide(self, ev: Parcel) -> StopEvent:
+        return StopEvent(result=f"wide took {type(ev).__name__}")
+
+
+async def test_send_event_to_a_step_is_checked_against_what_the_step_takes() -> None:
+    """As in LlamaIndex, ``ctx.send_event(ev, step=...)`` refuses a step that would not take
+    the event (it ran the step with an event its signature does not name) and one that does
+    not exist, each with LlamaIndex's words; a step that takes the event gets it."""
+    wf = SendsTo()
+    assert await wf.run(to="exact") == "exact took Parcel"
+    assert await wf.run(to="exact", plain=True) == (
+        f"WorkflowRuntimeError: Step exact does not accept event of type {Event!r}"
+    )
+    assert await wf.run(to="exact", derived=True) == (
+        f"WorkflowRuntimeError: Step exact does not accept event of type {SubParcel!r}"
+    )
+    assert await wf.run(to="wide", derived=True) == "wide took SubParcel"
+    assert await wf.run(to="nope") == "WorkflowStepDoesNotExistError: Step nope does not exist"
+
+
+async def test_send_event_from_outside_to_a_step_that_would_not_take_it() -> None:
+    """From outside a step (``handler.ctx.send_event``, ``handler.send_event``) the step
+    named is checked the same way, and the run goes on unharmed."""
+
+    class Asks(Workflow):
+        @step
+        async def a(self, ev: StartEvent) -> InputRequiredEvent:
+            return InputRequiredEvent(prefix="?")
+
+        @step
+        async def b(self, ev: HumanResponseEvent) -> StopEvent:
+            return StopEvent(result=ev.response)
+
+    handler = Asks().run()
+    assert handler.ctx is not None
+    with pytest.raises(WorkflowRuntimeError, match="Step a does not accept event of type"):
+        handler.ctx.send_event(HumanResponseEvent(response="x"), step="a")
+    with pytest.raises(WorkflowRuntimeError, match="Step a does not accept event of type"):
+        await handler.send_event(HumanResponseEvent(response="x"), step="a")
+    with pytest.raises(WorkflowStepDoesNotExistError, match="Step nope does not exist"):
+        handler.ctx.send_event(HumanResponseEvent(response="x"), step="nope")
+    handler.ctx.send_event(HumanResponseEvent(response="y"), step="b")
+    assert await handler == "y"
+
+
 class EarlyFlow(Workflow):
     """Names a class this module defines only further down."""
 

@@ -256,6 +256,10 @@ class Context(Generic[S]):
         Outside a step (``handler.ctx.send_event``, LlamaIndex's way to answer a question)
         the event is taken into the run at once: it answers a wait it matches, or reaches
         its steps once its commit is durable, or waits for a wait that wants it.
+
+        :raises WorkflowRuntimeError: ``step`` names no step of the workflow, or a step
+            that does not take events of this class (LlamaIndex's errors and wording),
+            inside a step or outside.
         """
         if not isinstance(event, Event):
             msg = f"send_event takes an Event, not {type(event).__name__}"
@@ -263,6 +267,9 @@ class Context(Generic[S]):
         att = current_attempt.get()
         link = self.__context_link__
         host = link.host
+        if step is not None:
+            graph = host.graph if host is not None else link.workflow.__workflow_parts__.graph
+            graph.check_target(step, event)
         if att is None:
             if link.live() is None:
                 link.workflow.__context_services__.send_idle(self, event)
@@ -272,9 +279,6 @@ class Context(Generic[S]):
             host.send_external_nowait(event)
             return
         assert host is not None
-        if step is not None and step not in host.graph.steps:
-            msg = f"send_event: no step named {step!r}"
-            raise WorkflowRuntimeError(msg)
         att.sent.append((event, step))
 
     def write_event_to_stream(self, event: Event) -> None:

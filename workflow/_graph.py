@@ -9,7 +9,12 @@ from collections.abc import Iterable, Mapping
 from eventstore import class_name
 
 from ._catch_error import StepFailedEvent
-from ._errors import WorkflowConfigurationError, WorkflowValidationError
+from ._errors import (
+    WorkflowConfigurationError,
+    WorkflowRuntimeError,
+    WorkflowStepDoesNotExistError,
+    WorkflowValidationError,
+)
 from ._events import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
 from ._journal import StepShape
 from ._step import StepSpec
@@ -45,6 +50,21 @@ class Graph:
             found = tuple(n for n in self.steps if n in names)  # in declaration order
             self._routes[event_type] = found
         return found
+
+    def check_target(self, step: str, event: Event) -> None:
+        """Refuses an event addressed to ``step`` (``send_event(ev, step=...)``) when no
+        step has that name or that step would not take the event: it would run a step
+        with an event its signature does not name. LlamaIndex's errors and wording.
+
+        :raises WorkflowStepDoesNotExistError: no step is named ``step``.
+        :raises WorkflowRuntimeError: the step does not take events of this class.
+        """
+        if step not in self.steps:
+            msg = f"Step {step} does not exist"
+            raise WorkflowStepDoesNotExistError(msg)
+        if step not in self.route(type(event)):
+            msg = f"Step {step} does not accept event of type {type(event)}"
+            raise WorkflowRuntimeError(msg)
 
     def event_types(self) -> set[type[Event]]:
         """Every event class a step takes or emits."""

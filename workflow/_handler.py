@@ -12,7 +12,6 @@ from ._errors import (
     RunSuspendedError,
     WorkflowCancelledByUser,
     WorkflowRuntimeError,
-    WorkflowStepDoesNotExistError,
 )
 from ._events import Event, InternalDispatchEvent, StopEvent, WorkflowCancelledEvent
 
@@ -208,10 +207,10 @@ class WorkflowHandler:
         ``step`` is checked, not used to route it.
 
         :raises WorkflowStepDoesNotExistError: ``step`` names no step of the workflow.
+        :raises WorkflowRuntimeError: ``step`` does not take events of this class.
         """
-        if step is not None and step not in self._wf.__workflow_parts__.graph.steps:
-            msg = f"Step {step} does not exist"
-            raise WorkflowStepDoesNotExistError(msg)
+        if step is not None:
+            self._wf.__workflow_parts__.graph.check_target(step, event)
         await self._wf.__workflow_parts__.post(self.run_id, event, None)
         if self._executor is not None:
             self._executor.poke()
