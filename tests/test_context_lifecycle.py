@@ -506,6 +506,55 @@ async def test_pause_in_one_process_resume_in_another_on_its_own_store(tmp_path:
         assert await handler == "hello di from proc"
 
 
+async def test_separate_steps_pause_resumes_on_a_store_of_its_own() -> None:
+    """LlamaIndex's documented pause with the question returned by one step and the answer
+    taken by another (no wait): restored where the store has never seen the run (another
+    process's, or one in memory), the run goes on idle and the answer runs the second step,
+    which does not ask again."""
+    wf = Asks()
+    handler = wf.run()
+    ctx_dict = None
+    async with asyncio.timeout(BOUND):
+        async for ev in handler.stream_events():
+            if isinstance(ev, InputRequiredEvent):
+                ctx_dict = handler.ctx.to_dict()
+                await handler.cancel_run()
+                break
+    assert ctx_dict is not None
+    elsewhere = Asks()  # a store of its own, as in a new process
+    handler = elsewhere.run(ctx=Context.from_dict(elsewhere, json.loads(json.dumps(ctx_dict))))
+    handler.ctx.send_event(HumanResponseEvent(response="42"))
+    async with asyncio.timeout(BOUND):
+        assert await handler == "asked 1: 42"
+    assert started_steps(elsewhere.store, handler.run_id) == ["answer"]
+
+
+class Stalls(Workflow):
+    """Its first step returns nothing: the run has no work left, and nothing from outside
+    could give it any (the second step's event is one the first step returns)."""
+
+    @step
+    async def first(self, ev: StartEvent) -> Middle | None:
+        return None
+
+    @step
+    async def second(self, ev: Middle) -> StopEvent:
+        return StopEvent(result=ev.n)
+
+
+async def test_a_dict_with_no_work_and_no_outside_event_is_refused_elsewhere() -> None:
+    """Imported where nothing could ever run (no queued work, no wait, no step taking an
+    event from outside), the dict is refused at run(ctx=...), loudly, not left to idle."""
+    wf = Stalls(timeout=0.3)
+    ctx = Context(wf)
+    with pytest.raises(WorkflowError, match="timed out"):
+        await wf.run(ctx=ctx)
+    data = json.loads(json.dumps(ctx.to_dict()))
+    elsewhere = Stalls()
+    with pytest.raises(WorkflowError, match="no work left to continue, and no step takes"):
+        elsewhere.run(ctx=Context.from_dict(elsewhere, data))
+
+
 async def test_a_run_live_in_another_process_refuses_its_context(tmp_path: Path) -> None:
     """A context bound (by from_dict) to a run another live process holds raises
     ContextStateError; once that process is gone, the same call continues the run."""

@@ -197,11 +197,16 @@ def _run_imported(
 ) -> WorkflowHandler:
     """A new run that goes on from an imported state: its queued work runs, waits wait."""
     wf.__workflow_parts__.check_stranded(origin[0] if origin else "(imported)", f, False)
-    if not (any(f.queues.values()) or any(f.in_progress.values()) or f.waiters):
-        # Nothing would ever run: refuse loudly rather than start a run that idles.
+    work = any(f.queues.values()) or any(f.in_progress.values()) or f.waiters
+    if not work and not wf.__workflow_parts__.graph.outside_events():
+        # Nothing would ever run, and nothing from outside could make it: refuse loudly
+        # rather than start a run that idles. (A run whose step takes an answer from
+        # outside, LlamaIndex's separate-steps human in the loop, goes on idle: its
+        # answer, ``handler.ctx.send_event(HumanResponseEvent(...))``, runs that step.)
         msg = (
-            f"this context's run (status {f.status!r}) has no work left to continue;"
-            " pass start fields to run(ctx=...) to start a new run from its state"
+            f"this context's run (status {f.status!r}) has no work left to continue, and"
+            " no step takes an event from outside; pass start fields to run(ctx=...) to"
+            " start a new run from its state"
         )
         raise WorkflowRuntimeError(msg)
     records = _import_records(wf, f, origin)

@@ -66,6 +66,20 @@ class Graph:
             msg = f"Step {step} does not accept event of type {type(event)}"
             raise WorkflowRuntimeError(msg)
 
+    def outside_events(self) -> list[type[Event]]:
+        """The event classes steps take that only come from outside the run: a
+        :class:`HumanResponseEvent` (an answer), or a class no step returns (besides the
+        start event), in the steps' order."""
+        returned = {t for spec in self.steps.values() for t in spec.returns}
+        out: list[type[Event]] = []
+        for spec in self.steps.values():
+            for t in spec.accepted:
+                if t in out or issubclass(t, StartEvent):
+                    continue
+                if issubclass(t, HumanResponseEvent) or t not in returned:
+                    out.append(t)
+        return out
+
     def event_types(self) -> set[type[Event]]:
         """Every event class a step takes or emits."""
         out: set[type[Event]] = set()
