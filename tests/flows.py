@@ -140,6 +140,19 @@ class Asker(Workflow):
         return StopEvent(result=f"hello {answer.response}")
 
 
+class Replies(Workflow):
+    """LlamaIndex's separate-steps human in the loop: one step asks, another takes the
+    answer (no wait: the run is idle until the answer comes)."""
+
+    @step
+    async def ask(self, ev: StartEvent) -> InputRequiredEvent:
+        return InputRequiredEvent(prefix="name?")
+
+    @step
+    async def reply(self, ev: HumanResponseEvent) -> StopEvent:
+        return StopEvent(result=f"hello {ev.response}")
+
+
 FLOWS: dict[str, type[Workflow]] = {
     "report": ReportFlow,
     "dies_once": DiesOnce,

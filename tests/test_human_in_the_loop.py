@@ -29,6 +29,9 @@ from typing import Any
 import pytest
 
 from eventstore import EncodeError, EventStore
+from tests.flows import Replies
+from tests.test_cli import invoke as cli_invoke
+from tests.test_cli import ok as cli_ok
 from workflow import (
     Context,
     Event,
@@ -40,6 +43,8 @@ from workflow import (
     Workflow,
     WorkflowCancelledError,
     WorkflowHandler,
+    WorkflowRuntimeError,
+    WorkflowTimeoutError,
     step,
 )
 
@@ -524,3 +529,62 @@ async def test_an_answer_that_cannot_be_stored_is_refused_at_the_call(store: Eve
     handler.ctx.send_event(HumanResponseEvent(response="ada"))
     async with asyncio.timeout(BOUND):
         assert await handler == "hello ada"
+
+
+async def test_a_timed_out_question_takes_a_late_answer_when_resumed(tmp_path: Path) -> None:
+    """A separate-steps question left unanswered past the run's timeout: the late answer
+    sent to it (``wf.send``, as from another shell) is kept in its inbox, and the resume
+    takes it in and finishes, rather than sitting out a fresh timeout."""
+    db = tmp_path / "late.db"
+    wf = Replies(store=db, timeout=0.3)
+    handler = wf.run(run_id="late")
+    with pytest.raises(WorkflowTimeoutError):
+        await handler
+    assert wf.state_at("late").status == "timed_out"
+    wf.send("late", HumanResponseEvent(response="ada"))
+    async with asyncio.timeout(BOUND):
+        assert await wf.resume("late") == "hello ada"
+    finished = Replies(store=db)
+    with pytest.raises(WorkflowRuntimeError, match="has finished; nothing would take the event"):
+        finished.send("late", HumanResponseEvent(response="bob"))
+
+
+def test_workflow_send_to_a_timed_out_run_says_the_resume_takes_it_in(tmp_path: Path) -> None:
+    """From the shell: ``workflow send`` to a timed-out run records the answer and says
+    which command takes it in; ``workflow resume`` then finishes the run with it."""
+    db = tmp_path / "late.db"
+
+    async def times_out() -> None:
+        wf = Replies(store=db, timeout=0.3)
+        with pytest.raises(WorkflowTimeoutError):
+            await wf.run(run_id="q")
+        wf.store.close()
+
+    asyncio.run(times_out())
+    data = json.dumps({"response": "cy"})
+    sent = cli_ok("send", db, "q", "--event", "workflow:HumanResponseEvent", "--data", data)
+    assert "the run timed out: `workflow resume` takes it in" in sent, sent
+    resumed = cli_ok("resume", db, "q", "--workflow", "tests.flows:Replies")
+    assert "hello cy" in resumed, resumed
+
+
+def test_workflow_run_says_what_a_returned_question_asks_and_that_the_run_timed_out(
+    tmp_path: Path,
+) -> None:
+    """``workflow run`` of the separate-steps pattern: the run is idle, not waiting, so the
+    command says on stderr what it asks and how to answer (stdout stays the outcome's), and
+    a run left unanswered is reported as timed out, resumable, not as failed."""
+    db = tmp_path / "asks.db"
+    result = cli_invoke(
+        "run", db, "--workflow", "tests.flows:Replies", "--run-id", "q", "--timeout", "0.5"
+    )
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert "run q asks: 'name?'; answer it with `workflow send" in result.stderr, result.stderr
+    assert "--event workflow:HumanResponseEvent --data" in result.stderr, result.stderr
+    assert result.stdout.startswith("run q timed out: "), result.stdout
+    assert "`workflow resume " in result.stdout, result.stdout
+    assert " failed" not in result.stdout, result.stdout
+    as_json = cli_invoke(
+        "run", tmp_path / "j.db", "--workflow", "tests.flows:Replies", "--timeout", "0.5", "--json"
+    )
+    assert json.loads(as_json.stdout)["status"] == "timed_out", as_json.stdout

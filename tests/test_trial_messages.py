@@ -44,9 +44,12 @@ def test_a_cancelled_runs_resume_says_it_is_cancelled_and_names_the_flag(tmp_pat
         message = answer["message"]
         assert "run 'ask' is cancelled: this server executes nothing" in message, message
         assert "`workflow resume` with its --workflow --cancelled" in message, message
+        # A cancelled run keeps what is sent to it, for the resume that continues it.
         code, answer = post(base + "/runs/ask/send", {"event": "workflow:Event", "data": "{}"})
-        assert code == 409, answer
-        assert "run 'ask' is cancelled; nothing would take the event in" in answer["message"]
+        assert code == 200, answer
+        assert "to run ask (inbox entry" in answer["message"], answer
+    with EventStore(str(db)) as store:
+        assert len(store.inbox("ask")) == 1
 
 
 @pytest.mark.parametrize("schema", ["bad-name", "1st", "a b", "x" * 64])

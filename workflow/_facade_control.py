@@ -20,7 +20,7 @@ from ._live_runs import live_executor, register
 from ._log_refs import as_fork
 from ._read import refuse_cut
 from ._renames import moves_for
-from ._state import TERMINAL, Checkpoint
+from ._state import REFUSES_EVENTS, Checkpoint
 from ._state_versions import resume_upcast
 
 if TYPE_CHECKING:
@@ -168,11 +168,14 @@ def submit_run(wf: Facade, start_event: StartEvent, run_id: str | None) -> str:
 def send_event(wf: Facade, run_id: str, event: Event, key: str | None) -> int:
     """``wf.send(...)``: posts ``event`` to the run's inbox and wakes its live executor.
 
-    :raises WorkflowRuntimeError: the run has ended (nothing would take the event in).
+    A cancelled or timed-out run takes the event in when it is resumed (``resume``,
+    ``run(ctx=...)``): a late answer to its question is kept for it.
+
+    :raises WorkflowRuntimeError: the run finished or failed (nothing would take the event in).
     """
     parts = wf.__workflow_parts__
     info = parts.run_info(run_id)
-    if (info.status or "running") in TERMINAL:
+    if (info.status or "running") in REFUSES_EVENTS:
         msg = f"run {run_id!r} has {info.status}; nothing would take the event in"
         raise WorkflowRuntimeError(msg)
     text = parts.codec.encode(event, name=type(event).__name__)

@@ -49,6 +49,10 @@ RunStatus = Literal[
     "timed_out",
 ]
 TERMINAL: frozenset[str] = frozenset({"finished", "failed", "cancelled", "timed_out"})
+# Ended runs that refuse an event sent to them: a run stopped from outside (cancelled) or
+# by its clock (timed out) goes on when it is resumed and takes in what was sent meanwhile,
+# a human's late answer included; a finished or failed run ended by its own outcome.
+REFUSES_EVENTS: frozenset[str] = frozenset({"finished", "failed"})
 # The fields Checkpoint has for LlamaIndex users (llama-index-core 0.12's Checkpoint).
 LLAMA_FIELDS: Final = ("id_", "last_completed_step", "input_event", "output_event")
 

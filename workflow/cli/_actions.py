@@ -19,7 +19,7 @@ from .._errors import RunCancellingError, WorkflowRuntimeError
 from .._events import Event
 from .._read import check_seq, run_info
 from .._seqs import fork_said
-from .._state import TERMINAL
+from .._state import REFUSES_EVENTS
 from ._app import cli
 from ._common import (
     allow_pickle_option,
@@ -40,6 +40,7 @@ from ._running import (
     parse_sets,
     recorded_by_other,
     report,
+    say_asked,
     sets_option,
     timeout_option,
     workflow_required,
@@ -80,7 +81,7 @@ def run(
     async def go() -> tuple[str, Any]:
         handler = wf.run(run_id=run_id, **fields)
         ids.append(handler.run_id)
-        return await outcome_of(handler, wf.store)
+        return await outcome_of(handler, wf.store, asks=say_asked(wf, db))
 
     ids: list[str] = []
     try:
@@ -151,7 +152,7 @@ def resume(
 
     async def go() -> tuple[str, Any]:
         handler = await resume_when_let_go(attempt, wait_s=wait_s, on_wait=waiting)
-        return await outcome_of(handler, wf.store)
+        return await outcome_of(handler, wf.store, asks=say_asked(wf, db))
 
     try:
         with left_unfinished(db, [run], workflow_spec):
@@ -243,6 +244,7 @@ def send(
         wf = build_workflow(db, workflow_spec, None)
         try:
             entry = wf.send(run, event, idempotency_key=key)
+            status = run_info(wf.store, run).status
         finally:
             wf.store.close()
     else:
@@ -250,16 +252,20 @@ def send(
         with EventStore(db, payload_codec=cli_codec()) as store:
             refuse_plain_write(store, run)
             info = run_info(store, run)
-            if (info.status or "running") in TERMINAL:
+            if (info.status or "running") in REFUSES_EVENTS:
                 msg = f"run {run!r} has {info.status}; nothing would take the event in"
                 raise WorkflowRuntimeError(msg)
             entry = store.post_sync(run, Codec().encode(event), key=key)
+            status = info.status
     name = class_name(cls)
     if as_json:
         emit_json({"run_id": run, "inbox_id": entry, "event_type": name})
         return
     shown = show_dump(Codec().dump(event), 200)
-    click.echo(
-        f"sent {shown} to run {run} (inbox entry {entry}); a running executor takes it in"
-        f" at once, otherwise `workflow resume` does"
-    )
+    if status == "cancelled":
+        then = "the run is cancelled: `workflow resume --cancelled` takes it in"
+    elif status == "timed_out":
+        then = "the run timed out: `workflow resume` takes it in"
+    else:
+        then = "a running executor takes it in at once, otherwise `workflow resume` does"
+    click.echo(f"sent {shown} to run {run} (inbox entry {entry}); {then}")

@@ -11,13 +11,13 @@ import asyncio
 import contextlib
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import click
 import orjson
 
-from eventstore import EventStore
+from eventstore import EventStore, class_name
 
 from .._errors import (
     DeprecatedPatchError,
@@ -25,7 +25,9 @@ from .._errors import (
     WorkflowCancelledByUser,
     WorkflowChangedError,
     WorkflowRuntimeError,
+    WorkflowTimeoutError,
 )
+from .._events import HumanResponseEvent, InputRequiredEvent
 from .._handler import WorkflowHandler
 from .._workflow import Workflow
 from ._common import allow_pickle_option, emit_json, load_workflow
@@ -41,6 +43,7 @@ __all__ = [
     "public_event_name",
     "recorded_by_other",
     "report",
+    "say_asked",
     "sets_option",
     "timeout_option",
     "workflow_required",
@@ -120,16 +123,62 @@ async def _idle(handler: WorkflowHandler, store: EventStore) -> None:
         await asyncio.sleep(_IDLE_POLL)
 
 
-async def outcome_of(handler: WorkflowHandler, store: EventStore) -> tuple[str, Any]:
-    """Awaits a run until it ends, or leaves it once only waiters remain (``waiting``)."""
+async def outcome_of(
+    handler: WorkflowHandler, store: EventStore, *, asks: Asks | None = None
+) -> tuple[str, Any]:
+    """Awaits a run until it ends, or leaves it once only waiters remain (``waiting``).
+
+    ``asks`` is told each question (``InputRequiredEvent``) the run streams meanwhile: a
+    question a step returned leaves the run idle, not waiting, so nothing else would say
+    that it waits for an answer.
+    """
     ended = asyncio.ensure_future(_settle(handler))
     idle = asyncio.ensure_future(_idle(handler, store))
+    told = None if asks is None else asyncio.ensure_future(_questions(handler, asks))
     await asyncio.wait({ended, idle}, return_when=asyncio.FIRST_COMPLETED)
     if not ended.done():
         # Nothing can happen until an event is sent: leave the run, resumable later.
         await handler.suspend()
     idle.cancel()
-    return await ended
+    try:
+        return await ended
+    finally:
+        if told is not None:
+            told.cancel()
+
+
+Asks = Callable[[str, InputRequiredEvent], None]
+
+
+async def _questions(handler: WorkflowHandler, asks: Asks) -> None:
+    """Tells ``asks`` the questions the run streams, until its stream ends."""
+    with contextlib.suppress(Exception):  # the run's outcome is _settle's to report
+        async for ev in handler.stream_events():
+            if isinstance(ev, InputRequiredEvent):
+                asks(handler.run_id, ev)
+
+
+def say_asked(wf: Workflow, db: str) -> Asks:
+    """Says on stderr (stdout may be JSON) what a question asks and how to answer it."""
+    outside = wf.__workflow_parts__.graph.outside_events()
+    answers = [t for t in outside if issubclass(t, HumanResponseEvent)] or outside
+    event = public_event_name(class_name(answers[0])) if answers else "MODULE:CLASS"
+
+    def said(run_id: str, ev: InputRequiredEvent) -> None:
+        q = shlex.quote
+        prefix = getattr(ev, "prefix", "")
+        data = (
+            q(orjson.dumps({"response": "..."}).decode())
+            if event.endswith(":HumanResponseEvent")
+            else "JSON"
+        )
+        click.echo(
+            f"run {run_id} asks: {prefix!r}; answer it with `workflow send {q(db)} {q(run_id)}"
+            f" --event {event} --data {data}` (from another shell, before its timeout)",
+            err=True,
+        )
+
+    return said
 
 
 async def _settle(handler: WorkflowHandler) -> tuple[str, Any]:
@@ -141,6 +190,8 @@ async def _settle(handler: WorkflowHandler) -> tuple[str, Any]:
         return "interrupted", exc
     except WorkflowCancelledByUser as exc:  # `workflow cancel` (or a cancel of its own)
         return "cancelled", exc
+    except WorkflowTimeoutError as exc:  # resumable, with a fresh timeout
+        return "timed_out", exc
     except Exception as exc:  # the user's step raised: that is the run's outcome, not ours
         return "failed", exc
 
@@ -173,7 +224,7 @@ def report(
 ) -> None:
     """Says how the run ended (``spec``: the ``--workflow`` it was run with, for the hints)."""
     status, value = outcome
-    ended = ("failed", "interrupted", "cancelled")
+    ended = ("failed", "interrupted", "cancelled", "timed_out")
     state = wf.state_at(run_id) if status not in ended else None
     if as_json:
         data: dict[str, Any] = {"run_id": run_id, "status": status}
@@ -188,6 +239,13 @@ def report(
         click.echo(f"run {run_id} finished: {show_typed(value, 2000)}")
     elif status == "failed":
         click.echo(f"run {run_id} failed: {type(value).__name__}: {value}")
+    elif status == "timed_out":
+        q = shlex.quote
+        resume = f"workflow resume {q(db)} {q(run_id)} --workflow {q(spec)}"
+        click.echo(
+            f"run {run_id} timed out: {value} (`{resume}` continues it, with a fresh timeout;"
+            " an answer it waits for can be sent first)"
+        )
     elif status == "interrupted":
         click.echo(f"run {run_id} stopped, still resumable: {type(value).__name__}: {value}")
     elif status == "cancelled":

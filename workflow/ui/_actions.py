@@ -25,7 +25,7 @@ from .._handler import WorkflowHandler, executor_of
 from .._ownership import probe_owners
 from .._read import check_seq, run_info
 from .._seqs import fork_said
-from .._state import TERMINAL
+from .._state import REFUSES_EVENTS, TERMINAL
 from .._workflow import Workflow
 from ..cli._common import import_object
 from ..cli._operator import cancel_run
@@ -192,7 +192,7 @@ class Actions:
     async def send(self, run_id: str, event_spec: Any, data: Any) -> Done:
         """Sends an event of the named class to the run (``wf.send``)."""
         status = self._run(run_id)
-        if status in TERMINAL:
+        if status in REFUSES_EVENTS:
             msg = f"run {run_id!r} {_is(status)}; nothing would take the event in"
             raise ActionError(409, msg)
         if not isinstance(event_spec, str) or not event_spec.strip():
