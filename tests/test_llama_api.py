@@ -7,8 +7,10 @@ each name is where LlamaIndex puts it and behaves as it does there.
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -766,6 +768,29 @@ async def test_send_event_from_outside_to_a_step_that_would_not_take_it() -> Non
         handler.ctx.send_event(HumanResponseEvent(response="x"), step="nope")
     handler.ctx.send_event(HumanResponseEvent(response="y"), step="b")
     assert await handler == "y"
+
+
+class Tiny(Workflow):
+    @step
+    async def only(self, ev: StartEvent) -> StopEvent:
+        return StopEvent(result="done")
+
+
+@pytest.mark.parametrize("where", ["memory", "file"])
+async def test_a_finished_workflow_is_freed_at_once(where: str, tmp_path: Path) -> None:
+    """As LlamaIndex's own test has it: workflows run to the end and dropped are gone after
+    a collection and a few loop ticks (a timer of the run's log kept each alive for up to
+    its lazy-flush delay)."""
+    refs: list[weakref.ReferenceType[Workflow]] = []
+    for i in range(10):
+        wf = Tiny() if where == "memory" else Tiny(store=tmp_path / f"{i}.db")
+        refs.append(weakref.ref(wf))
+        assert await WorkflowTestRunner(wf).run() is not None
+        del wf
+    for _ in range(3):
+        gc.collect()
+        await asyncio.sleep(0)
+    assert [r for r in refs if r() is not None] == []
 
 
 class EarlyFlow(Workflow):

@@ -206,8 +206,13 @@ class RunLog:
         self.flush_begun()
 
     def close(self) -> None:
-        """The executor lets go of the run: what began and waits is submitted now."""
+        """The executor lets go of the run: what began and waits is submitted now, and
+        the timer that would have submitted it is let go (its handle would keep this log,
+        and through it the workflow, alive until it ran out)."""
         self._unhold()
+        due, self._starts_due = self._starts_due, None
+        if due is not None:
+            due.cancel()
         self.flush_begun()
 
     def flush_begun(self) -> None:
