@@ -32,6 +32,7 @@ __all__ = [
     "ReadOnlyStoreError",
     "RunNotFoundError",
     "SchemaVersionError",
+    "SnapshotUnreadableError",
     "StoreClosedError",
     "StoreUnavailableError",
     "UnknownClassError",
@@ -106,6 +107,17 @@ class LogCorruptedError(EventStoreError):
     def __init__(self, message: str, *, seq: int | None = None) -> None:
         self.seq = seq
         super().__init__(message)
+
+
+class SnapshotUnreadableError(LogCorruptedError):
+    """A run's snapshot (a cache) cannot be read at all: its text is not valid UTF-8, as
+    only damage to the file makes it. ``seq`` is the snapshot's: readers pass over it to
+    the one before, or to the log itself, which is the truth."""
+
+    seq: int
+
+    def __init__(self, message: str, *, seq: int) -> None:
+        super().__init__(message, seq=seq)
 
 
 class CodecError(EventStoreError):

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Final
 import orjson
 
 from ._backend import Connection, PreparedCommit
-from ._errors import LogCorruptedError, RunNotFoundError
+from ._errors import LogCorruptedError, RunNotFoundError, SnapshotUnreadableError
 from ._records import NewRun, RunInfo, Seq, Snapshot, StoredRecord, run_info_from_row
 
 __all__ = [
@@ -375,13 +375,28 @@ def read_snapshot(
         ).fetchone()
     else:
         mine = "" if version is None else " AND version = ?"
-        row = conn.execute(
-            "SELECT seq, data, version, records FROM snapshots"
+        where = (
             " WHERE rid = (SELECT rid FROM runs WHERE run_id = ?) AND seq <= ? AND seq < ?"
-            f"{mine} ORDER BY seq DESC LIMIT 1",
-            (run_id, hi, lo) if version is None else (run_id, hi, lo, version),
-        ).fetchone()
+            f"{mine} ORDER BY seq DESC LIMIT 1"
+        )
+        params = (run_id, hi, lo) if version is None else (run_id, hi, lo, version)
+        try:
+            row = conn.execute(
+                "SELECT seq, data, version, records FROM snapshots" + where, params
+            ).fetchone()
+        except Exception as exc:
+            if _UNDECODABLE not in str(exc):
+                raise
+            # Damage in the cache's text (SQLite hands back what a file holds; PostgreSQL
+            # refuses such text when it is written): name the snapshot, read without it.
+            (seq,) = conn.execute("SELECT seq FROM snapshots" + where, params).fetchone()
+            msg = f"run {run_id!r}: the snapshot at seq {seq} is not valid UTF-8 text ({exc})"
+            raise SnapshotUnreadableError(msg, seq=seq) from exc
     return None if row is None else Snapshot(row[0], row[1], row[2], row[3])
+
+
+# What SQLite's driver says of a text column whose bytes are not UTF-8.
+_UNDECODABLE: Final = "Could not decode to UTF-8"
 
 
 def snapshot_stats(conn: Connection, run_id: str | None) -> tuple[int, int]:

@@ -135,6 +135,9 @@ def invoke(*args: str | Path) -> Result:
         ),
         pytest.param(b'"seq":12,', b'"seq":11,', "says seq 11, its row seq 12", id="seq"),
         pytest.param(b'"first_seq":1,', b'"first_seq":2,', "begins at seq 2", id="first-seq"),
+        pytest.param(
+            b'"status":"finished"', b'"status":"\xff\xfenished"', "not valid UTF-8", id="not-utf8"
+        ),
     ],
 )
 async def test_unfit_snapshot_is_ignored_with_a_warning(
@@ -331,6 +334,18 @@ def test_check_finds_a_snapshot_that_does_not_decode(db: Path) -> None:
     result = invoke("check", db)
     assert result.exit_code == 1
     assert result.stdout.startswith(f"run {RUN}: seq 12: snapshot: SnapshotError: it is not JSON")
+
+
+def test_check_finds_a_snapshot_whose_text_is_not_utf8(db: Path) -> None:
+    """check reports a cached state whose bytes are not text at all, at its seq, and goes on
+    to check the log (which folds)."""
+    overwrite(db, b'"status":"finished"', b'"status":"\xff\xfenished"', within=snapshot_text(db))
+    result = invoke("check", db)
+    assert result.exit_code == 1
+    assert result.stdout.startswith(f"run {RUN}: seq 12: snapshot: SnapshotUnreadableError: ")
+    assert "not valid UTF-8" in result.stdout
+    with pytest.warns(SnapshotIgnoredWarning, match="not valid UTF-8"):
+        assert invoke("state", db, RUN).exit_code == 0  # the log is read instead
 
 
 def test_check_finds_a_snapshot_that_differs_from_the_fold(db: Path) -> None:

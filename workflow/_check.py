@@ -16,7 +16,14 @@ from typing import Any
 
 import orjson
 
-from eventstore import EventStore, EventStoreError, LogCorruptedError, RunInfo, StoredRecord
+from eventstore import (
+    EventStore,
+    EventStoreError,
+    LogCorruptedError,
+    RunInfo,
+    SnapshotUnreadableError,
+    StoredRecord,
+)
 from eventstore._encryption import sealed_key_id
 
 from ._errors import WorkflowError
@@ -155,11 +162,14 @@ def _check_run(store: EventStore, info: RunInfo, report: Report) -> None:
         seq = getattr(exc, "seq", None)
         problem("parent", seq, exc)
         return
+    unreadable: list[SnapshotUnreadableError] = []
     try:
-        snaps = snapshots(store, run)
+        snaps = snapshots(store, run, unreadable)
     except EventStoreError as exc:
         problem("snapshot", None, exc)
         snaps = []
+    for damaged in unreadable:
+        problem("snapshot", damaged.seq, damaged)
     after = 0
     try:
         for snap in snaps:

@@ -21,6 +21,7 @@ from eventstore import (
     LogCorruptedError,
     RunInfo,
     Snapshot,
+    SnapshotUnreadableError,
     StoredRecord,
 )
 
@@ -172,9 +173,15 @@ def fold_run(
     upto = seq if seq is not None else info.last_seq
     if cached and upto is not None:
         below: int | None = None
-        while (
-            snap := store.find_snapshot(run_id, upto, below=below, version=FOLD_VERSION)
-        ) is not None:
+        while True:
+            try:
+                snap = store.find_snapshot(run_id, upto, below=below, version=FOLD_VERSION)
+            except SnapshotUnreadableError as exc:  # damaged text: the one before it
+                _ignored(run_id, exc.seq, str(exc))
+                below = exc.seq
+                continue
+            if snap is None:
+                break
             state = _from_snapshot(store, info, snap, seq)
             if state is not None:
                 return state
@@ -237,11 +244,23 @@ def load_snapshot(store: EventStore, info: RunInfo, snap: Snapshot) -> Folded:
     return state
 
 
-def snapshots(store: EventStore, run_id: str) -> list[Snapshot]:
-    """The run's snapshots, oldest first (for ``workflow check`` and tests: reads all)."""
+def snapshots(
+    store: EventStore, run_id: str, unreadable: list[SnapshotUnreadableError] | None = None
+) -> list[Snapshot]:
+    """The run's snapshots, oldest first (for ``workflow check``, export and tests: reads
+    all). One whose text cannot be read at all is passed over, told to ``unreadable``."""
     out: list[Snapshot] = []
     below: int | None = None
-    while (snap := store.find_snapshot(run_id, below=below)) is not None:
+    while True:
+        try:
+            snap = store.find_snapshot(run_id, below=below)
+        except SnapshotUnreadableError as exc:
+            if unreadable is not None:
+                unreadable.append(exc)
+            below = exc.seq
+            continue
+        if snap is None:
+            break
         out.append(snap)
         below = snap.seq
     out.reverse()
