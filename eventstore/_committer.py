@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import threading
 import time
 from collections import deque
@@ -33,6 +34,15 @@ LAZY_FLUSH_S: Final = 0.05
 # How long a write on the event loop's thread may wait for the lock before the batch is
 # handed to the writer thread (which waits as long as it takes).
 INLINE_BUSY_MS: Final = 20
+# How long the writer thread waits, in all, for a write lock another connection holds
+# before it gives the batch up (StoreUnavailableError: nothing of it written); it says so
+# in the log at each busy timeout meanwhile. A lock held this long is a transaction left
+# open elsewhere (an SQLite shell, a browser of the file, a stopped process), not a writer.
+LOCK_WAIT_S: Final = 30.0
+# The writer thread's busy timeout: how long one attempt waits for the lock (SQLite's).
+WRITER_BUSY_MS: Final = 10_000
+
+_log = logging.getLogger("eventstore")
 
 _AnyFuture = asyncio.Future[Any] | concurrent.futures.Future[Any]
 # Told an operation's outcome (ok, then its result or exception) on the submitter's loop.
@@ -193,7 +203,9 @@ class Committer:
         """The writer thread's writer; None (the batch refused) when the database cannot
         be reached now: the next batch tries again."""
         try:
-            writer = self.writer = BatchWriter(self._backend.write_sql())
+            writer = self.writer = BatchWriter(
+                self._backend.write_sql(busy_timeout_ms=WRITER_BUSY_MS)
+            )
         except Exception as exc:
             msg = f"cannot connect to write to {self._backend.where}: {exc}"
             err = StoreUnavailableError(msg)
@@ -221,14 +233,32 @@ class Committer:
         self._settle(items, outcomes)
         return True
 
-    @staticmethod
-    def _run_blocking(writer: BatchWriter, items: list[_Item]) -> list[tuple[bool, Any]]:
-        # The writer thread may wait: a busy lock after the busy timeout is retried.
+    def _run_blocking(self, writer: BatchWriter, items: list[_Item]) -> list[tuple[bool, Any]]:
+        """The batch, waiting for the write lock up to :data:`LOCK_WAIT_S` in all.
+
+        :raises StoreUnavailableError: another connection held the lock all that time.
+        """
+        began = time.monotonic()
         while True:
             try:
                 return writer.run_batch([item.op for item in items])
-            except Busy:
-                continue
+            except Busy as exc:
+                waited = time.monotonic() - began
+                where = self._backend.where
+                if waited >= LOCK_WAIT_S:
+                    msg = (
+                        f"{where}: another connection has held the write lock for"
+                        f" {waited:.0f} s (a transaction left open in another program?);"
+                        " nothing of this write was made"
+                    )
+                    raise StoreUnavailableError(msg) from exc
+                _log.warning(
+                    "%s: waiting for the write lock another connection holds (%.0f s so far;"
+                    " giving up after %.0f s)",
+                    where,
+                    waited,
+                    LOCK_WAIT_S,
+                )
 
     @staticmethod
     def _settle(items: Sequence[_Item], outcomes: Sequence[tuple[bool, Any]]) -> None:

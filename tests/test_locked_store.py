@@ -1,0 +1,55 @@
+"""A write lock another connection keeps (a transaction left open in an SQLite shell or a
+file browser) fails the writes waiting for it, loudly, instead of hanging the run."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import eventstore._committer as committer
+from eventstore import StoreUnavailableError
+from workflow import Context, StartEvent, StopEvent, Workflow, step
+
+
+class Sets(Workflow):
+    @step
+    async def s(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        await ctx.store.set("k", 1)
+        return StopEvent(result="ok")
+
+
+async def test_a_lock_held_elsewhere_fails_the_run_after_the_wait_and_the_store_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Shorter waits than a user's (10 s a try, 30 s in all), the same rule.
+    monkeypatch.setattr(committer, "WRITER_BUSY_MS", 100)
+    monkeypatch.setattr(committer, "LOCK_WAIT_S", 0.5)
+    db = tmp_path / "runs.db"
+    wf = Sets(store=db, timeout=None)
+    assert await wf.run(run_id="before") == "ok"
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # someone else's transaction, left open
+    try:
+        with (
+            caplog.at_level(logging.WARNING, logger="eventstore"),
+            pytest.raises(StoreUnavailableError, match="held the write lock for") as err,
+        ):
+            await asyncio.wait_for(wf.run(run_id="during"), 30)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert str(db) in str(err.value)
+    assert "nothing of this write was made" in str(err.value)
+    waits = [
+        r.getMessage() for r in caplog.records if "waiting for the write lock" in r.getMessage()
+    ]
+    assert waits, caplog.records
+    assert all(str(db) in m for m in waits)
+    # Nothing was lost and the store was not failed: the same workflow writes again.
+    assert await wf.run(run_id="after") == "ok"
+    assert {r.run_id for r in wf.store.runs()} >= {"before", "after"}
+    wf.store.close()
