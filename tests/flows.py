@@ -153,6 +153,15 @@ class Replies(Workflow):
         return StopEvent(result=f"hello {ev.response}")
 
 
+class EchoesTypes(Workflow):
+    """Says the start event's ``n`` and the context's ``x``, each with its type."""
+
+    @step
+    async def echo(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        n, x = ev.get("n"), await ctx.store.get("x", default=None)
+        return StopEvent(result=f"n={n!r} ({type(n).__name__}); x={x!r} ({type(x).__name__})")
+
+
 FLOWS: dict[str, type[Workflow]] = {
     "report": ReportFlow,
     "dies_once": DiesOnce,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import json
+import math
 import os
 import sqlite3
 import sys
@@ -30,12 +32,37 @@ __all__ = [
     "import_object",
     "json_option",
     "load_workflow",
+    "loads_exact",
     "progress",
     "traceback_option",
     "workflow_option",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def loads_exact(text: str | bytes) -> Any:
+    """JSON a user typed (``--data``, ``--set``, an action's body), read exactly: an integer
+    of any size stays that integer (orjson reads one beyond 64 bits as a float, which the
+    log would then keep), and what no float holds (``1e400``, ``NaN``) is refused.
+
+    :raises ValueError: the text is not JSON, or holds such a number (the message says).
+    """
+    return json.loads(text, parse_float=_finite, parse_constant=_no_constant)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        msg = f"the number {text} is beyond what a float holds"
+        raise ValueError(msg)
+    return value
+
+
+def _no_constant(text: str) -> float:
+    msg = f"{text} is not JSON"
+    raise ValueError(msg)
+
 
 # Below this many records a read is quick enough that a bar would only flicker.
 PROGRESS_MIN: Final = 20_000

@@ -30,7 +30,7 @@ from .._errors import (
 from .._events import HumanResponseEvent, InputRequiredEvent
 from .._handler import WorkflowHandler
 from .._workflow import Workflow
-from ._common import allow_pickle_option, emit_json, load_workflow
+from ._common import allow_pickle_option, emit_json, load_workflow, loads_exact
 from ._inspect import open_store
 from ._render import show_typed
 
@@ -90,11 +90,11 @@ def parse_sets(sets: tuple[str, ...]) -> dict[str, Any]:
             msg = f"{item!r} is not KEY=JSON"
             raise click.BadParameter(msg, param_hint="--set")
         try:
-            out[key] = orjson.loads(text)
-        except orjson.JSONDecodeError:
+            out[key] = loads_exact(text)
+        except ValueError as exc:
             msg = (
-                f"the value of {key!r} is not JSON: {text!r}"
-                " (quote strings, e.g. --set name='\"Ada\"')"
+                f"the value of {key!r} is not JSON: {text!r} ({exc};"
+                " quote strings, e.g. --set name='\"Ada\"')"
             )
             raise click.BadParameter(msg, param_hint="--set") from None
     return out
@@ -285,8 +285,8 @@ def left_unfinished(db: str, ids: list[str], spec: str) -> Iterator[None]:
 
 def json_object(text: str, option: str) -> dict[str, Any]:
     try:
-        fields = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
+        fields = loads_exact(text)
+    except ValueError as exc:
         msg = f"not JSON: {exc}"
         raise click.BadParameter(msg, param_hint=option) from None
     if not isinstance(fields, dict):

@@ -15,8 +15,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from eventstore import Commit, NewRun
 
 from .._errors import WorkflowError, WorkflowRuntimeError
@@ -27,7 +25,7 @@ from .._read import check_seq, run_info
 from .._seqs import fork_said
 from .._state import REFUSES_EVENTS, TERMINAL
 from .._workflow import Workflow
-from ..cli._common import import_object
+from ..cli._common import import_object, loads_exact
 from ..cli._operator import cancel_run
 from ..cli._render import show_dump
 
@@ -57,8 +55,8 @@ def _object(text: Any, what: str) -> dict[str, Any]:
     if not isinstance(text, str):
         raise ActionError(400, f"{what} must be a JSON object")
     try:
-        value = orjson.loads(text or "{}")
-    except orjson.JSONDecodeError as exc:
+        value = loads_exact(text or "{}")
+    except ValueError as exc:
         raise ActionError(400, f"{what} is not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise ActionError(400, f"{what} must be a JSON object, not {type(value).__name__}")

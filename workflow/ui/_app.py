@@ -32,6 +32,7 @@ from .._errors import WorkflowError
 from .._ownership import probe_owners
 from .._read import check_seq, fold_run, run_info, run_summaries, shown_status
 from .._workflow import Workflow
+from ..cli._common import loads_exact
 from ..cli._filters import RunFilter, parse_since, parse_statuses
 from ..cli._inspect import Viewer, failed_attempts, state_json
 from ..cli._timeline import WINDOW, render_page, timeline_data
@@ -275,8 +276,8 @@ class UI:
             msg = "actions take a JSON body (Content-Type: application/json)"
             return JSONResponse({"ok": False, "message": msg}, 415)
         try:
-            body = orjson.loads(await request.body() or b"{}")
-        except orjson.JSONDecodeError as exc:
+            body = loads_exact(await request.body() or b"{}")
+        except ValueError as exc:
             return JSONResponse({"ok": False, "message": f"the body is not JSON: {exc}"}, 400)
         if not isinstance(body, dict):
             return JSONResponse({"ok": False, "message": "the body must be a JSON object"}, 400)
