@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import logging
 import threading
 import time
 from collections import deque
@@ -20,8 +19,10 @@ from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import Any, Final, TypeVar
 
+from . import _lock_wait
 from ._backend import Backend, Busy
 from ._errors import StoreUnavailableError, WriterFailedError
+from ._lock_wait import run_waiting
 from ._loop_writer import LoopWriter, Outcome
 from ._writer import BatchWriter, Op
 
@@ -34,15 +35,6 @@ LAZY_FLUSH_S: Final = 0.05
 # How long a write on the event loop's thread may wait for the lock before the batch is
 # handed to the writer thread (which waits as long as it takes).
 INLINE_BUSY_MS: Final = 20
-# How long the writer thread waits, in all, for a write lock another connection holds
-# before it gives the batch up (StoreUnavailableError: nothing of it written); it says so
-# in the log at each busy timeout meanwhile. A lock held this long is a transaction left
-# open elsewhere (an SQLite shell, a browser of the file, a stopped process), not a writer.
-LOCK_WAIT_S: Final = 30.0
-# The writer thread's busy timeout: how long one attempt waits for the lock (SQLite's).
-WRITER_BUSY_MS: Final = 10_000
-
-_log = logging.getLogger("eventstore")
 
 _AnyFuture = asyncio.Future[Any] | concurrent.futures.Future[Any]
 # Told an operation's outcome (ok, then its result or exception) on the submitter's loop.
@@ -204,7 +196,7 @@ class Committer:
         be reached now: the next batch tries again."""
         try:
             writer = self.writer = BatchWriter(
-                self._backend.write_sql(busy_timeout_ms=WRITER_BUSY_MS)
+                self._backend.write_sql(busy_timeout_ms=_lock_wait.WRITER_BUSY_MS)
             )
         except Exception as exc:
             msg = f"cannot connect to write to {self._backend.where}: {exc}"
@@ -216,7 +208,7 @@ class Committer:
 
     def _write(self, writer: BatchWriter, items: list[_Item]) -> bool:
         try:
-            outcomes = self._run_blocking(writer, items)
+            outcomes = run_waiting(writer, [item.op for item in items], self._backend.where)
         except StoreUnavailableError as exc:
             # The connection went away mid-batch; the database may be fine. This batch is
             # in doubt (its callers are told), the store is not failed.
@@ -232,33 +224,6 @@ class Committer:
         self.transactions += 1
         self._settle(items, outcomes)
         return True
-
-    def _run_blocking(self, writer: BatchWriter, items: list[_Item]) -> list[tuple[bool, Any]]:
-        """The batch, waiting for the write lock up to :data:`LOCK_WAIT_S` in all.
-
-        :raises StoreUnavailableError: another connection held the lock all that time.
-        """
-        began = time.monotonic()
-        while True:
-            try:
-                return writer.run_batch([item.op for item in items])
-            except Busy as exc:
-                waited = time.monotonic() - began
-                where = self._backend.where
-                if waited >= LOCK_WAIT_S:
-                    msg = (
-                        f"{where}: another connection has held the write lock for"
-                        f" {waited:.0f} s (a transaction left open in another program?);"
-                        " nothing of this write was made"
-                    )
-                    raise StoreUnavailableError(msg) from exc
-                _log.warning(
-                    "%s: waiting for the write lock another connection holds (%.0f s so far;"
-                    " giving up after %.0f s)",
-                    where,
-                    waited,
-                    LOCK_WAIT_S,
-                )
 
     @staticmethod
     def _settle(items: Sequence[_Item], outcomes: Sequence[tuple[bool, Any]]) -> None:

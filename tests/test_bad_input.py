@@ -39,6 +39,7 @@ from workflow import (
     StopEvent,
     Workflow,
     WorkflowChangedError,
+    WorkflowRuntimeError,
     step,
 )
 
@@ -561,3 +562,33 @@ def test_seq_before_the_first_commit(tmp_path: Path, offset: int) -> None:
     with pytest.raises(CheckpointNotFoundError, match=message):
         _fork(wf, "run-1", seq)
     assert wf.state_at("run-1", first).seq >= first
+
+
+class Once(Workflow):
+    @step
+    async def only(self, ev: StartEvent) -> StopEvent:
+        return StopEvent(result="done")
+
+
+@pytest.mark.parametrize(
+    ("run_id", "says"),
+    [
+        ("", "run_id is empty"),
+        ("job-\ud800", "is not valid text (a lone surrogate at position 4)"),
+        (42, "run_id must be a string, not int"),
+    ],
+)
+async def test_a_run_id_the_store_cannot_keep_is_refused_by_every_way_in(
+    run_id: Any, says: str, tmp_path: Path
+) -> None:
+    """An empty id started a new random run each call (an unset variable, say, meant to
+    name one run); a lone surrogate failed deep in the store with a bare UnicodeEncodeError.
+    Both are refused at the call, with nothing written."""
+    wf = Once(store=tmp_path / "ids.db")
+    with pytest.raises(WorkflowRuntimeError, match=re.escape(says)):
+        wf.run(run_id=run_id)
+    with pytest.raises(WorkflowRuntimeError, match=re.escape(says)):
+        wf.submit(run_id=run_id)
+    assert wf.store.runs() == []
+    assert await wf.run(run_id="fine") == "done"
+    wf.store.close()

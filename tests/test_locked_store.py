@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import eventstore._committer as committer
+import eventstore._lock_wait as lock_wait
 from eventstore import StoreUnavailableError
 from workflow import Context, StartEvent, StopEvent, Workflow, step
 
@@ -26,8 +26,8 @@ async def test_a_lock_held_elsewhere_fails_the_run_after_the_wait_and_the_store_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Shorter waits than a user's (10 s a try, 30 s in all), the same rule.
-    monkeypatch.setattr(committer, "WRITER_BUSY_MS", 100)
-    monkeypatch.setattr(committer, "LOCK_WAIT_S", 0.5)
+    monkeypatch.setattr(lock_wait, "WRITER_BUSY_MS", 100)
+    monkeypatch.setattr(lock_wait, "LOCK_WAIT_S", 0.5)
     db = tmp_path / "runs.db"
     wf = Sets(store=db, timeout=None)
     assert await wf.run(run_id="before") == "ok"

@@ -12,7 +12,6 @@ the default start event. A dict's state this store has no run of is imported as 
 from __future__ import annotations
 
 import copy
-import uuid
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -26,6 +25,7 @@ from ._facade_control import fork_run, resume_run
 from ._fold import Folded
 from ._handler import WorkflowHandler, executor_of
 from ._lifecycle import point_of, run_is_live, same_workflow, state_dumps
+from ._run_ids import new_run_id
 
 if TYPE_CHECKING:
     from ._events import Event, StartEvent
@@ -124,7 +124,7 @@ def _context_records(dumps: dict[str, Any]) -> list[Record]:
 
 
 def _new_executor(wf: Facade, run_id: str | None) -> tuple[Executor, WorkflowHandler]:
-    run_id = run_id or uuid.uuid4().hex
+    run_id = new_run_id(run_id)
     if wf.__workflow_parts__.store.get_run(run_id) is not None:
         msg = f"run {run_id!r} already exists; a run from a context starts a new run"
         raise WorkflowRuntimeError(msg)

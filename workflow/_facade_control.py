@@ -20,6 +20,7 @@ from ._live_runs import live_executor, register
 from ._log_refs import as_fork
 from ._read import refuse_cut
 from ._renames import moves_for
+from ._run_ids import new_run_id
 from ._state import REFUSES_EVENTS, Checkpoint
 from ._state_versions import resume_upcast
 
@@ -138,7 +139,7 @@ def start_run(wf: Facade, start_event: StartEvent, run_id: str | None) -> Workfl
     """``wf.run(...)`` without a context: a new run from ``start_event``, or the resume of
     ``run_id`` when that run exists already."""
     parts = wf.__workflow_parts__
-    run_id = run_id or uuid.uuid4().hex
+    run_id = new_run_id(run_id)
     if parts.store.get_run(run_id) is not None:
         return wf.resume(run_id)
     records = parts.start_records(start_event)  # a start event the log cannot hold: here
@@ -153,7 +154,7 @@ def submit_run(wf: Facade, start_event: StartEvent, run_id: str | None) -> str:
     """``wf.submit(...)``: records a new run's first commit for a worker to claim (a run
     that exists is left as it is) and returns its id."""
     parts = wf.__workflow_parts__
-    run_id = run_id or uuid.uuid4().hex
+    run_id = new_run_id(run_id)
     if parts.store.get_run(run_id) is not None:
         return run_id
     # "submitted" in its row: listings tell it, until a worker claims it, from a run
