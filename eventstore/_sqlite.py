@@ -145,7 +145,10 @@ def open_database(
         if version is None:
             raise NotAStoreError(path, "an empty SQLite database, not yet an event store")
         return f"{file.resolve().as_uri()}?mode=ro", True, version
-    conn = connect(str(file), uri=False, readonly=False, durability=durability, memory=False)
+    # Absolute: a relative name starting "file:" would be read by SQLite as a URI naming
+    # another file (the store made at the literal path, then an empty one opened beside it).
+    target = os.path.abspath(file)
+    conn = connect(target, uri=False, readonly=False, durability=durability, memory=False)
     try:
         if version is None:
             _prepare_in_place(conn)
@@ -155,7 +158,7 @@ def open_database(
     finally:
         conn.close()
     _sweep(Path(os.path.realpath(file)))
-    return str(file), False, SCHEMA_VERSION
+    return target, False, SCHEMA_VERSION
 
 
 # ------------------------------------------------------------------ creating a store

@@ -193,3 +193,20 @@ def test_creation_without_hard_links_creates_in_place(
     works(path)
     assert pragma(path, "auto_vacuum") == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"]
+
+
+def test_a_relative_path_starting_file_colon_is_a_path_not_a_uri(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite reads a name starting ``file:`` as a URI: the store was made at the literal
+    path, then an empty database opened beside it (reported as a damaged store). The path
+    is the file, for writing and for reading alike, and nothing else is made."""
+    monkeypatch.chdir(tmp_path)
+    with EventStore("file:runs.db") as store:
+        store.append_sync(Commit("r", [Record("note", None, '"x"')], create=NewRun()))
+    with EventStore("file:runs.db", readonly=True) as store:
+        assert [r.payload for r in store.records("r")] == ['"x"']
+    # The store's own files only (the WAL and its index beside it), none named "runs.db".
+    assert all(p.name.startswith("file:runs.db") for p in tmp_path.iterdir()), list(
+        tmp_path.iterdir()
+    )
