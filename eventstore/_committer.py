@@ -130,6 +130,18 @@ class Committer:
         self.operations = 0
         self.transactions = 0
 
+    def _named(self, exc: WriterFailedError) -> WriterFailedError:
+        """The failure, naming the store (and, for a file it may not write, why)."""
+        msg = f"{self._backend.where}: {exc}"
+        if "readonly database" in str(exc):
+            msg += (
+                " (this process may not write the file or its folder: check their"
+                " permissions and owner, or open the store with readonly=True to read it)"
+            )
+        named = WriterFailedError(msg)
+        named.__cause__ = exc.__cause__ or exc
+        return named
+
     def _check_writable(self) -> None:
         self._guard()
         if self.failed is not None:
@@ -214,11 +226,11 @@ class Committer:
             # in doubt (its callers are told), the store is not failed.
             self._settle(items, [(False, exc)] * len(items))
             return False
-        except WriterFailedError as exc:
-            self.failed = exc
+        except WriterFailedError as failed:
+            named = self.failed = self._named(failed)
             while self._queue:
                 items.append(self._queue.popleft())
-            self._settle(items, [(False, exc)] * len(items))
+            self._settle(items, [(False, named)] * len(items))
             return False
         self.operations += len(items)
         self.transactions += 1
@@ -433,8 +445,8 @@ class Committer:
             for item in items:
                 self._enqueue(item)
             return
-        except WriterFailedError as exc:
-            self.failed = exc
+        except WriterFailedError as failed:
+            exc = self.failed = self._named(failed)
             outcomes = [(False, exc)] * len(items)
         else:
             self.operations += len(items)

@@ -7,11 +7,13 @@ import asyncio
 import logging
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import eventstore._lock_wait as lock_wait
-from eventstore import StoreUnavailableError
+import eventstore._sqlite as sqlite_mod
+from eventstore import EventStore, StoreUnavailableError, WriterFailedError
 from workflow import Context, StartEvent, StopEvent, Workflow, step
 
 
@@ -53,3 +55,33 @@ async def test_a_lock_held_elsewhere_fails_the_run_after_the_wait_and_the_store_
     assert await wf.run(run_id="after") == "ok"
     assert {r.run_id for r in wf.store.runs()} >= {"before", "after"}
     wf.store.close()
+
+
+async def test_a_file_this_process_may_not_write_is_named_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's "attempt to write a readonly database" (a file or folder this process may
+    not write: its permissions, its owner) names the store and says what to look at."""
+    db = tmp_path / "runs.db"
+    first = Sets(store=db)
+    assert await first.run(run_id="before") == "ok"
+    first.store.close()
+    real = sqlite_mod.connect
+
+    def read_only(*args: Any, **kw: Any) -> sqlite3.Connection:
+        conn = real(*args, **kw)
+        conn.execute("PRAGMA query_only = 1")  # as SQLite refuses a file it cannot write
+        return conn
+
+    monkeypatch.setattr(sqlite_mod, "connect", read_only)
+    wf = Sets(store=db)
+    with pytest.raises(WriterFailedError) as err:
+        await wf.run(run_id="during")
+    message = str(err.value)
+    assert message.startswith(f"{db}: "), message
+    assert "attempt to write a readonly database" in message, message
+    assert "check their permissions and owner" in message
+    monkeypatch.undo()
+    wf.store.close()
+    with EventStore(db, readonly=True) as store:  # nothing already committed was lost
+        assert [r.run_id for r in store.runs()] == ["before"]
