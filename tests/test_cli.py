@@ -977,3 +977,17 @@ def test_readme_shows_these_outputs() -> None:
     text = _no_times((Path(__file__).resolve().parent.parent / "README.md").read_text())
     for key, block in README.items():
         assert _no_times(block).strip() in text, f"README block {key!r} is not the output"
+
+
+def test_a_dict_result_is_shown_in_its_own_key_order() -> None:
+    """``run … finished: {...}`` shows a dict as the step built it (reprlib sorts keys),
+    still bounded: nested levels and long dicts are cut."""
+    from workflow.cli._render import show_typed
+
+    assert show_typed({"total": 3, "ids": [1, 2], "count": {"z": 1, "a": 2}}) == (
+        "{'total': 3, 'ids': [1, 2], 'count': {'z': 1, 'a': 2}}"
+    )
+    many = show_typed({f"k{i:02}": i for i in range(25, 0, -1)}, 2000)
+    assert many.startswith("{'k25': 25, 'k24': 24,")
+    assert many.endswith(", ...}")
+    assert show_typed({"a": {"b": {"c": {"d": {"e": 1}}}}}) == "{'a': {'b': {'c': {'d': {...}}}}}"

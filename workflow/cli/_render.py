@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import itertools
 import reprlib
 import shutil
 from collections.abc import Callable, Iterable, Sequence
@@ -84,7 +85,25 @@ def show_dump(value: Any, limit: int = 120) -> str:
     return "".join(out.parts)
 
 
-_repr = reprlib.Repr()
+class _InOrder(reprlib.Repr):
+    """reprlib's bounds, with a dict's keys in their order (reprlib sorts them, so a result
+    read back would not look like the value the step returned)."""
+
+    def repr_dict(self, x: dict[Any, Any], level: int) -> str:
+        if not x:
+            return "{}"
+        if level <= 0:
+            return "{" + self.fillvalue + "}"
+        pieces = [
+            f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}"
+            for k, v in itertools.islice(x.items(), self.maxdict)
+        ]
+        if len(x) > self.maxdict:
+            pieces.append(self.fillvalue)
+        return "{" + ", ".join(pieces) + "}"
+
+
+_repr = _InOrder()
 _repr.maxstring = 200
 _repr.maxother = 200
 _repr.maxlist = _repr.maxtuple = _repr.maxset = _repr.maxfrozenset = _repr.maxdict = 20
