@@ -574,6 +574,7 @@ class Once(Workflow):
     ("run_id", "says"),
     [
         ("", "run_id is empty"),
+        ("  ", "run_id is blank ('  ')"),
         ("job-\ud800", "is not valid text (a lone surrogate at position 4)"),
         (42, "run_id must be a string, not int"),
     ],

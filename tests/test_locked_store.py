@@ -14,6 +14,7 @@ import pytest
 import eventstore._lock_wait as lock_wait
 import eventstore._sqlite as sqlite_mod
 from eventstore import EventStore, StoreUnavailableError, WriterFailedError
+from tests.test_cli import invoke, ok
 from workflow import Context, StartEvent, StopEvent, Workflow, step
 
 
@@ -85,3 +86,25 @@ async def test_a_file_this_process_may_not_write_is_named_with_the_reason(
     wf.store.close()
     with EventStore(db, readonly=True) as store:  # nothing already committed was lost
         assert [r.run_id for r in store.runs()] == ["before"]
+
+
+def test_workflow_run_on_a_locked_store_says_the_run_was_not_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the shell the same refusal is one line that says what became of the run."""
+    monkeypatch.setattr(lock_wait, "WRITER_BUSY_MS", 100)
+    monkeypatch.setattr(lock_wait, "LOCK_WAIT_S", 0.5)
+    db = tmp_path / "runs.db"
+    ok("run", db, "--workflow", "tests.flows:EchoesTypes", "--run-id", "before")
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        result = invoke("run", db, "--workflow", "tests.flows:EchoesTypes", "--run-id", "locked")
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert result.stdout.startswith("run locked was not started: StoreUnavailableError: "), (
+        result.stdout
+    )
+    assert "held the write lock" in result.stdout

@@ -15,15 +15,16 @@ def new_run_id(run_id: object) -> str:
     An empty id is refused rather than replaced (each call would start another run, where
     the caller meant one: an unset variable, say), as is one the log cannot hold as text.
 
-    :raises WorkflowRuntimeError: not a string, empty, or not encodable as UTF-8.
+    :raises WorkflowRuntimeError: not a string, empty or blank, or not encodable as UTF-8.
     """
     if run_id is None:
         return uuid.uuid4().hex
     if not isinstance(run_id, str):
         msg = f"run_id must be a string, not {type(run_id).__name__}"
         raise WorkflowRuntimeError(msg)
-    if not run_id:
-        msg = "run_id is empty: pass a non-empty id, or none for a new random one"
+    if not run_id.strip():
+        what = "empty" if not run_id else f"blank ({run_id!r})"
+        msg = f"run_id is {what}: pass a non-empty id, or none for a new random one"
         raise WorkflowRuntimeError(msg)
     try:
         run_id.encode("utf-8")

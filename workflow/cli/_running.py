@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shlex
 import sys
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ from typing import Any, Final
 import click
 import orjson
 
-from eventstore import EventStore, class_name
+from eventstore import EventStore, StoreUnavailableError, class_name
 
 from .._errors import (
     DeprecatedPatchError,
@@ -192,6 +193,8 @@ async def _settle(handler: WorkflowHandler) -> tuple[str, Any]:
         return "cancelled", exc
     except WorkflowTimeoutError as exc:  # resumable, with a fresh timeout
         return "timed_out", exc
+    except StoreUnavailableError as exc:  # the store could not be written: nothing is lost
+        return "interrupted", exc
     except Exception as exc:  # the user's step raised: that is the run's outcome, not ours
         return "failed", exc
 
@@ -247,7 +250,13 @@ def report(
             " an answer it waits for can be sent first)"
         )
     elif status == "interrupted":
-        click.echo(f"run {run_id} stopped, still resumable: {type(value).__name__}: {value}")
+        why = f"{type(value).__name__}: {value}"
+        if wf.store.get_run(run_id) is None:  # its first commit could not be written
+            click.echo(f"run {run_id} was not started: {why}")
+        else:
+            q = shlex.quote
+            resume = f"workflow resume {q(db)} {q(run_id)} --workflow {q(spec)}"
+            click.echo(f"run {run_id} stopped, still resumable (`{resume}`): {why}")
     elif status == "cancelled":
         q = shlex.quote
         resume = f"workflow resume {q(db)} {q(run_id)} --cancelled --workflow {q(spec)}"
@@ -287,7 +296,7 @@ def json_object(text: str, option: str) -> dict[str, Any]:
     try:
         fields = loads_exact(text)
     except ValueError as exc:
-        msg = f"not JSON: {exc}"
+        msg = f"not JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc)
         raise click.BadParameter(msg, param_hint=option) from None
     if not isinstance(fields, dict):
         msg = "must be a JSON object of the event's fields"
