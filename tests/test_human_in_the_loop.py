@@ -561,6 +561,9 @@ def test_workflow_send_to_a_timed_out_run_says_the_resume_takes_it_in(tmp_path: 
         wf.store.close()
 
     asyncio.run(times_out())
+    timed_out = cli_ok("history", db, "q", "--kind", "run_timed_out")
+    assert "s of execution" in timed_out, timed_out
+    assert "'elapsed'" not in timed_out, timed_out
     data = json.dumps({"response": "cy"})
     sent = cli_ok("send", db, "q", "--event", "workflow:HumanResponseEvent", "--data", data)
     assert "the run timed out: `workflow resume` takes it in" in sent, sent

@@ -129,6 +129,15 @@ def _line(kind: str) -> Callable[[LineT], LineT]:
     return register
 
 
+@_line(journal.RUN_TIMED_OUT)
+def _run_timed_out(payload: Any, show: Show, limit: int) -> str:
+    elapsed = payload.get("elapsed") if isinstance(payload, dict) else None
+    if not isinstance(elapsed, int | float) or isinstance(elapsed, bool):
+        return "" if payload == {} else show_dump(payload, limit)
+    rest = {k: v for k, v in payload.items() if k != "elapsed"}
+    return f"after {elapsed:.3f} s of execution" + (f" {show_dump(rest, limit)}" if rest else "")
+
+
 @_line(journal.RUN_STARTED)
 def _run_started(payload: journal.RunStarted, show: Show, limit: int) -> str:
     parent = payload.get("parent")
