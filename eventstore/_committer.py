@@ -22,7 +22,6 @@ from typing import Any, Final, TypeVar
 from . import _lock_wait
 from ._backend import Backend, Busy
 from ._errors import StoreUnavailableError, WriterFailedError
-from ._lock_wait import run_waiting
 from ._loop_writer import LoopWriter, Outcome
 from ._writer import BatchWriter, Op
 
@@ -220,7 +219,8 @@ class Committer:
 
     def _write(self, writer: BatchWriter, items: list[_Item]) -> bool:
         try:
-            outcomes = run_waiting(writer, [item.op for item in items], self._backend.where)
+            ops = [item.op for item in items]
+            outcomes = _lock_wait.run_waiting(writer, ops, self._backend.where)
         except StoreUnavailableError as exc:
             # The connection went away mid-batch; the database may be fine. This batch is
             # in doubt (its callers are told), the store is not failed.

@@ -44,6 +44,7 @@ from workflow import (
     Workflow,
     WorkflowCancelledError,
     WorkflowError,
+    WorkflowHandler,
     step,
 )
 from workflow._fold import Folded, fold
@@ -422,18 +423,24 @@ async def test_a_dict_from_another_store_is_imported_as_a_new_run(tmp_path: Path
 # ---------------------------------------------------------------------- LlamaIndex's HITL
 
 
-async def test_pause_and_resume_as_llamaindex_documents_it(store: EventStore) -> None:
-    """handler.ctx.to_dict() at the question, cancel_run(), later from_dict and
-    run(ctx=restored): the question is asked again and the answer sent arrives."""
-    wf = Ask(store=store)
-    handler = wf.run(who="doc")
-    ctx_dict = None
+async def _paused_at_the_question(handler: WorkflowHandler) -> dict[str, Any] | None:
+    """LlamaIndex's documented pause: at the first InputRequiredEvent streamed, the
+    context's dict, then cancel_run() (None if no question came)."""
     async with asyncio.timeout(BOUND):
         async for ev in handler.stream_events():
             if isinstance(ev, InputRequiredEvent):
                 ctx_dict = handler.ctx.to_dict()
                 await handler.cancel_run()
-                break
+                return ctx_dict
+    return None
+
+
+async def test_pause_and_resume_as_llamaindex_documents_it(store: EventStore) -> None:
+    """handler.ctx.to_dict() at the question, cancel_run(), later from_dict and
+    run(ctx=restored): the question is asked again and the answer sent arrives."""
+    wf = Ask(store=store)
+    handler = wf.run(who="doc")
+    ctx_dict = await _paused_at_the_question(handler)
     with pytest.raises(WorkflowCancelledError):
         await handler
     assert ctx_dict is not None
@@ -513,13 +520,7 @@ async def test_separate_steps_pause_resumes_on_a_store_of_its_own() -> None:
     which does not ask again."""
     wf = Asks()
     handler = wf.run()
-    ctx_dict = None
-    async with asyncio.timeout(BOUND):
-        async for ev in handler.stream_events():
-            if isinstance(ev, InputRequiredEvent):
-                ctx_dict = handler.ctx.to_dict()
-                await handler.cancel_run()
-                break
+    ctx_dict = await _paused_at_the_question(handler)
     assert ctx_dict is not None
     elsewhere = Asks()  # a store of its own, as in a new process
     handler = elsewhere.run(ctx=Context.from_dict(elsewhere, json.loads(json.dumps(ctx_dict))))

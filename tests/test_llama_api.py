@@ -680,19 +680,22 @@ async def test_test_runner_collects_what_a_run_streams() -> None:
 # ---------------------------------------------------------------- humans
 
 
+class AsksAB(Workflow):
+    """Step ``a`` asks; step ``b`` takes the answer."""
+
+    @step
+    async def a(self, ev: StartEvent) -> InputRequiredEvent:
+        return InputRequiredEvent(prefix="?")
+
+    @step
+    async def b(self, ev: HumanResponseEvent) -> StopEvent:
+        return StopEvent(result=ev.response)
+
+
 async def test_send_event_to_a_step_that_does_not_exist() -> None:
     """``handler.send_event(ev, step=...)`` names a step the workflow lacks as an error."""
 
-    class Asks(Workflow):
-        @step
-        async def a(self, ev: StartEvent) -> InputRequiredEvent:
-            return InputRequiredEvent(prefix="?")
-
-        @step
-        async def b(self, ev: HumanResponseEvent) -> StopEvent:
-            return StopEvent(result=ev.response)
-
-    handler = Asks().run()
+    handler = AsksAB().run()
     with pytest.raises(WorkflowStepDoesNotExistError, match="Step nope does not exist"):
         await handler.send_event(HumanResponseEvent(response="x"), step="nope")
     await handler.send_event(HumanResponseEvent(response="x"), step="b")
@@ -749,16 +752,7 @@ async def test_send_event_from_outside_to_a_step_that_would_not_take_it() -> Non
     """From outside a step (``handler.ctx.send_event``, ``handler.send_event``) the step
     named is checked the same way, and the run goes on unharmed."""
 
-    class Asks(Workflow):
-        @step
-        async def a(self, ev: StartEvent) -> InputRequiredEvent:
-            return InputRequiredEvent(prefix="?")
-
-        @step
-        async def b(self, ev: HumanResponseEvent) -> StopEvent:
-            return StopEvent(result=ev.response)
-
-    handler = Asks().run()
+    handler = AsksAB().run()
     assert handler.ctx is not None
     with pytest.raises(WorkflowRuntimeError, match="Step a does not accept event of type"):
         handler.ctx.send_event(HumanResponseEvent(response="x"), step="a")

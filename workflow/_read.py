@@ -172,20 +172,15 @@ def fold_run(
     # wrote since (its records not in ``info``) is not one to check against it.
     upto = seq if seq is not None else info.last_seq
     if cached and upto is not None:
-        below: int | None = None
-        while True:
-            try:
-                snap = store.find_snapshot(run_id, upto, below=below, version=FOLD_VERSION)
-            except SnapshotUnreadableError as exc:  # damaged text: the one before it
-                _ignored(run_id, exc.seq, str(exc))
-                below = exc.seq
-                continue
-            if snap is None:
-                break
+
+        def unreadable(exc: SnapshotUnreadableError) -> None:
+            # Told from inside _newest_first: two frames deeper than a call from here.
+            _ignored(run_id, exc.seq, str(exc), deeper=2)
+
+        for snap in _newest_first(store, run_id, upto, FOLD_VERSION, unreadable):
             state = _from_snapshot(store, info, snap, seq)
             if state is not None:
                 return state
-            below = snap.seq
     state = start_state(store, info, cached=cached, wrap=wrap)
     records = records_upto(store, run_id, seq)
     return fold(state, records if wrap is None else wrap(records))
@@ -249,22 +244,34 @@ def snapshots(
 ) -> list[Snapshot]:
     """The run's snapshots, oldest first (for ``workflow check``, export and tests: reads
     all). One whose text cannot be read at all is passed over, told to ``unreadable``."""
-    out: list[Snapshot] = []
+    told = (lambda exc: None) if unreadable is None else unreadable.append
+    out = list(_newest_first(store, run_id, None, None, told))
+    out.reverse()
+    return out
+
+
+def _newest_first(
+    store: EventStore,
+    run_id: str,
+    upto: int | None,
+    version: int | None,
+    unreadable: Callable[[SnapshotUnreadableError], None],
+) -> Iterator[Snapshot]:
+    """The run's snapshots at seqs up to ``upto`` (of ``version``), newest first, each read
+    when the one after it is passed over; one whose text cannot be read at all is told to
+    ``unreadable`` and passed over too."""
     below: int | None = None
     while True:
         try:
-            snap = store.find_snapshot(run_id, below=below)
+            snap = store.find_snapshot(run_id, upto, below=below, version=version)
         except SnapshotUnreadableError as exc:
-            if unreadable is not None:
-                unreadable.append(exc)
+            unreadable(exc)
             below = exc.seq
             continue
         if snap is None:
-            break
-        out.append(snap)
+            return
+        yield snap
         below = snap.seq
-    out.reverse()
-    return out
 
 
 def _from_snapshot(
@@ -287,8 +294,8 @@ def _from_snapshot(
         return full
 
 
-def _ignored(run_id: str, seq: int, reason: str) -> None:
-    warnings.warn(SnapshotIgnoredWarning(run_id, seq, reason), stacklevel=4)
+def _ignored(run_id: str, seq: int, reason: str, *, deeper: int = 0) -> None:
+    warnings.warn(SnapshotIgnoredWarning(run_id, seq, reason), stacklevel=4 + deeper)
 
 
 def live_status(status: str, only_waiters: bool, owned: bool) -> str:
