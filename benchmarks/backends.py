@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from eventstore import Durability, EventStore
+from eventstore import _pg_connect as pg_connect
 from workflow import Context, Event, StartEvent, StopEvent, Worker, Workflow, step
 
 from . import _peers
@@ -209,9 +210,11 @@ def new_store(backend: Backend, tmp: Path) -> Iterator[str]:
 
     schema = f"bench_{tag}"
     try:
-        yield f"{POSTGRES_URL}?schema={schema}"
+        yield f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}schema={schema}"
     finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        # The URL as libpq reads it (without the store's own parameters).
+        conninfo, _ = pg_connect.split(POSTGRES_URL)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 

@@ -144,6 +144,9 @@ class LoopWriteSQL(ServerWriteSQL, Protocol):
     without blocking: it sends a batch, the loop waits on the socket (free meanwhile for
     other tasks), and the reply is read when it came. No thread hand-off either way."""
 
+    # Seconds the loop may busy-wait for a reply before it sleeps (0: never).
+    reply_spin_s: float
+
     @property
     def broken(self) -> bool:
         """Whether the connection is gone (the server may be fine)."""

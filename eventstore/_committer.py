@@ -352,7 +352,9 @@ class Committer:
         if sql is None:
             self._loop_writes = False  # none ready: the writer thread connects
             return None
-        self._loop_writer = LoopWriter(loop, sql, self._loop_done, lazy_s=LAZY_FLUSH_S)
+        self._loop_writer = LoopWriter(
+            loop, sql, self._loop_done, lazy_s=LAZY_FLUSH_S, spin_s=sql.reply_spin_s
+        )
         return self._loop_writer
 
     def _loop_done(self, items: Sequence[Any], outcome: Outcome) -> None:

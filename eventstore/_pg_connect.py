@@ -1,7 +1,9 @@
 """PostgreSQL connections of a store: its URL read as libpq reads one, and connecting.
 
-``postgresql://user@host/db?schema=name`` keeps the store's tables in ``name`` (the
-``schema`` parameter is ours; the rest of the URL goes to libpq). The tables themselves are
+``postgresql://user@host/db?schema=name`` keeps the store's tables in ``name``;
+``reply_spin_us=N`` bounds how long the event loop busy-waits for a commit's reply before
+it sleeps (:mod:`._loop_writer`; 0 never does). Those two parameters are ours; the rest of
+the URL goes to libpq. The tables themselves are
 :mod:`._pg_schema`'s; the backend that uses these connections is :mod:`._postgres`'s.
 """
 
@@ -26,6 +28,11 @@ UNAVAILABLE_ERRORS: Final[tuple[type[BaseException], ...]] = (
     (psycopg.OperationalError, psycopg.InterfaceError) if psycopg is not None else ()
 )
 CONNECT_TIMEOUT_S: Final = "10"  # seconds, unless the URL says connect_timeout=
+# Microseconds the event loop keeps polling for a commit's reply, unless the URL says
+# reply_spin_us=: the loop benchmark's replies come 150-250 us after the call is sent.
+REPLY_SPIN_US: Final = 500
+_MAX_SPIN_US: Final = 100_000
+_OURS: Final = frozenset({"schema", "reply_spin_us"})
 _IDENT: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 __all__ = [
@@ -35,6 +42,7 @@ __all__ = [
     "is_url",
     "pg_errors",
     "psycopg",
+    "reply_spin_s",
     "require",
     "split",
     "where",
@@ -104,7 +112,7 @@ def _params(url: str) -> tuple[dict[str, str], str]:
         value = _decoded(raw_value, f"{key!r} parameter")
         if key == "schema":
             schema = value
-        elif key:
+        elif key and key not in _OURS:
             params[key] = value
     if not _IDENT.match(schema):
         msg = (
@@ -115,6 +123,27 @@ def _params(url: str) -> tuple[dict[str, str], str]:
     # libpq waits as long as TCP does (minutes) for a host that does not answer: say so sooner.
     params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     return params, schema
+
+
+def reply_spin_s(url: str) -> float:
+    """How long (seconds) a writer on the event loop busy-waits for a reply: the URL's
+    ``reply_spin_us``, else :data:`REPLY_SPIN_US`.
+
+    :raises ValueError: not a whole number of microseconds from 0 to 100000.
+    """
+    query = urlsplit(url).query
+    spin = str(REPLY_SPIN_US)
+    for item in query.split("&") if query else []:
+        raw_key, _, raw_value = item.partition("=")
+        if _decoded(raw_key, "query") == "reply_spin_us":
+            spin = _decoded(raw_value, "'reply_spin_us' parameter")
+    if not (spin.isascii() and spin.isdigit()) or int(spin) > _MAX_SPIN_US:
+        msg = (
+            "the URL's ?reply_spin_us= parameter must be a whole number of microseconds"
+            f" from 0 to {_MAX_SPIN_US}, not {spin!r}"
+        )
+        raise ValueError(msg)
+    return int(spin) / 1e6
 
 
 def _quoted(value: str) -> str:

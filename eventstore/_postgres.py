@@ -24,6 +24,7 @@ from ._pg_connect import (
     is_url,
     pg_errors,
     psycopg,
+    reply_spin_s,
     split,
     where,
 )
@@ -279,8 +280,9 @@ class PostgresWriteSQL:
 
     errors = (psycopg.Error,) if psycopg is not None else ()
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, *, reply_spin_s: float = 0.0) -> None:
         self.raw = raw
+        self.reply_spin_s = reply_spin_s
         self._prepared = False
         self._results: list[Any] = []  # of the call in flight, read so far
         raw.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
@@ -399,6 +401,7 @@ class PostgresBackend:
     writes_inline = False  # each write waits for the server: the event loop must not
 
     def __init__(self, url: str, *, readonly: bool, durability: str) -> None:
+        self._reply_spin_s = reply_spin_s(url)  # a bad value is refused before connecting
         self.schema_version = open_database(url, readonly=readonly)
         self._url = url
         self._durability = durability
@@ -418,7 +421,8 @@ class PostgresBackend:
         return connect(self._url, readonly=True, durability=self._durability)
 
     def _new_writer(self) -> PostgresWriteSQL:
-        return PostgresWriteSQL(connect(self._url, readonly=False, durability=self._durability))
+        raw = connect(self._url, readonly=False, durability=self._durability)
+        return PostgresWriteSQL(raw, reply_spin_s=self._reply_spin_s)
 
     def loop_write_sql(self) -> PostgresWriteSQL | None:
         """The write connection made at opening, for a writer on the event loop's thread

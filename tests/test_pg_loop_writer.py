@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from eventstore import Commit, EventStore, NewRun, Record, StoreUnavailableError
 from eventstore._backend import Request
+from eventstore._loop_writer import LoopWriter
+from eventstore._pg_connect import REPLY_SPIN_US
 from eventstore._postgres import PostgresWriteSQL, _any_params, _plain_params
 from tests.conftest import POSTGRES_URL, postgres_location, postgres_store
 from tests.test_engine import Linear
@@ -222,3 +224,78 @@ def test_other_batches_take_the_general_path() -> None:
         Request("append", "r", Commit("r", [_rec("a")], snapshot=(1, "{}"))),
     ):
         assert _plain_params([plain, other]) is None
+
+
+# --------------------------------------------------------------- busy waits for a reply
+
+
+def _loop_writer(pg: EventStore) -> LoopWriter:
+    writer = pg._committer._loop_writer
+    assert writer is not None
+    return writer
+
+
+async def test_a_run_s_calls_are_waited_for_both_ways_and_written_in_order() -> None:
+    """By default the loop busy-waits for replies while that measures faster, and tries
+    sleeping every 16th call; either way each commit lands, in order."""
+    with postgres_store() as pg:
+        await pg.append(Commit("r", [_rec("a")], create=NewRun()))
+        for i in range(80):
+            await pg.append(Commit("r", [_rec(f"k{i}")], epoch=0))
+        wait = _loop_writer(pg).reply_wait
+        assert wait.spin_s == pytest.approx(REPLY_SPIN_US / 1e6)
+        assert wait.busy_s
+        assert wait.asleep_s
+        assert [r.kind for r in pg.records("r")] == ["a"] + [f"k{i}" for i in range(80)]
+
+
+async def test_reply_spin_us_0_never_waits_busily() -> None:
+    with postgres_location() as url:
+        pg = EventStore(f"{url}&reply_spin_us=0")
+        try:
+            await pg.append(Commit("r", [_rec("a")], create=NewRun()))
+            for i in range(20):
+                await pg.append(Commit("r", [_rec(f"k{i}")], epoch=0))
+            wait = _loop_writer(pg).reply_wait
+            assert not wait.busy_s
+            assert len(wait.asleep_s) == 16  # the last 16 calls' cycles
+        finally:
+            pg.close()
+
+
+async def test_a_busy_wait_lets_the_loop_s_other_tasks_run_and_a_late_reply_lands() -> None:
+    """A call held up by the server (its seq row locked by another session) while the
+    loop waits busily for up to 0.1 s: the loop's other tasks keep running meanwhile,
+    and the reply, which outlasts the wait, is read once it comes."""
+    with postgres_location() as url:
+        pg = EventStore(f"{url}&reply_spin_us=100000")
+        try:
+            await pg.append(Commit("r", [_rec("a")], create=NewRun()))
+            wait = _loop_writer(pg).reply_wait
+            wait.busy_s.extend([1e-4] * 16)  # as if busy waits had been the faster
+            wait.asleep_s.extend([1e-3] * 16)
+            wait._calls = 0
+            ticks = 0
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0)
+
+            with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+                schema = url.rsplit("schema=", 1)[1]
+                admin.execute("BEGIN")
+                admin.execute(f"SELECT 1 FROM \"{schema}\".meta WHERE key = 'last_seq' FOR UPDATE")
+                commit = pg.submit(Commit("r", [_rec("b")], epoch=0))
+                counting = asyncio.create_task(ticker())
+                await asyncio.sleep(0.25)
+                assert not commit.done()
+                assert ticks > 100
+                admin.execute("COMMIT")
+            assert (await asyncio.wait_for(commit, 10)).last_seq == 2
+            counting.cancel()
+            assert _loop_writer(pg)._busy  # the call that waited was waited for busily
+            assert [r.kind for r in pg.records("r")] == ["a", "b"]
+        finally:
+            pg.close()
