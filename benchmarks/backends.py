@@ -33,6 +33,10 @@ durability "full": DBOS commits with the server's ``synchronous_commit`` (on by 
 ours at "normal" with it off for its sessions (the last commits may be lost on a server
 crash, as SQLite's "normal" may lose them on a power loss), at "full" with it on.
 
+With PostgreSQL, each repetition also runs the loop on a store whose URL says
+``reply_spin_us=0`` (the event loop never busy-waits for a commit's reply), beside the
+default (it does while that measures faster): both as ratios to SQLite's time.
+
 PostgreSQL is ``BENCH_POSTGRES_URL`` (else ``DW_TEST_POSTGRES``, else the local test
 database); each store is a schema of its own, dropped afterwards. ``BENCH_POSTGRES=1``
 includes PostgreSQL, ``BENCH_POSTGRES=0`` leaves it out; unset, the full mode includes it
@@ -101,6 +105,7 @@ POSTGRES_URL = (
     or "postgresql://postgres@127.0.0.1/test"
 )
 WORKER_CMD = ("-m", "benchmarks.backends", "worker")
+ASLEEP = "&reply_spin_us=0"  # the store URL's parameter: never busy-wait for a reply
 
 Backend = Literal["sqlite", "postgres"]
 LABEL: dict[Backend, str] = {"sqlite": "SQLite (file, normal)", "postgres": "PostgreSQL"}
@@ -200,8 +205,9 @@ def postgres_info() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def new_store(backend: Backend, tmp: Path) -> Iterator[str]:
-    """The target of a new, empty store (a file, or a PostgreSQL schema dropped after)."""
+def new_store(backend: Backend, tmp: Path, query: str = "") -> Iterator[str]:
+    """The target of a new, empty store (a file, or a PostgreSQL schema dropped after,
+    its URL ending with ``query``: more parameters, such as ``&reply_spin_us=0``)."""
     tag = uuid.uuid4().hex[:12]
     if backend == "sqlite":
         yield str(tmp / f"{NAME}-{tag}.db")
@@ -210,7 +216,7 @@ def new_store(backend: Backend, tmp: Path) -> Iterator[str]:
 
     schema = f"bench_{tag}"
     try:
-        yield f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}schema={schema}"
+        yield f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}schema={schema}{query}"
     finally:
         # The URL as libpq reads it (without the store's own parameters).
         conninfo, _ = pg_connect.split(POSTGRES_URL)
@@ -222,19 +228,29 @@ def new_store(backend: Backend, tmp: Path) -> Iterator[str]:
 
 
 def time_flow(
-    cls: type[Workflow], n: int, backend: Backend, tmp: Path, durability: Durability = "normal"
+    cls: type[Workflow],
+    n: int,
+    backend: Backend,
+    tmp: Path,
+    durability: Durability = "normal",
+    query: str = "",
 ) -> float:
     """Seconds one run of ``cls`` with ``n=n`` takes on a new store of ``backend``."""
-    return time_flow_cpu(cls, n, backend, tmp, durability)[0]
+    return time_flow_cpu(cls, n, backend, tmp, durability, query)[0]
 
 
 def time_flow_cpu(
-    cls: type[Workflow], n: int, backend: Backend, tmp: Path, durability: Durability = "normal"
+    cls: type[Workflow],
+    n: int,
+    backend: Backend,
+    tmp: Path,
+    durability: Durability = "normal",
+    query: str = "",
 ) -> tuple[float, float]:
     """Wall seconds of one run of ``cls`` with ``n=n`` on a new store of ``backend``, and
     this process's CPU seconds meanwhile (every thread's; not the PostgreSQL server's):
     on a shared machine the CPU says what the wall time cannot."""
-    with new_store(backend, tmp) as target:
+    with new_store(backend, tmp, query) as target:
         wf = cls(store=EventStore(target, durability=durability), timeout=None)
         try:
             cpu = time.process_time()
@@ -503,6 +519,8 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
     # durability "full" (on, too) beside ours at "normal" (off: the last commits may be lost
     # on a server crash, as SQLite's normal may lose them on a power loss).
     full_secs = Series("loop postgres durability full", "s")
+    # The loop on PostgreSQL with the event loop never busy-waiting for a reply.
+    asleep_secs = Series("loop postgres reply_spin_us=0", "s")
     with scratch_dir() as tmp:
         for _ in range(repeat):
             for w, (cls, size, _) in flows.items():
@@ -511,6 +529,8 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
                     secs[w, b].add(s)
                     rates[w, b].add(size / s)
                     cpus[w, b].add(c)
+            if "postgres" in backends:
+                asleep_secs.add(time_flow(LoopFlow, n, "postgres", tmp, query=ASLEEP))
             if peers_python is not None:
                 dbos_secs.add(time_dbos_postgres(n, peers_python))
                 full_secs.add(time_flow(LoopFlow, n, "postgres", tmp, durability="full"))
@@ -568,6 +588,30 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
         ],
         ["workload", "N/K", "SQLite CPU s", "PG CPU s", "PG/SQLite CPU"],
     )  # fmt: skip
+
+    if "postgres" in backends:
+        print_table(
+            f"loop N={n} on PostgreSQL: the event loop busy-waiting for replies while that"
+            f" measures faster (the default) or never ({ASLEEP[1:]}); median (min-max) of"
+            f" {repeat}, taking turns",
+            [
+                ["default", secs["loop", "postgres"].cell(fmt_s),
+                 fmt_ratio(ratio_summary(secs["loop", "postgres"], secs["loop", "sqlite"]))],
+                [ASLEEP[1:], asleep_secs.cell(fmt_s),
+                 fmt_ratio(ratio_summary(asleep_secs, secs["loop", "sqlite"]))],
+            ],
+            ["PostgreSQL", "s", "PG time / SQLite time"],
+        )  # fmt: skip
+        results.append(
+            {
+                "part": "reply-wait",
+                "workload": "loop",
+                "size": n,
+                "default_seconds": secs["loop", "postgres"].summary(),
+                "asleep_seconds": asleep_secs.summary(),
+                "sqlite_seconds": secs["loop", "sqlite"].summary(),
+            }
+        )
 
     if peers_python is not None:
         ratio = ratio_summary(dbos_secs, secs["loop", "postgres"])
