@@ -362,6 +362,10 @@ class Committer:
         if isinstance(outcome, list):
             self.operations += len(items)
             self.transactions += 1
+            loop = self._loop_writer.loop if self._loop_writer is not None else None
+            if loop is not None and loop.is_running():  # told on its loop: futures of it
+                _resolve_inline(items, outcome)
+                return
             _resolve(
                 [
                     (item.future, item.then, ok, value)
