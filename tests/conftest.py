@@ -29,6 +29,15 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+def ci_examples(max_examples: int) -> settings:
+    """The settings of one of the costliest properties: ``max_examples`` examples under the
+    ``ci`` profile (``make test``, kept within its time), the loaded profile's own count
+    under any other (``dev``, ``thorough``)."""
+    if settings.get_current_profile_name() != "ci":
+        return settings()
+    return settings(max_examples=max_examples)
+
+
 # The local PostgreSQL service (make test checks it runs; .ci/run starts it if needed).
 POSTGRES_URL = os.environ.get("DW_TEST_POSTGRES", "postgresql://postgres@127.0.0.1/test")
 

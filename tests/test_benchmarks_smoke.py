@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -18,7 +18,13 @@ def _no_peers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BENCH_PEERS", "off")
 
 
-@pytest.mark.parametrize("name", list(BENCHMARKS))
+# Benchmarks whose quick mode still starts many fresh processes: make test-long.
+LONG: Final = frozenset({"state", "restore"})
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.long) if n in LONG else n for n in BENCHMARKS]
+)
 def test_benchmark_quick_mode_runs(name: str, tmp_path: Path) -> None:
     """A benchmark's quick mode returns its report and writes it as NAME.json."""
     data = load(name)(quick=True, repeat=1, out_dir=tmp_path)

@@ -60,10 +60,12 @@ class UpstreamDown(Exception):
     """What the flaky steps raise: a class of this module, rebuilt after a resume."""
 
 
-# Random, so that the delay a resume keeps is shown to be the one the dead process drew.
-JITTERED: Final = retry_policy(wait=wait_random(2.5, 3.5), stop=stop_after_attempt(3))
-# Gives up once 3 s have passed since the first attempt; retries 2 s after each failure.
-DEADLINE: Final = retry_policy(wait=wait_fixed(2), stop=stop_after_delay(3))
+# Random, so that the delay a resume keeps is shown to be the one the dead process drew;
+# longer than the kill and the resume take (a PostgreSQL lease's second included), so a
+# retry at once would be seen.
+JITTERED: Final = retry_policy(wait=wait_random(1.5, 2.0), stop=stop_after_attempt(3))
+# Gives up once 1.5 s have passed since the first attempt; retries 1 s after each failure.
+DEADLINE: Final = retry_policy(wait=wait_fixed(1), stop=stop_after_delay(1.5))
 
 
 class Resumable(Workflow):
@@ -197,21 +199,21 @@ async def test_stop_after_delay_counts_the_time_across_processes(tmp_path: Path)
     [(_, first)] = records(db, "r2", J.STEP_FAILED)
     assert [p["attempt"] for _, p in records(db, "r2", J.STEP_STARTED)] == [1]
     assert first["retry"] is True
-    assert first["delay"] == 2.0
-    # Nobody runs the run for a while: past its retry_at, and past the 3 s the policy allows.
+    assert first["delay"] == 1.0
+    # Nobody runs the run for a while: past its retry_at, and past the 1.5 s the policy allows.
     failed_at = first["retry_at"] - first["delay"]
-    while time.time() < failed_at + 3.5:  # noqa: ASYNC110 - waits for the wall clock
-        await asyncio.sleep(0.1)
+    while time.time() < failed_at + 2.0:  # noqa: ASYNC110 - waits for the wall clock
+        await asyncio.sleep(0.05)
 
     with pytest.raises(UpstreamDown, match="still down"):
         await Deadline(store=db, timeout=None).resume("r2")
 
-    # Retried at once (its retry_at had passed), and given up on: 3.5 s had passed since the
+    # Retried at once (its retry_at had passed), and given up on: 2 s had passed since the
     # first attempt. A schedule that restarted in this process would have retried again.
     failures = [p for _, p in records(db, "r2", J.STEP_FAILED)]
     assert [f["retry"] for f in failures] == [True, False]
     assert failures[1]["retry_at"] is None
-    assert failures[1]["elapsed"] >= 3.5
+    assert failures[1]["elapsed"] >= 2.0
 
 
 # ---------------------------------------------------------------------- retry_info in process

@@ -38,7 +38,7 @@ from hypothesis.stateful import (
 
 from eventstore import EventStore, StoredRecord
 from eventstore._postgres import is_url
-from tests.conftest import BACKENDS, POSTGRES_URL, new_location
+from tests.conftest import BACKENDS, POSTGRES_URL, ci_examples, new_location
 from tests.support import workflow_gen as gen
 from tests.support.workflow_gen import (
     LEDGER,
@@ -241,6 +241,7 @@ def test_run_ends_as_the_model_says(backend: str, plan: Plan) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@ci_examples(20)
 @given(plan=gen.plans(max_stages=2))
 def test_fold_is_deterministic_and_independent_of_reading(backend: str, plan: Plan) -> None:
     """Folding a run read by any page size, from a fresh store object, at any seq, agrees."""
@@ -293,6 +294,7 @@ def check_fold(wf: Workflow, wf2: Workflow, es: EventStore, fresh: EventStore, r
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@ci_examples(20)
 @given(plan=gen.plans(max_stages=2))
 def test_fork_from_every_checkpoint_ends_alike(backend: str, plan: Plan) -> None:
     """A fork from any checkpoint ends as the original run; the original's log is unchanged."""
@@ -341,6 +343,7 @@ async def test_fork_from_the_final_checkpoint_ends() -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@ci_examples(20)
 @given(plan=gen.plans(), data=st.data())
 def test_crash_at_any_commit_boundary_resumes_alike(
     backend: str, plan: Plan, data: st.DataObject
@@ -691,4 +694,4 @@ class EngineMachine(RuleBasedStateMachine):
 
 
 TestEngineMachine = EngineMachine.TestCase
-TestEngineMachine.settings = settings(stateful_step_count=10)
+TestEngineMachine.settings = settings(ci_examples(20), stateful_step_count=10)

@@ -283,6 +283,7 @@ def check_crash_loop(db: Store, loop: CrashLoop, items: int = ITEMS) -> None:
         assert all(effects[f"work {run_id} {i}"] >= 1 for i in range(items))
 
 
+@pytest.mark.long  # a dozen processes killed and started again: make test-long
 def test_crash_loop_quick(db: str) -> None:
     """Ten SIGKILLs at random moments: each run still ends as if never interrupted."""
     loop = crash_loop(db, kills=10, seed=1)

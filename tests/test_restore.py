@@ -242,6 +242,7 @@ def test_crash_in_third_step_resumes_in_another_process(location: str) -> None:
     assert state.context == {"heavy": ["step one's result", "step two's result"]}
 
 
+@pytest.mark.long  # a dozen processes, each killed: make test-long
 def test_input_that_always_kills_is_counted(location: str) -> None:
     """An input that kills the process each time ends the run after max_recovery_attempts."""
     db = location

@@ -27,6 +27,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from tests.conftest import ci_examples
 from tests.strategies import SpelledState, StateOp, state_programs
 from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
 
@@ -537,6 +538,7 @@ def folded_context(program: list[list[StateOp]], typed: bool, store: Path | None
 
 
 @pytest.mark.parametrize("kind", ["memory", "file"])
+@ci_examples(20)
 @given(data=st.data())
 def test_fold_equals_the_live_value_through_every_spelling(kind: str, data: st.DataObject) -> None:
     """Random updates in every spelling fold to exactly the values plain Python computes."""
@@ -580,6 +582,7 @@ def padded(program: list[list[StateOp]], mutable: bool) -> list[list[StateOp]]:
     return [[first, *ops], *rest]
 
 
+@ci_examples(20)
 @given(data=st.data())
 def test_large_values_fold_to_the_live_value_through_every_spelling(data: st.DataObject) -> None:
     """The same property on values large enough for the identity and encoding shortcuts."""

@@ -14,7 +14,7 @@ import pytest
 
 from eventstore import Commit, EventStore
 from tests.flows import Asker
-from workflow import RunLostError
+from workflow import RunLostError, _takeover
 from workflow import _journal as J
 from workflow._takeover import CANCEL_GRACE_S
 from workflow.errors import WorkflowCancelledByUser
@@ -31,10 +31,15 @@ async def waiting_run(location: str) -> tuple[Asker, WorkflowHandler]:
 
 
 @pytest.mark.parametrize("then", ["resumed", "nothing"])
-async def test_a_waiting_run_taken_over_elsewhere_ends_lost(location: str, then: str) -> None:
+async def test_a_waiting_run_taken_over_elsewhere_ends_lost(
+    location: str, then: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Another executor claims the waiting run and goes on (a record under its epoch), or
     claims it and writes nothing for longer than a cancel takes: the handler raises
     RunLostError, and nothing of this executor lands after the claim."""
+    # The watch waits this long for a cancel after a claim (2 s): a shorter wait ends the
+    # same way, sooner; nothing here cancels.
+    monkeypatch.setattr(_takeover, "CANCEL_GRACE_S", 0.5)
     wf, h = await waiting_run(location)
     with EventStore(location) as other:
         epoch = other.claim_sync("ask")

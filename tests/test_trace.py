@@ -32,6 +32,7 @@ from tests.flows import Asker, ReportFlow
 from tests.test_timeline import always_dies, crashed_then_resumed
 from workflow import HumanResponseEvent
 from workflow._trace import DIED, Trace, chrome_json, export_otlp, otlp_json, run_trace
+from workflow.cli import _trace as cli_trace
 from workflow.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -341,7 +342,9 @@ class _Collector(http.server.BaseHTTPRequestHandler):
         del format, args
 
 
-def test_otlp_reaches_a_collector_and_an_unreachable_one_is_an_error(tmp_path: Path) -> None:
+def test_otlp_reaches_a_collector_and_an_unreachable_one_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`--otlp URL` posts the spans (protobuf, to /v1/traces when the URL has no path); a
     port nobody listens on fails the command with the endpoint named."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -368,6 +371,9 @@ def test_otlp_reaches_a_collector_and_an_unreachable_one_is_an_error(tmp_path: P
     assert sorted(s.name for s in spans) == sorted(s.name for s in expected.spans)
     assert {s.trace_id.hex() for s in spans} == {expected.trace_id}
 
+    # The exporter retries an unreachable collector with backoff for up to the command's
+    # timeout (5 s): within 1 s, it gives up after the first backoff it draws.
+    monkeypatch.setattr(cli_trace, "EXPORT_TIMEOUT_S", 1.0)
     with socket.socket() as sock:  # a port that was free a moment ago: nobody listens there
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

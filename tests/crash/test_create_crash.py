@@ -59,7 +59,7 @@ def reopen(path: Path) -> str:
 @pytest.mark.parametrize(
     "trials",
     [
-        pytest.param(200, id="200-kills"),
+        pytest.param(200, id="200-kills", marks=pytest.mark.long),
         pytest.param(2000, id="2000-kills", marks=pytest.mark.slow),
     ],
 )

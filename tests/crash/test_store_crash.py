@@ -140,6 +140,7 @@ def check_after_crash(path: Path, acks: list[tuple[int, int]]) -> dict[int, list
     return commits
 
 
+@pytest.mark.long  # five appenders killed at random moments: make test-long
 def test_sigkill_at_random_moments_keeps_acknowledged_commits(tmp_path: Path) -> None:
     """SIGKILL at random moments loses no acknowledged commit and leaves no partial one."""
     rng = random.Random(20240611)
