@@ -473,6 +473,85 @@ def test_a_failure_lets_running_siblings_commit_before_the_run_fails(tmp_path: P
     asyncio.run(go())
 
 
+class LockedFanOut(Workflow):
+    """``bad`` edits the state (from then on its attempt holds the run's state lock) and
+    fails while ``good`` waits to edit the state too."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.bad_holds = asyncio.Event()
+
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Branch:
+        ctx.send_event(Branch(name="good"))
+        return Branch(name="bad")
+
+    @step(num_workers=2)
+    async def branch(self, ctx: Context, ev: Branch) -> Joined:
+        if ev.name == "bad":
+            async with ctx.store.edit_state() as state:
+                state["bad"] = "edited"
+            self.bad_holds.set()
+            await asyncio.sleep(0.05)  # good waits for the lock meanwhile
+            raise RuntimeError("the bad branch broke")
+        await self.bad_holds.wait()
+        async with ctx.store.edit_state() as state:
+            state["good"] = "edited once the lock was free"
+        return Joined()
+
+    @step
+    async def join(self, ctx: Context, ev: Joined) -> StopEvent | None:
+        if ctx.collect_events(ev, [Joined, Joined]) is None:
+            return None
+        return StopEvent(result="joined")
+
+
+def test_a_failed_step_lets_go_of_the_state_lock_before_the_grace_period(
+    tmp_path: Path,
+) -> None:
+    """A failing attempt that edited the state frees the lock once its failure is
+    recorded: a sibling waiting to edit the state commits within the grace period (it
+    was cancelled when the grace ran out, the lock still held)."""
+
+    async def go() -> None:
+        wf = LockedFanOut(store=tmp_path / "l.db", timeout=None)
+        with pytest.raises(RuntimeError, match="bad branch"):
+            await asyncio.wait_for(wf.run(run_id="l"), BOUND)
+        got = [r.kind for r in wf.store.records("l")]
+        assert got.index(J.STEP_FINISHED, got.index(J.STEP_FAILED)) < got.index(J.RUN_FAILED)
+        state = wf.state_at("l")
+        assert state.context["good"] == "edited once the lock was free"
+        wf.store.close()
+
+    asyncio.run(go())
+
+
+class LockedRetry(LockedFanOut):
+    """The same, but ``bad`` is retried after a second (and then succeeds)."""
+
+    @step(num_workers=2, retry_policy=retry_policy(wait=wait_fixed(1), stop=stop_after_attempt(2)))
+    async def branch(self, ctx: Context, ev: Branch) -> Joined:
+        if ev.name == "bad" and self.bad_holds.is_set():
+            return Joined()  # the retry
+        return await LockedFanOut.branch(self, ctx, ev)
+
+
+def test_a_step_waiting_to_retry_does_not_hold_the_state_lock(tmp_path: Path) -> None:
+    """Its sibling edits the state during the retry's wait, not after it."""
+
+    async def go() -> None:
+        wf = LockedRetry(store=tmp_path / "r.db", timeout=None)
+        assert await asyncio.wait_for(wf.run(run_id="r"), BOUND) == "joined"
+        records = list(wf.store.records("r"))
+        failed = next(i for i, r in enumerate(records) if r.kind == J.STEP_FAILED)
+        again = next(i for i, r in enumerate(records) if i > failed and r.kind == J.STEP_STARTED)
+        finished = [i for i, r in enumerate(records) if r.kind == J.STEP_FINISHED]
+        assert any(failed < i < again for i in finished)  # good's, before bad's retry
+        wf.store.close()
+
+    asyncio.run(go())
+
+
 def test_without_a_grace_period_the_sibling_is_cancelled(tmp_path: Path) -> None:
     async def go() -> None:
         wf = FanOut(store=tmp_path / "g.db", timeout=None)

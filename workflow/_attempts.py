@@ -244,6 +244,11 @@ class StepRunner:
                     elapsed,
                     None if recovery is None else recovery[2],
                 )
+                if att.holds_lock:
+                    # Its failure is recorded: steps waiting to edit the state go on while
+                    # it waits to retry, or the run gives its other steps their grace.
+                    att.holds_lock = False
+                    self._executor.state_lock.release()
                 if recovery is not None:
                     self.deliver(recovery[0], recovery[1])  # its commit is durable
                     return
