@@ -93,6 +93,11 @@ class StoreUnavailableError(EventStoreError, ConnectionError):
     """The database server cannot be reached (a PostgreSQL store)."""
 
 
+class StoreURLError(EventStoreError, ValueError):
+    """A PostgreSQL store URL the store cannot use (a bad percent-escape, ``schema`` or
+    ``reply_spin_us``, one of ours given twice); refused before connecting."""
+
+
 class ReadOnlyStoreError(EventStoreError, PermissionError):
     """A write was attempted on a store opened with ``readonly=True``."""
 

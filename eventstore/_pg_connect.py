@@ -13,6 +13,8 @@ import re
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
+from ._errors import StoreURLError
+
 try:
     import psycopg
     from psycopg import errors as pg_errors
@@ -61,7 +63,7 @@ _BAD_ESCAPE: Final = re.compile(r"%(?![0-9A-Fa-f]{2})")
 def _decoded(text: str, part: str) -> str:
     """One part of a URL percent-decoded once, as libpq does (``+`` is a plus sign).
 
-    :raises ValueError: a ``%`` that starts no escape; the message names the part only,
+    :raises StoreURLError: a ``%`` that starts no escape; the message names the part only,
         never its text (it may be a password).
     """
     if _BAD_ESCAPE.search(text):
@@ -69,7 +71,7 @@ def _decoded(text: str, part: str) -> str:
             f"the PostgreSQL URL's {part} has a '%' that starts no percent-escape;"
             " write a literal '%' as %25"
         )
-        raise ValueError(msg)
+        raise StoreURLError(msg)
     return unquote(text)
 
 
@@ -106,10 +108,16 @@ def _params(url: str) -> tuple[dict[str, str], str]:
     if len(parts.path) > 1:
         params["dbname"] = _decoded(parts.path[1:], "database name")
     schema = "public"
+    ours: set[str] = set()
     for item in parts.query.split("&") if parts.query else []:
         raw_key, _, raw_value = item.partition("=")
         key = _decoded(raw_key, "query")
         value = _decoded(raw_value, f"{key!r} parameter")
+        if key in _OURS:
+            if key in ours:  # which one was meant? (libpq would take the last)
+                msg = f"the URL gives ?{key}= more than once"
+                raise StoreURLError(msg)
+            ours.add(key)
         if key == "schema":
             schema = value
         elif key and key not in _OURS:
@@ -119,7 +127,7 @@ def _params(url: str) -> tuple[dict[str, str], str]:
             f"the URL's ?schema= parameter must be a plain identifier (a letter or _, then"
             f" letters, digits or _, at most 63 in all), not {schema!r}"
         )
-        raise ValueError(msg)
+        raise StoreURLError(msg)
     # libpq waits as long as TCP does (minutes) for a host that does not answer: say so sooner.
     params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     return params, schema
@@ -129,8 +137,10 @@ def reply_spin_s(url: str) -> float:
     """How long (seconds) a writer on the event loop busy-waits for a reply: the URL's
     ``reply_spin_us``, else :data:`REPLY_SPIN_US`.
 
-    :raises ValueError: not a whole number of microseconds from 0 to 100000.
+    :raises StoreURLError: not a whole number of microseconds from 0 to 100000 (and
+        any problem :func:`split` finds in the URL).
     """
+    _params(url)
     query = urlsplit(url).query
     spin = str(REPLY_SPIN_US)
     for item in query.split("&") if query else []:
@@ -142,7 +152,7 @@ def reply_spin_s(url: str) -> float:
             "the URL's ?reply_spin_us= parameter must be a whole number of microseconds"
             f" from 0 to {_MAX_SPIN_US}, not {spin!r}"
         )
-        raise ValueError(msg)
+        raise StoreURLError(msg)
     return int(spin) / 1e6
 
 

@@ -8,10 +8,12 @@ PostgreSQL tests (tests/test_pg_loop_writer.py) run it against a real one.
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
-from eventstore import EventStore
+from eventstore import EventStore, StoreURLError
 from eventstore._loop_writer import _ReplyWait
 from eventstore._pg_connect import REPLY_SPIN_US, reply_spin_s, split
+from workflow.cli import cli
 
 US = 1e-6
 
@@ -105,7 +107,29 @@ def test_a_bad_reply_spin_us_is_refused_before_connecting(value: str) -> None:
     """Named in the error, and refused before any connection is tried (the host here
     does not exist: connecting would fail differently, and only after a timeout)."""
     url = f"postgresql://dw@no-such-host.invalid/db?reply_spin_us={value}"
-    with pytest.raises(ValueError, match=r"reply_spin_us= parameter must be a whole number"):
+    with pytest.raises(StoreURLError, match=r"reply_spin_us= parameter must be a whole number"):
         reply_spin_s(url)
-    with pytest.raises(ValueError, match=r"reply_spin_us="):
+    with pytest.raises(ValueError, match=r"reply_spin_us="):  # a ValueError, as before
         EventStore(url)
+
+
+@pytest.mark.parametrize("key", ["schema", "reply_spin_us"])
+def test_a_parameter_of_ours_given_twice_is_refused(key: str) -> None:
+    """Which one was meant? libpq would take the last; a store in the wrong schema would
+    be a store of its own."""
+    url = f"postgresql://dw@no-such-host.invalid/db?{key}=a1&x=1&{key}=0"
+    with pytest.raises(StoreURLError, match=rf"gives \?{key}= more than once"):
+        split(url)
+    with pytest.raises(StoreURLError, match=rf"gives \?{key}= more than once"):
+        EventStore(url)
+
+
+def test_the_command_line_says_what_is_wrong_with_the_url_in_one_line() -> None:
+    result = CliRunner().invoke(
+        cli, ["runs", "postgresql://dw@no-such-host.invalid/db?reply_spin_us=abc"]
+    )
+    assert result.exit_code == 1
+    assert result.stderr.strip() == (
+        "error: the URL's ?reply_spin_us= parameter must be a whole number of microseconds"
+        " from 0 to 100000, not 'abc'"
+    )
