@@ -14,6 +14,7 @@ from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
 from ._errors import StoreURLError
+from ._location import is_url
 
 try:
     import psycopg
@@ -49,11 +50,6 @@ __all__ = [
     "split",
     "where",
 ]
-
-
-def is_url(target: str) -> bool:
-    """Whether a store location names a PostgreSQL database."""
-    return target.startswith(("postgresql://", "postgres://"))
 
 
 # A "%" that does not start an escape: libpq refuses it, and unquote() would keep it.

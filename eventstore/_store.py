@@ -22,7 +22,7 @@ from ._errors import (
     StoreUnavailableError,
     WriterFailedError,
 )
-from ._postgres import PostgresBackend, is_url
+from ._location import is_url
 from ._records import AppendResult, Commit, RunInfo, Seq, Snapshot, StoredRecord
 from ._sqlite_backend import SQLiteBackend
 
@@ -51,6 +51,8 @@ class StoreStats:
 def open_backend(location: str | None, *, readonly: bool, durability: Durability) -> Backend:
     """The backend of a store location: a PostgreSQL URL, a file path, or None (memory)."""
     if location is not None and is_url(location):
+        from ._postgres import PostgresBackend  # psycopg is imported for PostgreSQL only
+
         return PostgresBackend(location, readonly=readonly, durability=durability)
     return SQLiteBackend(location, readonly=readonly, durability=durability)
 

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from eventstore import EventStore, load_key_file
-from eventstore._pg_connect import is_url
+from eventstore._location import is_url
 
 __all__ = ["KEY_FILE_ENV", "STORE_ENV", "open_store"]
 

@@ -17,7 +17,7 @@ from typing import Any, Final, TypeVar
 import click
 
 from eventstore import Codec, EventStore, NotAStoreError, PickleDisabledError, StoredRecord
-from eventstore._pg_connect import is_url  # the store's own test of a location
+from eventstore._location import is_url  # the store's own test of a location
 
 from .. import _journal as journal
 from .._buffers import taken
