@@ -321,8 +321,8 @@ class Committer:
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
         """Gives the writer thread what the loop's tasks queued in this iteration."""
         queued = self._handover.pop(loop, None)
-        if queued is None:
-            return  # close() handed them over
+        if queued is None or not queued[0]:
+            return  # close() handed them over, or a batch's reply woke tasks that queued none
         items, (lazy,) = queued
         try:
             writer = self._loop_writer_of(loop) if self._loop_writes else None
@@ -365,6 +365,11 @@ class Committer:
             loop = self._loop_writer.loop if self._loop_writer is not None else None
             if loop is not None and loop.is_running():  # told on its loop: futures of it
                 _resolve_inline(items, outcome)
+                if loop not in self._handover:
+                    # After the wake-ups of the tasks it resolved: what they queue in the
+                    # next iteration is sent in that same iteration, not one later.
+                    self._handover[loop] = ([], [True])
+                    loop.call_soon(self._hand_over, loop)
                 return
             _resolve(
                 [
