@@ -59,10 +59,11 @@ class _ReplyWait:
     only the reply read sooner). It keeps the last ``_WINDOW`` cycles of each way, takes
     the busy wait once their mean is below ``_GAIN`` of the sleeping calls', and leaves it
     once it is no longer below theirs (noise around one threshold would switch back and
-    forth). The last ``_BURST`` calls of every ``_PERIOD`` take the other way and measure
+    forth). The first ``_BURST`` calls of every ``_PERIOD`` take the other way and measure
     it afresh, so that both follow the machine's load: a burst, since one busy call among
     sleeping ones measures only the cold caches it starts with (the first cycle after a
-    switch is not kept). It sleeps until it has measured both. Means, not medians: a
+    switch is not kept). It sleeps until it has measured both (the first burst is the
+    busy one, so a short run gains too). Means, not medians: a
     wall time is a sum, and a busy wait's cost is its long tail. Cycles longer than
     ``_IDLE_S`` are the loop having nothing to write, not a measure of the wait.
     """
@@ -88,7 +89,7 @@ class _ReplyWait:
             return False
         self._calls += 1
         busy, asleep = self.busy_s, self.asleep_s
-        burst = (self._calls - 1) % self._PERIOD >= self._PERIOD - self._BURST
+        burst = (self._calls - 1) % self._PERIOD < self._BURST
         if not burst and busy and asleep:
             ratio = (sum(busy) / len(busy)) / (sum(asleep) / len(asleep))
             # Hysteresis: noise around one threshold would switch ways back and forth.
