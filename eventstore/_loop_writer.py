@@ -49,6 +49,8 @@ Outcome = list[tuple[bool, Any]] | StoreUnavailableError | WriterFailedError
 Done = Callable[[Sequence[Any], Outcome], None]
 
 _IDLE: Final = None
+# Gives the core to another runnable process, if any (Unix; elsewhere the turn only polls).
+_yield: Final[Callable[[], None]] = getattr(os, "sched_yield", lambda: None)
 
 
 class _ReplyWait:
@@ -63,9 +65,9 @@ class _ReplyWait:
     it afresh, so that both follow the machine's load: a burst, since one busy call among
     sleeping ones measures only the cold caches it starts with (the first cycle after a
     switch is not kept). It sleeps until it has measured both (the first burst is the
-    busy one, so a short run gains too). Means, not medians: a
-    wall time is a sum, and a busy wait's cost is its long tail. Cycles longer than
-    ``_IDLE_S`` are the loop having nothing to write, not a measure of the wait.
+    busy one, so a short run gains too). Means, not medians: a wall time is a sum, and a
+    busy wait's cost is its long tail. Cycles longer than ``_IDLE_S`` are the loop having
+    nothing to write, not a measure of the wait.
     """
 
     _WINDOW: Final = 16
@@ -205,7 +207,7 @@ class LoopWriter:
     def _spin(self) -> None:
         """One turn of the busy wait for the reply: another unless its time is up."""
         if time.perf_counter() < self._spin_until:
-            os.sched_yield()  # a process that wants this core (the server's) has it first
+            _yield()  # a process that wants this core (the server's) has it first
             self._spin_turn = self.loop.call_soon(self._spin)
         else:
             self._spin_turn = None
