@@ -368,8 +368,8 @@ class Committer:
                 if loop not in self._handover:
                     # After the wake-ups of the tasks it resolved: what they queue in the
                     # next iteration is sent in that same iteration, not one later.
-                    self._handover[loop] = ([], [True])
                     loop.call_soon(self._hand_over, loop)
+                    self._handover[loop] = ([], [True])
                 return
             _resolve(
                 [

@@ -199,7 +199,8 @@ class LoopWriter:
         if self._sent_at:
             self.reply_wait.took(self._busy, now - self._sent_at)
         self._sent_at = now if sent else 0.0
-        self._busy = sent and self.reply_wait.busy()
+        # (A closed loop's call is drained, blocking: no turn of it could run.)
+        self._busy = sent and self.loop.is_running() and self.reply_wait.busy()
         if self._busy:
             self._spin_until = now + self.reply_wait.spin_s
             self._spin_turn = self.loop.call_soon(self._spin)

@@ -76,7 +76,7 @@ def _params(url: str) -> tuple[dict[str, str], str]:
 
     User and password are what precedes the last ``@`` (so an ``@`` in a password needs no
     escape); hosts may be a list (``h1:5432,[::1]:5433``); query parameters pass to libpq
-    by name except ``schema``.
+    by name except ours (``schema``, ``reply_spin_us``: :func:`reply_spin_s` reads it).
     """
     parts = urlsplit(url)
     params: dict[str, str] = {}

@@ -235,15 +235,33 @@ def _loop_writer(pg: EventStore) -> LoopWriter:
     return writer
 
 
+def _count_turns(writer: LoopWriter) -> list[int]:
+    """Counts the busy wait's turns (each schedules the next through ``self._spin``)."""
+    turns = [0]
+    spin = writer._spin
+
+    def counted() -> None:
+        turns[0] += 1
+        spin()
+
+    writer._spin = counted  # type: ignore[method-assign]
+    return turns
+
+
 async def test_a_run_s_calls_are_waited_for_both_ways_and_written_in_order() -> None:
-    """By default the loop busy-waits for replies while that measures faster, and tries
-    sleeping every 16th call; either way each commit lands, in order."""
+    """A store's first calls wait busily (the opening burst), and the loop tries each way
+    in bursts from then on; either way each commit lands, in order, and no turn of a busy
+    wait outlives its call's reply."""
     with postgres_store() as pg:
         await pg.append(Commit("r", [_rec("a")], create=NewRun()))
+        writer = _loop_writer(pg)
+        turns = _count_turns(writer)
         for i in range(80):
             await pg.append(Commit("r", [_rec(f"k{i}")], epoch=0))
-        wait = _loop_writer(pg).reply_wait
+            assert writer._spin_turn is None  # the reply came: its wait ended
+        wait = writer.reply_wait
         assert wait.spin_s == pytest.approx(REPLY_SPIN_US / 1e6)
+        assert turns[0] > 0
         assert wait.busy_s
         assert wait.asleep_s
         assert [r.kind for r in pg.records("r")] == ["a"] + [f"k{i}" for i in range(80)]
@@ -254,33 +272,33 @@ async def test_reply_spin_us_0_never_waits_busily() -> None:
         pg = EventStore(f"{url}&reply_spin_us=0")
         try:
             await pg.append(Commit("r", [_rec("a")], create=NewRun()))
+            writer = _loop_writer(pg)
+            turns = _count_turns(writer)
             for i in range(20):
                 await pg.append(Commit("r", [_rec(f"k{i}")], epoch=0))
-            wait = _loop_writer(pg).reply_wait
-            assert not wait.busy_s
-            assert len(wait.asleep_s) == 16  # the last 16 calls' cycles
+            assert turns[0] == 0
+            assert not writer.reply_wait.busy_s
+            assert len(writer.reply_wait.asleep_s) == 16  # the last 16 calls' cycles
         finally:
             pg.close()
 
 
 async def test_a_busy_wait_lets_the_loop_s_other_tasks_run_and_a_late_reply_lands() -> None:
     """A call held up by the server (its seq row locked by another session) while the
-    loop waits busily for up to 0.1 s: the loop's other tasks keep running meanwhile,
-    and the reply, which outlasts the wait, is read once it comes."""
+    loop waits busily for up to 0.1 s (a store's first calls do): the loop's other tasks
+    run during the wait itself, between its turns, and the reply, which outlasts the
+    wait, is read once it comes."""
     with postgres_location() as url:
         pg = EventStore(f"{url}&reply_spin_us=100000")
         try:
             await pg.append(Commit("r", [_rec("a")], create=NewRun()))
-            wait = _loop_writer(pg).reply_wait
-            wait.busy_s.extend([1e-4] * 16)  # as if busy waits had been the faster
-            wait.asleep_s.extend([1e-3] * 16)
-            wait._calls = 0
-            ticks = 0
+            writer = _loop_writer(pg)
+            during = 0  # ticks of another task while a busy wait went on
 
             async def ticker() -> None:
-                nonlocal ticks
+                nonlocal during
                 while True:
-                    ticks += 1
+                    during += writer._spin_turn is not None
                     await asyncio.sleep(0)
 
             with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
@@ -291,11 +309,11 @@ async def test_a_busy_wait_lets_the_loop_s_other_tasks_run_and_a_late_reply_land
                 counting = asyncio.create_task(ticker())
                 await asyncio.sleep(0.25)
                 assert not commit.done()
-                assert ticks > 100
+                assert writer._busy  # this call is waited for busily
+                assert during > 10
                 admin.execute("COMMIT")
             assert (await asyncio.wait_for(commit, 10)).last_seq == 2
             counting.cancel()
-            assert _loop_writer(pg)._busy  # the call that waited was waited for busily
             assert [r.kind for r in pg.records("r")] == ["a", "b"]
         finally:
             pg.close()

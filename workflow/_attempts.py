@@ -267,6 +267,7 @@ class StepRunner:
                 if att.collects:  # it did not commit (or its commit raised): undone
                     self._executor.collects.settle(att, committed=False)
                 if att.holds_lock:
+                    att.holds_lock = False
                     self._executor.state_lock.release()
                 self._executor.live.unpin(att)
 
