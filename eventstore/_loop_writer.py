@@ -62,9 +62,10 @@ class _ReplyWait:
     the busy wait once their mean is below ``_GAIN`` of the sleeping calls', and leaves it
     once it is no longer below theirs (noise around one threshold would switch back and
     forth). The first ``_BURST`` calls of every ``_PERIOD`` take the other way and measure
-    it afresh, so that both follow the machine's load: a burst, since one busy call among
-    sleeping ones measures only the cold caches it starts with (the first cycle after a
-    switch is not kept). It sleeps until it has measured both (the first burst is the
+    it afresh (less often while it keeps measuring much worse: :meth:`_next_period`), so
+    that both follow the machine's load: a burst, since one busy call among sleeping ones
+    measures only the cold caches it starts with (the first cycle after a switch is not
+    kept). It sleeps until it has measured both (the first burst is the
     busy one, so a short run gains too). Means, not medians: a wall time is a sum, and a
     busy wait's cost is its long tail. Cycles longer than ``_IDLE_S`` are the loop having
     nothing to write, not a measure of the wait.
@@ -73,6 +74,8 @@ class _ReplyWait:
     _WINDOW: Final = 16
     _GAIN: Final = 0.9
     _PERIOD: Final = 64
+    _MAX_PERIOD: Final = 1024
+    _WORSE: Final = 1.5
     _BURST: Final = 5
     _IDLE_S: Final = 0.02
 
@@ -81,6 +84,8 @@ class _ReplyWait:
         self.busy_s: deque[float] = deque(maxlen=self._WINDOW)
         self.asleep_s: deque[float] = deque(maxlen=self._WINDOW)
         self._calls = 0
+        self._burst_at = 1  # the call the next burst begins with
+        self.period = self._PERIOD
         self.prefer_busy = False
         self._last = False  # the way the last call took
         self._switched = False  # whether it was the first call of its way
@@ -91,7 +96,9 @@ class _ReplyWait:
             return False
         self._calls += 1
         busy, asleep = self.busy_s, self.asleep_s
-        burst = (self._calls - 1) % self._PERIOD < self._BURST
+        burst = self._burst_at <= self._calls < self._burst_at + self._BURST
+        if self._calls == self._burst_at + self._BURST:  # a burst just ended
+            self._burst_at += self._next_period()
         if not burst and busy and asleep:
             ratio = (sum(busy) / len(busy)) / (sum(asleep) / len(asleep))
             # Hysteresis: noise around one threshold would switch ways back and forth.
@@ -101,6 +108,19 @@ class _ReplyWait:
         if burst and self._switched:  # a burst measures the other way afresh
             (busy if way else asleep).clear()
         return way
+
+    def _next_period(self) -> int:
+        """Calls from this burst to the next: twice as many as last time (up to
+        ``_MAX_PERIOD``) while the way it tried measured much worse than the other, such
+        as busy waits on full cores, which cost milliseconds each; ``_PERIOD`` else."""
+        tried, kept = (
+            (self.asleep_s, self.busy_s) if self.prefer_busy else (self.busy_s, self.asleep_s)
+        )
+        worse = bool(tried and kept) and sum(tried) / len(tried) > self._WORSE * sum(kept) / len(
+            kept
+        )
+        self.period = min(2 * self.period, self._MAX_PERIOD) if worse else self._PERIOD
+        return self.period
 
     def took(self, busy: bool, seconds: float) -> None:
         """The cycle of the last call :meth:`busy` was asked about."""
