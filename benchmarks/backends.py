@@ -231,18 +231,6 @@ def new_store(backend: Backend, tmp: Path, query: str = "") -> Iterator[str]:
 # --- part 1: one process ---------------------------------------------------------------
 
 
-def time_flow(
-    cls: type[Workflow],
-    n: int,
-    backend: Backend,
-    tmp: Path,
-    durability: Durability = "normal",
-    query: str = "",
-) -> float:
-    """Seconds one run of ``cls`` with ``n=n`` takes on a new store of ``backend``."""
-    return time_flow_cpu(cls, n, backend, tmp, durability, query)[0]
-
-
 def time_flow_cpu(
     cls: type[Workflow],
     n: int,
@@ -534,10 +522,10 @@ def main(quick: bool = False, repeat: int = 5, out_dir: str | Path | None = None
                     rates[w, b].add(size / s)
                     cpus[w, b].add(c)
             if "postgres" in backends:
-                asleep_secs.add(time_flow(LoopFlow, n, "postgres", tmp, query=ASLEEP))
+                asleep_secs.add(time_flow_cpu(LoopFlow, n, "postgres", tmp, query=ASLEEP)[0])
             if peers_python is not None:
                 dbos_secs.add(time_dbos_postgres(n, peers_python))
-                full_secs.add(time_flow(LoopFlow, n, "postgres", tmp, durability="full"))
+                full_secs.add(time_flow_cpu(LoopFlow, n, "postgres", tmp, durability="full")[0])
             for p in polls:
                 for c in counts:
                     for b in backends:

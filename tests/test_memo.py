@@ -473,18 +473,13 @@ def test_a_failure_lets_running_siblings_commit_before_the_run_fails(tmp_path: P
     asyncio.run(go())
 
 
-class LockedFanOut(Workflow):
-    """``bad`` edits the state (from then on its attempt holds the run's state lock) and
-    fails while ``good`` waits to edit the state too."""
+class LockedFanOut(FanOut):
+    """FanOut's branches, but ``bad`` edits the state (from then on its attempt holds the
+    run's state lock) and fails while ``good`` waits to edit the state too."""
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.bad_holds = asyncio.Event()
-
-    @step
-    async def start(self, ctx: Context, ev: StartEvent) -> Branch:
-        ctx.send_event(Branch(name="good"))
-        return Branch(name="bad")
 
     @step(num_workers=2)
     async def branch(self, ctx: Context, ev: Branch) -> Joined:
