@@ -1,7 +1,9 @@
 """An SQLite store's file: creating, checking and migrating it, its pragmas, connections.
 
-sqlite-utils creates and migrates the schema. What an opened store runs on SQLite (its
-write transaction) is :mod:`._sqlite_backend`'s; the commit rules are :mod:`._writer`'s.
+sqlite-utils creates and migrates the schema, and is imported only then: opening a store of
+this version needs none of it (it was a seventh of ``import workflow``'s time). What an
+opened store runs on SQLite (its write transaction) is :mod:`._sqlite_backend`'s; the
+commit rules are :mod:`._writer`'s.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ import secrets
 import sqlite3
 import time
 from pathlib import Path
-from typing import Final
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Final
 
 from ._errors import NotAStoreError, SchemaVersionError
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 SCHEMA_VERSION: Final = 3
 # What a damaged file raises on reads (SQLite's message can quote text that is not UTF-8).
@@ -363,6 +366,8 @@ def _migrate(conn: sqlite3.Connection, version: int | None) -> None:
     """Creates the schema or brings an older one up to :data:`SCHEMA_VERSION`."""
     if version == SCHEMA_VERSION:
         return
+    import sqlite_utils  # only a new or older store needs it
+
     conn.execute("BEGIN IMMEDIATE")
     try:
         current = _inspect(conn, "store")  # another process may have created it meanwhile
