@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import shutil
 import sqlite3
@@ -20,7 +21,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import pytest
 from hypothesis import given, settings
@@ -168,6 +169,37 @@ async def test_snapshots_are_spaced_by_bytes(tmp_path: Path) -> None:
     assert snaps[-1].seq == store.last_seq(run_id)
     assert snaps[-1].records == len(sizes)
     store.close()
+
+
+class Counted(Workflow):
+    """The chat's loop that, every tenth turn, counts the Record objects alive after a full
+    garbage collection: what the executor keeps of its durable commits to fold."""
+
+    alive: ClassVar[list[int]] = []
+
+    @step
+    async def turn(self, ctx: Context, ev: StartEvent | Turn) -> Turn | StopEvent:
+        i, n = (ev.i, ev.n) if isinstance(ev, Turn) else (0, int(ev["n"]))
+        if i % 10 == 9:
+            gc.collect()
+            Counted.alive.append(sum(type(o) is Record for o in gc.get_objects()))
+        await ctx.store.set("turns", i + 1)
+        return StopEvent(result=i + 1) if i + 1 >= n else Turn(i=i + 1, n=n)
+
+
+async def test_commits_kept_to_fold_are_not_record_objects(tmp_path: Path) -> None:
+    """The executor keeps its durable commits until a snapshot folds them as plain tuples
+    (which the garbage collector stops tracking), not as Record objects: those, held for a
+    snapshot's worth of steps, made the collector run and scan the whole heap once they
+    reached its old generation (a fifth of a loop step's time)."""
+    Counted.alive = []
+    wf = Counted(store=EventStore(tmp_path / "s.db"), timeout=120)
+    assert await wf.run(n=120) == 120
+    wf.store.close()
+    # Kept Records were five more a step, up to a snapshot's worth (all 120 steps here);
+    # others alive (a step's own, the process's other tests') stay as many.
+    assert len(Counted.alive) == 12
+    assert max(Counted.alive) - min(Counted.alive) <= 5, Counted.alive
 
 
 async def test_a_read_replays_only_from_the_nearest_snapshot(tmp_path: Path) -> None:

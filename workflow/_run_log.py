@@ -30,6 +30,9 @@ from ._snapshot import dump_folded
 
 __all__ = ["ENDING", "RunLog", "Sealed"]
 
+# A durable record as the executor keeps it to fold: StoredRecord's fields, in order.
+_Row = tuple[int, str, str, str | None, str, int, int]
+
 # The statuses of commits that end the run (nothing of the executor may follow them).
 ENDING: Final = frozenset({"finished", "failed", "cancelled", "timed_out", "waiting"})
 
@@ -68,7 +71,8 @@ class RunLog:
         self.epoch = epoch
         self._on_failure = on_failure
         self._sealed = False
-        self._unfolded: list[tuple[list[Record], Any]] = []  # durable, not folded yet
+        # Durable records not folded yet, as plain tuples of StoredRecord's fields.
+        self._unfolded: list[_Row] = []
         self._fold_state = folded if folded is not None else Folded(run_id)
         self._since_snapshot = 0
         self._snapshot_bytes = 0
@@ -239,12 +243,23 @@ class RunLog:
 
     def _keep_all(self, written: list[tuple[list[Record], Any]]) -> None:
         """Keeps durable commits (records, result) to fold; a snapshot once the log since
-        the last one weighs enough."""
-        self._unfolded += written
+        the last one weighs enough.
+
+        Kept as plain tuples of strings and numbers, which the garbage collector stops
+        tracking at its first pass: kept Record objects (tracked, held for a snapshot's
+        worth of steps) made it run, and once they reached the old generation, scan the
+        whole heap, a fifth of a loop step's time.
+        """
+        pending = self._unfolded
+        run_id = self.run_id
         size = self._since_snapshot
-        for recs, _ in written:
+        for recs, res in written:
+            seq, last, ts = int(res.first_seq), int(res.last_seq), res.ts
             for r in recs:
-                size += len(r.payload)
+                payload = r.payload
+                pending.append((seq, run_id, r.kind, r.step, payload, last, ts))
+                size += len(payload)
+                seq += 1
         self._since_snapshot = size
         if size >= self._min_bytes and size >= self._factor * self._snapshot_bytes:
             self.write_snapshot()
@@ -255,7 +270,7 @@ class RunLog:
         pending = self._unfolded
         if pending:
             self._unfolded = []
-            fold(self._fold_state, _stored(self.run_id, pending))
+            fold(self._fold_state, _stored(pending))
         return self._fold_state
 
     def restart(self, folded: Folded) -> None:
@@ -290,13 +305,10 @@ class RunLog:
         return fut
 
 
-def _stored(run_id: str, written: list[tuple[list[Record], Any]]) -> Iterator[StoredRecord]:
-    """The records of durable commits (records, result) as the log holds them."""
+def _stored(rows: list[_Row]) -> Iterator[StoredRecord]:
+    """Kept rows as the log's records."""
     # tuple.__new__ builds each named tuple without its Python-level __new__ (the fields
     # are given in order): this runs for every record the executor writes.
     new, cls = tuple.__new__, StoredRecord
-    for records, res in written:
-        seq, last, ts = int(res.first_seq), int(res.last_seq), res.ts
-        for r in records:
-            yield new(cls, (seq, run_id, r.kind, r.step, r.payload, last, ts))
-            seq += 1
+    for row in rows:
+        yield new(cls, row)
