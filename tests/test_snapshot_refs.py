@@ -18,10 +18,14 @@ from typing import Any, Final
 import orjson
 import pytest
 
-from eventstore import EventStore, LogCorruptedError
+from eventstore import Commit, EventStore, LogCorruptedError, NewRun
 from tests.test_snapshots import assert_snapshots_are_the_fold, same
-from workflow import Context, Event, StartEvent, StopEvent, Workflow, step
+from workflow import Context, Event, StartEvent, StopEvent, Workflow, _snapshot, step
+from workflow import _journal as journal
+from workflow._fold import Folded, fold
+from workflow._log_refs import deferred_writes
 from workflow._read import fold_run, snapshots
+from workflow._snapshot import dump_folded
 
 ITEM: Final = "y" * 100
 STEPS: Final = 600
@@ -167,3 +171,57 @@ def test_a_damaged_record_under_a_reference_raises_when_the_value_is_read(
         with pytest.raises(LogCorruptedError, match=rf"context key 'items'.*seq {seq}") as exc:
             state.context["items"]
         assert exc.value.seq == seq
+
+
+async def test_the_executor_keeps_a_large_value_it_wrote_whole_undecoded(tmp_path: Path) -> None:
+    """The executor's copy of its own log keeps the list's large full writes by reference
+    (not decoded: about 15 us a step of an agent's growing memory), and still gives the
+    exact value when read from it: the state of the run as this process ran it."""
+    wf = Grower(store=str(tmp_path / "s.db"), timeout=None)
+    handler = wf.run(n=STEPS)
+    assert await handler == STEPS
+    host = handler.ctx.__context_link__.host
+    assert host is not None
+    entry = host.folded.context["items"]
+    assert entry.is_unread  # its last full write (over 16 KB) was never decoded here
+    assert entry.full_bytes >= _snapshot.REF_MIN_BYTES
+    assert await handler.ctx.store.get("items") == [ITEM] * STEPS  # built from the log
+    assert handler.ctx.to_dict()["state"]["items"] == [ITEM] * STEPS
+    await wf.store.flush()
+    assert_snapshots_are_the_fold(wf.store, handler.run_id)
+    wf.store.close()
+
+
+@pytest.mark.parametrize(
+    "key",
+    ['a","value":', 'q"uo\\te', "ключ 🔑", "", '","patch":'],
+    ids=["value-separator", "quote-backslash", "unicode", "empty", "patch-separator"],
+)
+def test_a_deferred_write_names_its_key_exactly(tmp_path: Path, key: str) -> None:
+    """The executor's fold reads a large full write's key from its payload's start without
+    decoding its value, whatever the key holds; a patch, however large, and a write under
+    the size a snapshot copies are decoded as before."""
+    big = ["z" * 100] * 200  # about 20 KB: kept by reference
+    with EventStore(tmp_path / "s.db") as store:
+        run = "r"
+        written = [
+            journal.state_set_value("s", key, big),
+            journal.state_set_patch("s", key, [["append", [], {"value": "x" * 20_000}]]),
+            journal.state_set_value("s", "small", [1, 2.0, True]),
+        ]
+        store.append_sync(Commit(run, written, create=NewRun()))
+        records = list(store.records(run))
+        defer = deferred_writes(store, run)
+        state = Folded(run)
+        assert defer(state, records[0])
+        entry = state.context[key]
+        assert entry.is_unread
+        assert entry.seq == entry.full_seq == records[0].seq
+        assert entry.full_bytes == len(records[0].payload)
+        assert not defer(state, records[1])  # a patch
+        assert not defer(state, records[2])  # small: a snapshot may copy it
+        deferred = fold(Folded(run), records, defer=defer)
+        pure = fold(Folded(run), records)
+        assert deferred.context[key].dump == pure.context[key].dump
+        assert deferred.context[key].dump == [*big, {"value": "x" * 20_000}]
+        assert dump_folded(deferred) == dump_folded(pure)

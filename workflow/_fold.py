@@ -39,6 +39,7 @@ from ._run_state_view import is_terminal, result_of, to_run_state
 
 __all__ = [
     "APPLY",
+    "DEFER_BYTES",
     "FOLD_VERSION",
     "Ev",
     "Failure",
@@ -343,8 +344,17 @@ APPLY: Final[dict[str, Callable[[Folded, StoredRecord, Any], None]]] = {
 }
 
 
-def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
+def fold(
+    state: Folded,
+    records: Iterable[StoredRecord],
+    *,
+    defer: Callable[[Folded, StoredRecord], bool] | None = None,
+) -> Folded:
     """Applies records, in seq order, to ``state`` and returns it.
+
+    ``defer`` may fold a ``state_set`` record of ``DEFER_BYTES`` or more itself, without
+    decoding it (it returns True when it did): the executor's copy of its own log keeps a
+    large value it wrote whole as a reference to the log, as a snapshot would.
 
     :raises LogCorruptedError: a record is malformed, of an unknown kind, or contradicts
         the records before it; the message names its seq. The fold never skips a record.
@@ -368,7 +378,13 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
             if start:  # a session's start may reset the clock (a timed-out run resumed)
                 state.exec_us = exec_us
             try:
-                fn(state, r, loads(payload))
+                if (
+                    defer is None
+                    or kind != J.STATE_SET
+                    or len(payload) < DEFER_BYTES
+                    or not defer(state, r)
+                ):
+                    fn(state, r, loads(payload))
             except orjson.JSONDecodeError as exc:
                 msg = f"record seq {seq} ({kind}) of run {run_id!r} has a malformed payload: {exc}"
                 raise LogCorruptedError(msg, seq=seq) from exc
@@ -400,3 +416,6 @@ def fold(state: Folded, records: Iterable[StoredRecord]) -> Folded:
 
 
 _SESSION_STARTS: Final = frozenset({J.RUN_STARTED, J.RUN_RESUMED})
+# The payloads a fold's ``defer`` is offered (it may refuse them): a snapshot keeps a value
+# written whole by reference to the log from ``_snapshot.REF_MIN_BYTES`` (16 KB) on.
+DEFER_BYTES: Final = 16 * 1024

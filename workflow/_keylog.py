@@ -66,6 +66,15 @@ class KeyLog:
         """A value a snapshot keeps by reference to the log, to be built when read."""
         return cls(_UNREAD, full_bytes, patch_bytes, seq, full_seq)
 
+    @classmethod
+    def deferred(cls, full_bytes: int, seq: int, source: Callable[[KeyLog], Any]) -> KeyLog:
+        """A value just written whole at ``seq`` whose record is not decoded: built by
+        ``source`` from the log when read. Its size is known as the record's, as for a
+        value decoded from it, so a snapshot weighs it alike."""
+        new = cls(_UNREAD, full_bytes, 0, seq, seq, source=source)
+        new._size = (full_bytes, full_bytes)
+        return new
+
     @property
     def is_unread(self) -> bool:
         """Whether the value is still only a reference to the log."""

@@ -12,16 +12,20 @@ fork's first record. Snapshots that earlier versions wrote so are refused as the
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any, Final
 
-from eventstore import EventStore, LogCorruptedError, RunInfo
+import orjson
+
+from eventstore import EventStore, LogCorruptedError, RunInfo, StoredRecord
 
 from . import _journal as J
+from . import _snapshot
 from ._fold import Folded, KeyLog, payload_of
 from ._patch import apply_json
 from ._snapshot import SnapshotError
 
-__all__ = ["as_fork", "bind_refs", "build_refs", "rebuild"]
+__all__ = ["as_fork", "bind_refs", "build_refs", "deferred_writes", "rebuild"]
 
 
 def build_refs(state: Folded) -> None:
@@ -72,6 +76,40 @@ def bind_refs(store: EventStore, info: RunInfo, state: Folded) -> None:
             msg = f"context key {key!r} is kept by reference to seq {full_seq}, not its full write"
             raise SnapshotError(msg)
         entry.source = functools.partial(rebuild, store, info.run_id, key)
+
+
+def deferred_writes(store: EventStore, run_id: str) -> Callable[[Folded, StoredRecord], bool]:
+    """A fold's ``defer`` for the executor's copy of its own run's log, in ``store``: a
+    large value written whole is kept as a reference to its record, built from the log
+    only if it is read (a snapshot keeps it by reference, and a loop's growing value is
+    rewritten whole as often as its patches weigh it). Its patches then only move it.
+
+    Decoding each such write was most of the executor's fold for an agent's growing
+    memory (a list of message dicts: about 15 us a step at 1,000 steps), and the decoded
+    copy doubled the objects the garbage collector scans.
+    """
+
+    def defer(state: Folded, r: StoredRecord) -> bool:
+        # The executor's records, as this code's journal writes them: {"key":K,"value":V}.
+        # K is a JSON string, in which '","' cannot occur (a quote in it is escaped), so
+        # the first '","value":' ends it.
+        payload = r.payload
+        if len(payload) < _snapshot.REF_MIN_BYTES:
+            return False  # a snapshot may copy it: decoded as any other
+        end = payload.find(_VALUE_AFTER_KEY) if payload.startswith(_KEY_FIRST) else -1
+        if end < 0 or payload.find(_PATCH_AFTER_KEY, 0, end) >= 0:
+            return False
+        key = orjson.loads(payload[len(_KEY_FIRST) - 1 : end + 1])
+        source = functools.partial(rebuild, store, run_id, key)
+        state.context[key] = KeyLog.deferred(len(payload), r.seq, source)
+        return True
+
+    return defer
+
+
+_KEY_FIRST: Final = '{"key":"'
+_VALUE_AFTER_KEY: Final = '","value":'
+_PATCH_AFTER_KEY: Final = '","patch":'
 
 
 def _is_full_write(store: EventStore, run_id: str, key: str, seq: int) -> bool:

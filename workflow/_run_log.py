@@ -26,6 +26,7 @@ from eventstore import (
 from eventstore._committer import LAZY_FLUSH_S
 
 from ._fold import FOLD_VERSION, Folded, fold
+from ._log_refs import deferred_writes
 from ._snapshot import dump_folded
 
 __all__ = ["ENDING", "RunLog", "Sealed"]
@@ -74,6 +75,7 @@ class RunLog:
         # Durable records not folded yet, as plain tuples of StoredRecord's fields.
         self._unfolded: list[_Row] = []
         self._fold_state = folded if folded is not None else Folded(run_id)
+        self._defer = deferred_writes(store, run_id)
         self._since_snapshot = 0
         self._snapshot_bytes = 0
         # Commits of work begun (:meth:`begun`) waiting to ride with the next commit.
@@ -270,7 +272,7 @@ class RunLog:
         pending = self._unfolded
         if pending:
             self._unfolded = []
-            fold(self._fold_state, _stored(pending))
+            fold(self._fold_state, _stored(pending), defer=self._defer)
         return self._fold_state
 
     def restart(self, folded: Folded) -> None:
