@@ -28,6 +28,7 @@ from . import _journal as journal
 from ._attempt import Attempt, WaitSuspend, current_attempt
 from ._catch_error import recovery_of
 from ._changes import KeyChange
+from ._collect_call import join_inputs
 from ._collects import COLLECT_PREFIX
 from ._commit import (
     Outcome,
@@ -272,7 +273,14 @@ class StepRunner:
                 self._executor.live.unpin(att)
 
     async def _invoke(self, spec: StepSpec, att: Attempt) -> Outcome:
-        kwargs: dict[str, Any] = {spec.event_param: att.event}
+        if spec.joins:
+            # A join runs once an event of each of its parameters' classes is in.
+            joined = join_inputs(self._executor, att, spec.joins)
+            if joined is None:
+                return Returned(None)
+            kwargs: dict[str, Any] = dict(joined)
+        else:
+            kwargs = {spec.event_param: att.event}
         if spec.ctx_param is not None:
             kwargs[spec.ctx_param] = self._executor.ctx
         args = (self._executor.config.instance,) if spec.bound else ()

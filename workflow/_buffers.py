@@ -36,6 +36,12 @@ def default_buffer_id(step: str, qualnames: Sequence[str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def join_buffer_id(step: str, qualnames: Sequence[str]) -> str:
+    """The id of the buffer where a join (a step with several event parameters) keeps its
+    inputs: its own, apart from any the step's code fills with ``collect_events``."""
+    return default_buffer_id(step + "\njoin", qualnames)
+
+
 def buffer_key(step: str, buffer: str) -> str:
     """Where the fold and the executor keep a step's buffer: ids are per step, as in LlamaIndex."""
     return f"{step}:{buffer}"

@@ -13,11 +13,11 @@ from typing import Protocol
 from eventstore import class_name
 
 from ._attempt import Attempt
-from ._buffers import buffer_key, default_buffer_id
+from ._buffers import buffer_key, default_buffer_id, join_buffer_id
 from ._errors import WorkflowRuntimeError
 from ._events import Event
 
-__all__ = ["CollectHost", "collect"]
+__all__ = ["CollectHost", "collect", "join_inputs"]
 
 
 class CollectHost(Protocol):
@@ -75,3 +75,17 @@ def collect(
     att.collects.append((key, bid, None, names))
     host.collect_take(att, key, taken)
     return [ev for _, ev in taken]
+
+
+def join_inputs(
+    host: CollectHost, att: Attempt, joins: tuple[tuple[str, type[Event]], ...]
+) -> dict[str, Event] | None:
+    """A join's arguments (a step with several event parameters, ``joins``): ``att``'s
+    input waits in the step's own buffer until an event of each parameter's class is in;
+    then each parameter takes one, by name (None until then)."""
+    slots = [t for _, t in joins]
+    bid = join_buffer_id(att.step, [t.__qualname__ for t in slots])
+    got = collect(host, att, att.event, slots, bid)
+    if got is None:
+        return None
+    return {name: ev for (name, _), ev in zip(joins, got, strict=True)}

@@ -181,11 +181,15 @@ def commit_of(
             journal.step_finished(step, att.event_id, att.attempt, ids, base, att.answers_used),
             *state_records,
         ]
+        takes = iter(att.taken)  # each take's entries, in the order of the takes
         for _, buf, put, take in att.collects:
             put_json: journal.EventRef | None = None
+            taken_ids: list[int] | None = None
             if put is not None:
                 put_json = {"id": put[0], "event": _event_dump(codec, att, put[1], "collected")}
-            records.append(journal.collected(step, buf, put_json, take))
+            elif take:
+                taken_ids = [ev_id for ev_id, _ in next(takes)[1]]
+            records.append(journal.collected(step, buf, put_json, take, taken_ids))
         for ev_id, (ev, target) in zip(ids, emitted, strict=True):
             role = _role(type(ev))
             if role == 1:

@@ -64,8 +64,10 @@ __all__ = [
 # lineage's @catch_error recovery counts. 3: the session's start and each input's first
 # start (``ctx.patched``), and the typed state model's version. 4: the sessions whose code
 # declared each patch deprecated (a snapshot of version 3 may lack the ones a newer
-# process's session start declared).
-FOLD_VERSION: Final = 4
+# process's session start declared). 5: a collect take with the ids of the events it took
+# takes those (a fold of version 4 took the first of each class, which is not what the live
+# buffer took when the commits of its puts came out of order).
+FOLD_VERSION: Final = 5
 
 
 def _run_started(s: Folded, r: StoredRecord, p: J.RunStarted) -> None:
@@ -258,14 +260,43 @@ def _collected(s: Folded, r: StoredRecord, p: J.Collected) -> None:
     if put is not None:
         ev = Ev(put["id"], put["event"], r.seq)
         buf.setdefault(class_qualname(ev.type), []).append(ev)
-    for t, count in taken(p):
-        events = buf.get(t)
-        if events:
-            del events[:count]
-            if not events:
-                del buf[t]
+    ids = p.get("ids")
+    if ids is not None:
+        _take_ids(buf, taken(p), ids, r)
+    else:  # records before ids: the first of each class, as the live buffer held them
+        for t, count in taken(p):
+            events = buf.get(t)
+            if events:
+                del events[:count]
+                if not events:
+                    del buf[t]
     if not buf:
         del s.buffers[key]
+
+
+def _take_ids(
+    buf: dict[str, list[Ev]], takes: list[tuple[str, int]], ids: list[list[int]], r: StoredRecord
+) -> None:
+    """Takes the events ``ids`` (runs of ids) out of a buffer, ``takes`` (class -> how
+    many) of them."""
+    # As many ids as the counts say, checked before any run is expanded (a damaged record
+    # naming a run of a billion ids is refused, not expanded).
+    if sum(last - first + 1 for first, last in ids) != sum(n for _, n in takes) or any(
+        type(first) is not int or type(last) is not int or first > last for first, last in ids
+    ):
+        msg = f"record seq {r.seq}: a take whose ids {ids!r:.80} do not fit its counts"
+        raise LogCorruptedError(msg, seq=r.seq)
+    wanted = {i for first, last in ids for i in range(first, last + 1)}
+    for t, count in takes:
+        events = buf.get(t) or []
+        kept = [e for e in events if e.id not in wanted]
+        if len(events) - len(kept) != count:
+            msg = f"record seq {r.seq}: a take of {count} {t} that the buffer does not hold"
+            raise LogCorruptedError(msg, seq=r.seq)
+        if kept:
+            buf[t] = kept
+        else:
+            buf.pop(t, None)
 
 
 def _waiting(s: Folded, r: StoredRecord, p: J.Waiting) -> None:

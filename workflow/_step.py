@@ -82,6 +82,9 @@ class StepSpec:
     skip_graph_checks: tuple[str, ...] = ()
     accept_event_subclasses: bool = False
     state_type: type | None = None
+    # A join (LlamaIndex's heterogeneous fan-in): a step with several event parameters,
+    # each one event class, run once an event of each is in. Empty for any other step.
+    joins: tuple[tuple[str, type[Event]], ...] = ()
 
     def config(self) -> StepConfig:
         """The spec as LlamaIndex's ``StepConfig``."""
@@ -323,10 +326,9 @@ def inspect_step(name: str, func: Callable[..., Any], *, bound: bool = True) -> 
     params = list(inspect.signature(func).parameters.values())
     if params and bound:
         params = params[1:]  # self
-    event_param: str | None = None
+    event_params: list[tuple[str, tuple[type[Event], ...]]] = []
     ctx_param: str | None = None
     state_type: type | None = None
-    accepted: tuple[type[Event], ...] = ()
     resources: list[ResourceDefinition] = []
     for p in params:
         ann = hints.get(p.name)
@@ -343,11 +345,10 @@ def inspect_step(name: str, func: Callable[..., Any], *, bound: bool = True) -> 
                 ResourceDefinition(name=p.name, resource=found[0], type_annotation=found[1])
             )
             continue
-        if event_param is not None:
-            msg = f"{where}: takes more than one event parameter ({event_param!r}, {p.name!r})"
-            raise WorkflowValidationError(msg)
-        event_param = p.name
-        accepted = _event_types(ann, f"{where}, parameter {p.name!r}")
+        event_params.append((p.name, _event_types(ann, f"{where}, parameter {p.name!r}")))
+    joins = _joins(where, event_params, options.accept_event_subclasses)
+    event_param = event_params[0][0] if event_params else None
+    accepted = tuple(dict.fromkeys(t for _, ts in event_params for t in ts))
     if event_param is None or not accepted:
         msg = (
             f"{where}: step signature must have at least one parameter annotated as type"
@@ -373,7 +374,35 @@ def inspect_step(name: str, func: Callable[..., Any], *, bound: bool = True) -> 
         accept_event_subclasses=options.accept_event_subclasses,
         state_type=state_type,
         resources=tuple(resources),
+        joins=joins,
     )
+
+
+def _joins(
+    where: str, params: list[tuple[str, tuple[type[Event], ...]]], subclasses: bool
+) -> tuple[tuple[str, type[Event]], ...]:
+    """The parameters of a join (several event parameters), or () for one event parameter.
+
+    :raises WorkflowValidationError: a parameter of a join names no single event class, or
+        the join would take subclasses (each slot takes its exact class).
+    """
+    if len(params) < 2:
+        return ()
+    for name, types_ in params:
+        if len(types_) != 1:
+            shown = " | ".join(t.__name__ for t in types_) or "None"
+            msg = (
+                f"{where}: parameter {name!r} of a step with several event parameters must"
+                f" name a single event type, not {shown}"
+            )
+            raise WorkflowValidationError(msg)
+    if subclasses:
+        msg = (
+            f"{where}: accept_event_subclasses=True is not supported on a step with several"
+            " event parameters (each takes events of its exact class)"
+        )
+        raise WorkflowValidationError(msg)
+    return tuple((name, types_[0]) for name, types_ in params)
 
 
 def step_functions(cls: type) -> dict[str, Callable[..., Any]]:

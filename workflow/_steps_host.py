@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from eventstore import Record
 
 from ._attempt import Attempt
+from ._collect_call import CollectHost
 from ._events import Event, StopEvent
 
 if TYPE_CHECKING:
@@ -27,8 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["StepsHost"]
 
 
-class StepsHost(Protocol):
-    """What the step workers use of the executor that owns them (``_runner.Executor``)."""
+class StepsHost(CollectHost, Protocol):
+    """What the step workers use of the executor that owns them (``_runner.Executor``);
+    a join's inputs wait in its buffer as ``collect_events`` keeps them."""
 
     run_id: str
     next_id: int

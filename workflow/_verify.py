@@ -22,12 +22,13 @@ from eventstore import CodecError, EncodeError, StoredRecord, UnknownClassError,
 from . import _journal as J
 from ._attempt import Attempt, current_attempt
 from ._checkpoints import event_class
+from ._collect_call import join_inputs
 from ._diff import apply, materialize
-from ._errors import WorkflowRuntimeError
 from ._events import Event
 from ._fold import Folded, MemoRec, fold
 from ._patch_check import patch_problems, replay_memos
 from ._read import commits, fold_run, run_info, start_state
+from ._replay_host import Buffers, ReplayHost
 from ._retry import RetryClock
 from ._state_versions import upcast_values
 from ._stranded import rename_hint
@@ -217,60 +218,6 @@ def _pending(s: Folded) -> Iterable[tuple[str, Any, int, str]]:
         yield w.step, w.ev.dump, w.ev.id, "waiting"
 
 
-class _Replay:
-    """A stand-in executor for one attempt: recorded context in, buffered writes out."""
-
-    replaying = True  # memoized calls come from the log; one it lacks is a divergence
-
-    def __init__(
-        self, wf: Facade, context: dict[str, Any], memos: dict[int, dict[str, MemoRec]]
-    ) -> None:
-        from ._context import Context, bound_context
-
-        parts = wf.__workflow_parts__
-
-        self._memos = memos
-        self.wf = wf
-        self.config = parts.run_config()  # the settings a run started now would have
-        self.codec = parts.codec
-        self.graph = parts.graph
-        self.committed = context
-        self.versions: dict[str, int] = {}
-        self.keylog: dict[str, list[int]] = {}  # sizes of values: none known here
-        self.buffers: dict[str, dict[str, list[tuple[int, Event]]]] = {}
-        self.answers: dict[str, Any] = {}
-        self.state_lock = asyncio.Lock()
-        self.run_id = "verify"
-        self.ctx: Context[Any] = bound_context(self, wf, parts.state_type)  # type: ignore[arg-type]
-        self._next = 10**9
-
-    def pin(self, key: str) -> None:
-        return
-
-    def new_event_id(self) -> int:
-        self._next += 1
-        return self._next
-
-    def live_buffer(self, buf_key: str) -> dict[str, list[tuple[int, Event]]]:
-        return self.buffers.setdefault(buf_key, {})
-
-    def collect_put(self, att: Attempt, buf_key: str, entry: tuple[int, Event]) -> None:
-        return
-
-    def collect_take(self, att: Attempt, buf_key: str, taken: list[tuple[int, Event]]) -> None:
-        return
-
-    def stream_now(self, event: Event, att: Attempt | None) -> None:
-        return
-
-    def memos_of(self, step: str, event_id: int) -> dict[str, MemoRec]:
-        return self._memos.get(event_id, {})
-
-    async def append(self, records: list[Any], **kw: Any) -> int:
-        msg = "verify re-executes attempts without writing to the log"
-        raise WorkflowRuntimeError(msg)
-
-
 def _reexecute(wf: Facade, run_id: str, report: VerifyReport) -> None:
     """Runs each recorded successful attempt again and compares what it emits and writes."""
     parts = wf.__workflow_parts__
@@ -304,14 +251,37 @@ def _reexecute(wf: Facade, run_id: str, report: VerifyReport) -> None:
                 # Nothing recorded before it: no upcaster ran on the empty context, so the
                 # fields an upcaster fills in (not this attempt's) may be left unwritten.
                 first = now == {}
+                bufs = _buffers_of(state, head.step, load)
                 problem = _replay_one(
-                    wf, run_id, head, commit, event, context, dump, clock, memos, writes, first
+                    wf,
+                    run_id,
+                    head,
+                    commit,
+                    event,
+                    context,
+                    dump,
+                    clock,
+                    memos,
+                    writes,
+                    first,
+                    bufs,
                 )
                 report.attempts_reexecuted += 1
                 if problem is not None:
                     report.problems.append(problem)
                     diverged.add(head.step)
         fold(state, commit)
+
+
+def _buffers_of(state: Folded, step: str, load: Callable[[Any], Any]) -> Buffers:
+    """The step's collect buffers (its joins' too) as the fold holds them, decoded: what
+    ``collect_events`` finds when an attempt of it re-executes."""
+    prefix = f"{step}:"
+    return {
+        key: {name: [(e.id, load(e.dump)) for e in evs] for name, evs in buf.items()}
+        for key, buf in state.buffers.items()
+        if key.startswith(prefix)
+    }
 
 
 def _replay_one(
@@ -326,21 +296,27 @@ def _replay_one(
     memos: dict[int, dict[str, MemoRec]],
     upcast_writes: dict[str, Any] | None = None,
     first_writer: bool = False,
+    buffers: Buffers | None = None,
 ) -> Problem | None:
     parts = wf.__workflow_parts__
     step = head.step or ""
     spec = parts.graph.steps[step]
-    replay = _Replay(wf, context, memos)
+    replay = ReplayHost(wf, context, memos, buffers)
     finished: J.StepFinished = head.data()
     att = Attempt(step, finished["id"], finished["attempt"], event, host=replay)
     att.retry = clock
-    kwargs: dict[str, Any] = {spec.event_param: event}
+    kwargs: dict[str, Any] = {} if spec.joins else {spec.event_param: event}
     if spec.ctx_param is not None:
         kwargs[spec.ctx_param] = replay.ctx
 
     async def call() -> Any:
         token = current_attempt.set(att)
         try:
+            if spec.joins:  # a join's inputs, from its buffer as the log held it
+                joined = join_inputs(replay, att, spec.joins)
+                if joined is None:
+                    return None
+                kwargs.update(joined)
             if spec.resources:  # built by this workflow object, as a resume would
                 kwargs.update(await parts.resources.inject(spec.resources))
             args = (wf,) if spec.bound else ()

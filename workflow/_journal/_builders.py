@@ -245,19 +245,41 @@ def state_deleted(step: str | None, key: str) -> Record:
     return _rec(STATE_DELETED, step, payload)
 
 
-def collected(step: str, buffer: str, put: EventRef | None, take: Sequence[str] | None) -> Record:
+def collected(
+    step: str,
+    buffer: str,
+    put: EventRef | None,
+    take: Sequence[str] | None,
+    ids: Sequence[int] | None = None,
+) -> Record:
     """A collect buffer changed: an event put in, or one event of each type taken out.
 
     ``buffer`` is the buffer's id within its step (``_buffers.buffer_key``); ``take`` names
     the classes by their qualified names without module, one name per event taken, and
     the record counts them (``takes``: name -> how many), so a take of K events of one
-    class is a few bytes, not K names. ``"v": 2`` tells these apart from the records
-    written before, whose ids and names carried modules (``collect_key``).
+    class is a few bytes, not K names. ``ids`` are the events taken, as runs of
+    consecutive ids (``[first, last]``: a fan-in's K results are mostly one run): the fold
+    takes those, as the live buffer did, whatever order the puts' commits came in.
+    ``"v": 2`` tells these apart from the records written before, whose ids and names
+    carried modules (``collect_key``).
     """
     payload: Collected = {"buf": buffer, "put": put, "take": None, "v": 2}
     if take:
         payload["takes"] = dict(Counter(take))
+        if ids is not None:
+            payload["ids"] = id_runs(ids)
     return _rec(COLLECTED, step, payload)
+
+
+def id_runs(ids: Sequence[int]) -> list[list[int]]:
+    """Ids as sorted runs of consecutive ids, ``[first, last]`` each."""
+    runs: list[list[int]] = []
+    for i in sorted(ids):
+        if runs and runs[-1][1] + 1 == i:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return runs
 
 
 def waiting(

@@ -254,6 +254,8 @@ class Collected(TypedDict):
     put: EventRef | None
     take: list[str] | None
     takes: NotRequired[dict[str, int]]
+    # The events taken, as runs of ids ([first, last]; records since): the fold takes those.
+    ids: NotRequired[list[list[int]]]
     v: NotRequired[Literal[2]]
 
 
