@@ -136,3 +136,20 @@ async def test_conflicting_run_verifies(tmp_path: Path) -> None:
     await wf.run(n=100)
     report = verify(Counter(store=tmp_path / "c.db"), reexecute=True)
     assert report.ok, report.problems[:3]
+
+
+@pytest.mark.parametrize("flow", ["collect_events", "join"])
+async def test_reexecuting_collecting_steps_finds_no_divergence(tmp_path: Path, flow: str) -> None:
+    """A step that collects (``collect_events``, or a join's parameters) re-executes on the
+    buffers the log held before its commit: the collecting attempts return what they did,
+    and the one that took the events emits what it recorded."""
+    from tests.test_collect import FanIn
+    from tests.test_joins import Assemble
+
+    db = tmp_path / "c.db"
+    wf: Workflow = FanIn(store=db, timeout=10) if flow == "collect_events" else Assemble(store=db)
+    handler = wf.run(k=3) if flow == "collect_events" else wf.run()
+    await handler
+    report = verify(type(wf)(store=db), [handler.run_id], reexecute=True)
+    assert report.problems == []
+    assert report.attempts_reexecuted >= 4
