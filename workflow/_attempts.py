@@ -46,6 +46,7 @@ from ._events import Event, StepState
 from ._retry import RetryClock
 from ._run_log import Sealed
 from ._step_queue import StepQueue
+from ._step_shapes import returned_events
 from ._stream import say
 from ._waits import Delivery
 
@@ -304,12 +305,17 @@ class StepRunner:
         finally:
             current_context.reset(ctx_token)
             current_attempt.reset(token)
+        try:
+            result, spread = returned_events(spec, result)
+        except WorkflowRuntimeError as wrong:
+            return Raised(wrong, "")
         if result is not None and not isinstance(result, Event):
             wrong = WorkflowRuntimeError(
                 f"Step function {spec.name} returned {type(result).__name__} instead of an"
                 " Event instance."
             )
             return Raised(wrong, "")
+        att.sent.extend((ev, None) for ev in spread)  # a fan-out's list: each is sent
         return Returned(result)
 
     def _streamed(self, att: Attempt) -> list[Record]:

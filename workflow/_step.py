@@ -12,6 +12,7 @@ from typing import Any, Final, Literal, Protocol, TypeVar, overload
 
 from ._errors import WorkflowValidationError
 from ._events import Event
+from ._step_shapes import fans_out, joins_of
 from .resource import ResourceDefinition, resource_of
 from .retry_policy import RetryPolicy, _SeedlessRetryPolicy
 
@@ -85,6 +86,8 @@ class StepSpec:
     # A join (LlamaIndex's heterogeneous fan-in): a step with several event parameters,
     # each one event class, run once an event of each is in. Empty for any other step.
     joins: tuple[tuple[str, type[Event]], ...] = ()
+    # Annotated ``-> list[E]`` (LlamaIndex's fan-out): a list it returns is its events.
+    fans_out: bool = False
 
     def config(self) -> StepConfig:
         """The spec as LlamaIndex's ``StepConfig``."""
@@ -246,17 +249,31 @@ def _is_free_function(qualname: str) -> bool:
     return parts[-2] == "<locals>"
 
 
-def _event_types(annotation: Any, where: str) -> tuple[type[Event], ...]:
+def _event_types(annotation: Any, where: str, *, lists: bool = False) -> tuple[type[Event], ...]:
+    """The event classes an annotation names; with ``lists`` (a return annotation) those
+    of a ``list[E]`` in it too (a fan-out: each element is emitted)."""
     if annotation is None or annotation is type(None):
         return ()
     origin = typing.get_origin(annotation)
     if origin is typing.Union or origin is types.UnionType:
         out: list[type[Event]] = []
         for arg in typing.get_args(annotation):
-            out.extend(_event_types(arg, where))
+            out.extend(_event_types(arg, where, lists=lists))
         return tuple(out)
     if origin is typing.Annotated:
-        return _event_types(typing.get_args(annotation)[0], where)
+        return _event_types(typing.get_args(annotation)[0], where, lists=lists)
+    if origin is list:
+        (element,) = typing.get_args(annotation) or (Any,)
+        if lists and typing.get_origin(element) is not list:
+            return _event_types(element, where)
+        if not lists:
+            msg = (
+                f"{where}: {annotation!r} is LlamaIndex's batch fan-in (a list[E] parameter),"
+                " which is not supported: take one event and gather them with"
+                " ctx.collect_events(ev, [E] * n), or give the step one parameter per event"
+                " (a join)"
+            )
+            raise WorkflowValidationError(msg)
     if isinstance(annotation, type) and issubclass(annotation, Event):
         return (annotation,)
     msg = f"{where}: {annotation!r} is not an Event class"
@@ -346,7 +363,7 @@ def inspect_step(name: str, func: Callable[..., Any], *, bound: bool = True) -> 
             )
             continue
         event_params.append((p.name, _event_types(ann, f"{where}, parameter {p.name!r}")))
-    joins = _joins(where, event_params, options.accept_event_subclasses)
+    joins = joins_of(where, event_params, options.accept_event_subclasses)
     event_param = event_params[0][0] if event_params else None
     accepted = tuple(dict.fromkeys(t for _, ts in event_params for t in ts))
     if event_param is None or not accepted:
@@ -358,7 +375,7 @@ def inspect_step(name: str, func: Callable[..., Any], *, bound: bool = True) -> 
     if "return" not in hints:
         msg = f"{where}: annotate what it returns (an Event class, a union, or None)"
         raise WorkflowValidationError(msg)
-    returns = _event_types(hints["return"], f"{where}, return annotation")
+    returns = _event_types(hints["return"], f"{where}, return annotation", lists=True)
     return StepSpec(
         name=name,
         func=func,
@@ -375,34 +392,8 @@ def inspect_step(name: str, func: Callable[..., Any], *, bound: bool = True) -> 
         state_type=state_type,
         resources=tuple(resources),
         joins=joins,
+        fans_out=fans_out(hints["return"]),
     )
-
-
-def _joins(
-    where: str, params: list[tuple[str, tuple[type[Event], ...]]], subclasses: bool
-) -> tuple[tuple[str, type[Event]], ...]:
-    """The parameters of a join (several event parameters), or () for one event parameter.
-
-    :raises WorkflowValidationError: a parameter of a join names no single event class, or
-        the join would take subclasses (each slot takes its exact class).
-    """
-    if len(params) < 2:
-        return ()
-    for name, types_ in params:
-        if len(types_) != 1:
-            shown = " | ".join(t.__name__ for t in types_) or "None"
-            msg = (
-                f"{where}: parameter {name!r} of a step with several event parameters must"
-                f" name a single event type, not {shown}"
-            )
-            raise WorkflowValidationError(msg)
-    if subclasses:
-        msg = (
-            f"{where}: accept_event_subclasses=True is not supported on a step with several"
-            " event parameters (each takes events of its exact class)"
-        )
-        raise WorkflowValidationError(msg)
-    return tuple((name, types_[0]) for name, types_ in params)
 
 
 def step_functions(cls: type) -> dict[str, Callable[..., Any]]:

@@ -31,6 +31,7 @@ from ._read import commits, fold_run, run_info, start_state
 from ._replay_host import Buffers, ReplayHost
 from ._retry import RetryClock
 from ._state_versions import upcast_values
+from ._step_shapes import returned_events
 from ._stranded import rename_hint
 from ._verify_report import Problem, VerifyReport
 
@@ -340,6 +341,8 @@ def _replay_one(
             {**side, "emitted": _events(want)},
             {**side, "record": J.STEP_FAILED, "raised": repr(exc)},
         )
+    result, spread = returned_events(spec, result)  # checked by the attempt that ran
+    att.sent.extend((ev, None) for ev in spread)
     got_events = [dump(e) for e, _ in att.sent] + ([dump(result)] if result is not None else [])
     # Recorded events of an older version are compared as today's code reads them: upcast.
     want_events = [_as_now(wf, d) for d in _emitted_dumps(commit)]

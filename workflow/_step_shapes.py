@@ -1,0 +1,83 @@
+"""The shapes of step signatures beyond one event in, events out: joins (several event
+parameters, LlamaIndex's heterogeneous fan-in) and fan-outs (``-> list[E]``)."""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any, Protocol
+
+from ._errors import WorkflowRuntimeError, WorkflowValidationError
+from ._events import Event
+
+__all__ = ["fans_out", "joins_of", "returned_events"]
+
+
+class _Returning(Protocol):
+    """What :func:`returned_events` reads of a step's spec (``_step.StepSpec``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def fans_out(self) -> bool: ...
+
+
+def joins_of(
+    where: str, params: list[tuple[str, tuple[type[Event], ...]]], subclasses: bool
+) -> tuple[tuple[str, type[Event]], ...]:
+    """The parameters of a join (several event parameters), or () for one event parameter.
+
+    :raises WorkflowValidationError: a parameter of a join names no single event class, or
+        the join would take subclasses (each slot takes its exact class).
+    """
+    if len(params) < 2:
+        return ()
+    for name, types_ in params:
+        if len(types_) != 1:
+            shown = " | ".join(t.__name__ for t in types_) or "None"
+            msg = (
+                f"{where}: parameter {name!r} of a step with several event parameters must"
+                f" name a single event type, not {shown}"
+            )
+            raise WorkflowValidationError(msg)
+    if subclasses:
+        msg = (
+            f"{where}: accept_event_subclasses=True is not supported on a step with several"
+            " event parameters (each takes events of its exact class)"
+        )
+        raise WorkflowValidationError(msg)
+    return tuple((name, types_[0]) for name, types_ in params)
+
+
+def fans_out(annotation: Any) -> bool:
+    """Whether a return annotation holds a ``list[E]`` (the step may return a list)."""
+    origin = typing.get_origin(annotation)
+    if origin is list:
+        return True
+    if origin is typing.Union or origin is types.UnionType or origin is typing.Annotated:
+        args = typing.get_args(annotation)
+        return any(fans_out(a) for a in (args[:1] if origin is typing.Annotated else args))
+    return False
+
+
+def returned_events(spec: _Returning, result: Any) -> tuple[Event | None, list[Event]]:
+    """What a step's return emits: the event it returned, or the elements of the list a
+    fan-out step (``-> list[E]``) returned, each an event of its own (``[]``: none).
+
+    :raises WorkflowRuntimeError: a list from a step not annotated to return one, or an
+        element of it that is not an event.
+    """
+    if type(result) is not list:
+        return result, []
+    if not spec.fans_out:
+        msg = (
+            f"Step function {spec.name} returned a list; annotate it -> list[...] to emit"
+            " each element as an event"
+        )
+        raise WorkflowRuntimeError(msg)
+    bad = sorted({type(e).__name__ for e in result if not isinstance(e, Event)})
+    if bad:
+        msg = f"Step function {spec.name} returned a list holding {', '.join(bad)}, not events"
+        raise WorkflowRuntimeError(msg)
+    return None, list(result)
