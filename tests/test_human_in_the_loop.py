@@ -591,3 +591,75 @@ def test_workflow_run_says_what_a_returned_question_asks_and_that_the_run_timed_
         "run", tmp_path / "j.db", "--workflow", "tests.flows:Replies", "--timeout", "0.5", "--json"
     )
     assert json.loads(as_json.stdout)["status"] == "timed_out", as_json.stdout
+
+
+class Branch(Event):
+    name: str
+
+
+class Approved(Event):
+    name: str
+    response: str
+
+
+class Approvals(Workflow):
+    """Three branches, each waiting for an approval; a collector gathers them."""
+
+    @step
+    async def dispatch(self, ctx: Context, ev: StartEvent) -> Branch | None:
+        for name in "abc":
+            ctx.send_event(Branch(name=name))
+        return None
+
+    @step(num_workers=3)
+    async def branch(self, ctx: Context, ev: Branch) -> Approved:
+        answer = await ctx.wait_for_event(
+            HumanResponseEvent, waiter_event=InputRequiredEvent(prefix=f"approve {ev.name}")
+        )
+        return Approved(name=ev.name, response=answer.response)
+
+    @step
+    async def gather(self, ctx: Context, ev: Approved) -> StopEvent | None:
+        got = ctx.collect_events(ev, [Approved] * 3)
+        return None if got is None else StopEvent(result=sorted((a.name, a.response) for a in got))
+
+
+async def test_one_answer_meets_every_wait_it_matches(store: EventStore) -> None:
+    """As in LlamaIndex, one HumanResponseEvent answers all three branches waiting for one
+    (it answered only the first, and the others waited for ever); the three answers are
+    one commit, so a crash cannot leave some answered and the event taken."""
+    wf = Approvals(store=store)
+    handler = wf.run()
+    asked: set[str] = set()
+    async with asyncio.timeout(BOUND):
+        async for ev in handler.stream_events():
+            if isinstance(ev, InputRequiredEvent):
+                asked.add(ev.prefix)
+                if len(asked) == 3:
+                    handler.ctx.send_event(HumanResponseEvent(response="ok"))
+        assert await handler == [("a", "ok"), ("b", "ok"), ("c", "ok")]
+    resolved = [r for r in store.records(handler.run_id) if r.kind == "wait_resolved"]
+    assert len(resolved) == 3
+    assert len({r.commit_seq for r in resolved}) == 1
+
+
+async def test_one_answer_sent_to_a_left_run_meets_every_wait_on_resume(
+    store: EventStore,
+) -> None:
+    """The same answer sent to a run nobody runs (``wf.send``) meets every wait when a
+    resume takes it in."""
+    wf = Approvals(store=store)
+    handler = wf.run()
+    asked: set[str] = set()
+    async with asyncio.timeout(BOUND):
+        async for ev in handler.stream_events():
+            if isinstance(ev, InputRequiredEvent):
+                asked.add(ev.prefix)
+                if len(asked) == 3:
+                    await handler.suspend()
+                    break
+        with pytest.raises(RunSuspendedError):
+            await handler
+        wf.send(handler.run_id, HumanResponseEvent(response="later"))
+        again = Approvals(store=store).resume(handler.run_id)
+        assert await again == [("a", "later"), ("b", "later"), ("c", "later")]

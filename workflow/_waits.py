@@ -237,45 +237,58 @@ class Waits:
             return False
         return all(getattr(ev, k, _ABSENT) == v for k, v in w.requirements.items())
 
-    def _waiter_for(self, ev: Event) -> WaitInfo | None:
-        return next((w for w in self.waiters.values() if self._matches(w, ev)), None)
+    def _waiters_for(self, ev: Event) -> list[WaitInfo]:
+        """Every wait ``ev`` answers: as in LlamaIndex, one event answers all the waits it
+        matches (three branches waiting for one approval all get it)."""
+        return [w for w in self.waiters.values() if self._matches(w, ev)]
 
     def _resolve(
-        self, w: WaitInfo, ev_id: int | None, ev: Event | None, inbox_id: int | None = None
+        self,
+        w: WaitInfo | list[WaitInfo],
+        ev_id: int | None,
+        ev: Event | None,
+        inbox_id: int | None = None,
     ) -> asyncio.Future[Any]:
-        """Answers a wait (``ev`` None: its deadline passed) now; its step runs again once
-        the answer is durable. Returns the answer's commit."""
+        """Answers waits (``ev`` None: a deadline passed) now, in one commit; each one's
+        step runs again once the answer is durable. Returns the answer's commit."""
+        ws = w if isinstance(w, list) else [w]
         dump = self._host.codec.dump
-        self.waiters.pop(w.waiter_id, None)
-        if w.timer is not None:
-            w.timer.cancel()
+        answer_dump = None if ev is None else dump(ev)
+        records = []
+        for one in ws:
+            self.waiters.pop(one.waiter_id, None)
+            if one.timer is not None:
+                one.timer.cancel()
+            records.append(journal.wait_resolved(one.step, one.waiter_id, ev_id, answer_dump))
+            records.append(
+                journal.enqueued(one.step, one.event_id, dump(one.event), journal.SRC_WAITER)
+            )
 
         def recorded() -> None:
-            if not w.written:
-                raise _Unrecorded(self._host.run_id, w.waiter_id)
+            for one in ws:
+                if not one.written:
+                    raise _Unrecorded(self._host.run_id, one.waiter_id)
 
         fut = self._host.submit(
-            [
-                journal.wait_resolved(w.step, w.waiter_id, ev_id, None if ev is None else dump(ev)),
-                journal.enqueued(w.step, w.event_id, dump(w.event), journal.SRC_WAITER),
-            ],
+            records,
             inbox_taken=[inbox_id] if inbox_id is not None else None,
-            check=None if w.written else recorded,
+            check=None if all(one.written for one in ws) else recorded,
         )
         answer = None if ev is None or ev_id is None else (ev_id, ev)
 
         def run_again() -> None:
-            self.answers[w.waiter_id] = answer
-            self._host.deliver(w.step, Delivery(w.event_id, w.event))
+            for one in ws:
+                self.answers[one.waiter_id] = answer
+                self._host.deliver(one.step, Delivery(one.event_id, one.event))
 
         self._then(fut, run_again)
         return fut
 
     def park(self, ev_id: int, ev: Event) -> None:
         """An event no step takes (already in the log): it answers a wait, or waits for one."""
-        w = self._waiter_for(ev)
-        if w is not None:
-            self._resolve(w, ev_id, ev)
+        ws = self._waiters_for(ev)
+        if ws:
+            self._resolve(ws, ev_id, ev)
         else:
             self.unclaimed[ev_id] = ev
 
@@ -321,9 +334,9 @@ class Waits:
             return None
         dump = self._host.codec.dump(ev) if dumped is _ABSENT else dumped
         ev_id = self._host.new_event_id()
-        w = self._waiter_for(ev)
-        if w is not None:
-            return self._resolve(w, ev_id, ev, inbox_id)
+        ws = self._waiters_for(ev)
+        if ws:
+            return self._resolve(ws, ev_id, ev, inbox_id)
         targets = self._host.graph.route(type(ev))
         records = [journal.enqueued(t, ev_id, dump, src) for t in targets] or [
             journal.enqueued(None, ev_id, dump, src)
