@@ -32,6 +32,7 @@ __all__ = [
     "Raised",
     "Returned",
     "Waited",
+    "asked",
     "commit_of",
     "event_json",
     "failure_record",
@@ -124,6 +125,12 @@ def _role(cls: type[Event]) -> int:
     return 2 if issubclass(cls, InputRequiredEvent) else 0
 
 
+def asked(ev: Event, target: str | None, route: Callable[[type[Event]], Sequence[str]]) -> bool:
+    """Whether a commit streams ``ev`` as a question instead of emitting it: an
+    InputRequiredEvent sent to no step in particular, which no step takes."""
+    return _role(type(ev)) == 2 and target is None and not route(type(ev))
+
+
 def _verb(ev: Event, result: Event | None) -> str:
     """How an attempt's commit names what it did with ``ev``: returned it, or sent it."""
     return "returned" if ev is result else "sent"
@@ -197,7 +204,7 @@ def commit_of(
                     stop = (ev_id, cast("StopEvent", ev))
                     stop_dump = _event_dump(codec, att, ev, _verb(ev, result))
                 continue
-            if role == 2 and target is None and not route(type(ev)):
+            if role == 2 and target is None and not route(type(ev)):  # as asked() says
                 asked.append((ev, event_json(codec, ev, f"step {step!r} {_verb(ev, result)} it")))
                 continue
             try:

@@ -7,20 +7,73 @@ writes, sends and collects stays with it, to be compared with what its commit re
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from eventstore import StoredRecord
+
+from . import _journal as J
 from ._attempt import Attempt
+from ._buffers import collect_key
 from ._errors import WorkflowRuntimeError
 from ._events import Event
-from ._fold import MemoRec
+from ._fold import Folded, MemoRec
 
 if TYPE_CHECKING:
     from ._context import Context
     from ._facade_protocol import Facade
 
-__all__ = ["Buffers", "ReplayHost"]
+__all__ = ["Buffers", "ReplayHost", "ReplayInputs", "replay_inputs"]
 
 Buffers = dict[str, dict[str, list[tuple[int, Event]]]]
+
+
+@dataclass(slots=True)
+class ReplayInputs:
+    """What an attempt read besides its context: its step's collect buffers and the
+    answers to its waits, as they stood when the recorded attempt ran."""
+
+    buffers: Buffers = field(default_factory=dict)
+    answers: dict[str, tuple[int, Event] | None] = field(default_factory=dict)
+
+
+def replay_inputs(
+    state: Folded, step: str, commit: list[StoredRecord], load: Callable[[Any], Any]
+) -> ReplayInputs:
+    """The inputs of the attempt whose commit is ``commit``, from ``state`` (the fold of
+    the log before it).
+
+    A collect's outcome comes from the log, as a memoized call's does: a buffer the commit
+    took from holds the events it took (its ``ids``); one it only put into holds nothing
+    else, since the live buffer held no full set then. The fold before the commit is not
+    that buffer when a slower collector's take was written after this commit's: what
+    the recorded attempt found there is what its records say.
+    """
+    prefix = f"{step}:"
+    touched: dict[str, set[int] | None] = {}  # buffer key -> ids taken (None: no ids kept)
+    for r in commit:
+        if r.kind != J.COLLECTED:
+            continue
+        p: J.Collected = r.data()
+        key = collect_key(step, p)
+        if p.get("takes"):
+            ids = p.get("ids")
+            touched[key] = None if ids is None else {i for a, b in ids for i in range(a, b + 1)}
+        else:
+            touched.setdefault(key, set())
+    buffers: Buffers = {}
+    for key, buf in state.buffers.items():
+        if not key.startswith(prefix):
+            continue
+        keep = touched.get(key)
+        if key in touched and keep is not None:
+            buf = {n: [e for e in evs if e.id in keep] for n, evs in buf.items()}
+        buffers[key] = {n: [(e.id, load(e.dump)) for e in evs] for n, evs in buf.items() if evs}
+    answers = {
+        wid: None if ev is None else (ev.id, load(ev.dump)) for wid, ev in state.answers.items()
+    }
+    return ReplayInputs(buffers, answers)
 
 
 class _ThisLoop:
@@ -45,7 +98,7 @@ class ReplayHost:
         wf: Facade,
         context: dict[str, Any],
         memos: dict[int, dict[str, MemoRec]],
-        buffers: Buffers | None = None,
+        inputs: ReplayInputs | None = None,
     ) -> None:
         from ._context import bound_context
 
@@ -59,8 +112,9 @@ class ReplayHost:
         self.committed = context
         self.versions: dict[str, int] = {}
         self.keylog: dict[str, list[int]] = {}  # sizes of values: none known here
-        self.buffers: Buffers = {} if buffers is None else buffers
-        self.answers: dict[str, Any] = {}
+        inputs = ReplayInputs() if inputs is None else inputs
+        self.buffers: Buffers = inputs.buffers
+        self.answers: dict[str, Any] = inputs.answers
         self.state_lock = asyncio.Lock()
         self.run_id = "verify"
         self.ctx: Context[Any] = bound_context(self, wf, parts.state_type)  # type: ignore[arg-type]

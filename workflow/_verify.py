@@ -23,12 +23,13 @@ from . import _journal as J
 from ._attempt import Attempt, current_attempt
 from ._checkpoints import event_class
 from ._collect_call import join_inputs
+from ._commit import asked
 from ._diff import apply, materialize
 from ._events import Event
 from ._fold import Folded, MemoRec, fold
 from ._patch_check import patch_problems, replay_memos
 from ._read import commits, fold_run, run_info, start_state
-from ._replay_host import Buffers, ReplayHost
+from ._replay_host import ReplayHost, ReplayInputs, replay_inputs
 from ._retry import RetryClock
 from ._state_versions import upcast_values
 from ._step_shapes import returned_events
@@ -252,7 +253,7 @@ def _reexecute(wf: Facade, run_id: str, report: VerifyReport) -> None:
                 # Nothing recorded before it: no upcaster ran on the empty context, so the
                 # fields an upcaster fills in (not this attempt's) may be left unwritten.
                 first = now == {}
-                bufs = _buffers_of(state, head.step, load)
+                inputs = replay_inputs(state, head.step, commit, load)
                 problem = _replay_one(
                     wf,
                     run_id,
@@ -265,24 +266,13 @@ def _reexecute(wf: Facade, run_id: str, report: VerifyReport) -> None:
                     memos,
                     writes,
                     first,
-                    bufs,
+                    inputs,
                 )
                 report.attempts_reexecuted += 1
                 if problem is not None:
                     report.problems.append(problem)
                     diverged.add(head.step)
         fold(state, commit)
-
-
-def _buffers_of(state: Folded, step: str, load: Callable[[Any], Any]) -> Buffers:
-    """The step's collect buffers (its joins' too) as the fold holds them, decoded: what
-    ``collect_events`` finds when an attempt of it re-executes."""
-    prefix = f"{step}:"
-    return {
-        key: {name: [(e.id, load(e.dump)) for e in evs] for name, evs in buf.items()}
-        for key, buf in state.buffers.items()
-        if key.startswith(prefix)
-    }
 
 
 def _replay_one(
@@ -297,12 +287,12 @@ def _replay_one(
     memos: dict[int, dict[str, MemoRec]],
     upcast_writes: dict[str, Any] | None = None,
     first_writer: bool = False,
-    buffers: Buffers | None = None,
+    inputs: ReplayInputs | None = None,
 ) -> Problem | None:
     parts = wf.__workflow_parts__
     step = head.step or ""
     spec = parts.graph.steps[step]
-    replay = ReplayHost(wf, context, memos, buffers)
+    replay = ReplayHost(wf, context, memos, inputs)
     finished: J.StepFinished = head.data()
     att = Attempt(step, finished["id"], finished["attempt"], event, host=replay)
     att.retry = clock
@@ -343,7 +333,10 @@ def _replay_one(
         )
     result, spread = returned_events(spec, result)  # checked by the attempt that ran
     att.sent.extend((ev, None) for ev in spread)
-    got_events = [dump(e) for e, _ in att.sent] + ([dump(result)] if result is not None else [])
+    emitted = [e for e, target in att.sent if not asked(e, target, parts.graph.route)]
+    if result is not None and not asked(result, None, parts.graph.route):
+        emitted.append(result)
+    got_events = [dump(e) for e in emitted]
     # Recorded events of an older version are compared as today's code reads them: upcast.
     want_events = [_as_now(wf, d) for d in _emitted_dumps(commit)]
     if sorted(map(repr, got_events)) != sorted(map(repr, want_events)):
