@@ -663,3 +663,19 @@ async def test_one_answer_sent_to_a_left_run_meets_every_wait_on_resume(
         wf.send(handler.run_id, HumanResponseEvent(response="later"))
         again = Approvals(store=store).resume(handler.run_id)
         assert await again == [("a", "later"), ("b", "later"), ("c", "later")]
+
+
+def test_workflow_run_of_waits_names_the_answer_once_and_no_placeholder(tmp_path: Path) -> None:
+    """``workflow run`` of three branches waiting for one answer: stderr says each question
+    without a ``MODULE:CLASS`` placeholder or a timeout the command does not sit out (the
+    process leaves the waiting run), stdout says the class it waits for and the command
+    that sends it, and ``--json`` names that class once."""
+    db = tmp_path / "waits.db"
+    spec = "tests.test_human_in_the_loop:Approvals"
+    result = cli_invoke("run", db, "--workflow", spec, "--run-id", "w")
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    asked = [line for line in result.stderr.splitlines() if line.startswith("run w asks:")]
+    assert sorted(asked) == [f"run w asks: 'approve {n}'" for n in "abc"], result.stderr
+    assert "--event workflow:HumanResponseEvent" in result.stdout, result.stdout
+    as_json = cli_invoke("run", db, "--workflow", spec, "--run-id", "w2", "--json")
+    assert json.loads(as_json.stdout)["waiting_for"] == ["workflow._events:HumanResponseEvent"]

@@ -165,6 +165,7 @@ def _recovery_row(
         elif status in ("failed", "interrupted"):  # interrupted: this code cannot finish it
             row["error"] = text = _error_text(value)
         else:
-            row["waiting_for"] = [w.awaited for w in wf.state_at(recovery.run_id).waiters]
+            waiters = wf.state_at(recovery.run_id).waiters
+            row["waiting_for"] = list(dict.fromkeys(w.awaited for w in waiters))
             text = "for " + ", ".join(short_class(a) for a in row["waiting_for"])
     return row, text

@@ -168,6 +168,11 @@ def say_asked(wf: Workflow, db: str) -> Asks:
     def said(run_id: str, ev: InputRequiredEvent) -> None:
         q = shlex.quote
         prefix = getattr(ev, "prefix", "")
+        if not answers:
+            # A wait's question (no step takes an answer): the run is left waiting, and how
+            # it ends says the class it waits for and the command that sends it.
+            click.echo(f"run {run_id} asks: {prefix!r}", err=True)
+            return
         data = (
             q(orjson.dumps({"response": "..."}).decode())
             if event.endswith(":HumanResponseEvent")
@@ -236,7 +241,7 @@ def report(
         elif status in ended:
             data["error"] = f"{type(value).__name__}: {value}"
         elif state is not None:
-            data["waiting_for"] = [w.awaited for w in state.waiters]
+            data["waiting_for"] = list(dict.fromkeys(w.awaited for w in state.waiters))
         emit_json(data)
     elif status == "finished":
         click.echo(f"run {run_id} finished: {show_typed(value, 2000)}")
