@@ -18,8 +18,9 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import pytest
@@ -794,3 +795,36 @@ async def test_a_finished_run_s_dict_in_another_store_runs_a_next_turn(
     other = Counting(store=None, timeout=10)
     restored: Context[Any] = Context.from_dict(other, data)
     assert await asyncio.wait_for(other.run(ctx=restored), 10) == (2 if include_state else 1)
+
+
+class Scheduler(Workflow):
+    """A step that schedules an hour-long timer, as code a step calls may: the timer's
+    handle keeps a copy of the step's context variables."""
+
+    handles: ClassVar[list[asyncio.TimerHandle]] = []
+
+    @step
+    async def only(self, ev: StartEvent) -> StopEvent:
+        assert Context.get_step_context() is not None
+        Scheduler.handles.append(asyncio.get_running_loop().call_later(3600, lambda: None))
+        return StopEvent(result="done")
+
+
+async def test_a_timer_a_step_scheduled_does_not_keep_the_workflow_alive() -> None:
+    """What runs now (the attempt, its context) is held in a box the step's end empties: a
+    long timer scheduled in a step kept the run's context, executor and workflow alive
+    until it fired (LlamaIndex's own test of the same)."""
+    refs: list[weakref.ref[Workflow]] = []
+    try:
+        for _ in range(3):
+            wf = Scheduler(timeout=10)
+            refs.append(weakref.ref(wf))
+            assert await wf.run() == "done"
+            del wf
+        for _ in range(3):
+            gc.collect()
+        assert [r() is None for r in refs] == [True, True, True]
+    finally:
+        for h in Scheduler.handles:
+            h.cancel()
+        Scheduler.handles.clear()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import orjson
 
@@ -22,14 +22,51 @@ if TYPE_CHECKING:
     from ._changes import KeyChange
     from ._retry import RetryClock
 
-__all__ = ["MISSING", "Attempt", "WaitRequest", "WaitSuspend", "Write", "current_attempt"]
+__all__ = [
+    "MISSING",
+    "Attempt",
+    "Current",
+    "WaitRequest",
+    "WaitSuspend",
+    "Write",
+    "current_attempt",
+]
 
 # What a read finds where there is no value (never a value of the run's).
 MISSING: Any = object()
 
-current_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
-    "workflow_attempt", default=None
-)
+V = TypeVar("V")
+
+
+class Current(Generic[V]):
+    """A context variable for what is running now (the attempt, its context) that a copy of
+    the context cannot keep alive: ``set`` puts the value in a box and ``reset`` empties
+    it, so a timer or a task a step scheduled (each keeps a copy of the context's
+    variables) holds the empty box after the step, not the run's workflow and executor.
+    Its ``get``, ``set`` and ``reset`` are ``ContextVar``'s."""
+
+    __slots__ = ("_var",)
+
+    def __init__(self, name: str) -> None:
+        self._var: contextvars.ContextVar[list[V | None] | None] = contextvars.ContextVar(
+            name, default=None
+        )
+
+    def get(self) -> V | None:
+        box = self._var.get()
+        return None if box is None else box[0]
+
+    def set(self, value: V) -> tuple[contextvars.Token[list[V | None] | None], list[V | None]]:
+        box: list[V | None] = [value]
+        return self._var.set(box), box
+
+    def reset(self, token: tuple[contextvars.Token[list[V | None] | None], list[V | None]]) -> None:
+        var_token, box = token
+        box[0] = None
+        self._var.reset(var_token)
+
+
+current_attempt: Current[Attempt] = Current("workflow_attempt")
 
 
 @dataclass(frozen=True, slots=True)

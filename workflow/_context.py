@@ -9,7 +9,6 @@ recorded as operator updates.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, Protocol, cast
 
@@ -18,7 +17,7 @@ from typing_extensions import TypeVar
 
 from eventstore import EncodeError
 
-from ._attempt import MISSING, Attempt, WaitRequest, WaitSuspend, current_attempt
+from ._attempt import MISSING, Attempt, Current, WaitRequest, WaitSuspend, current_attempt
 from ._changes import Encoded, refused
 from ._collect_call import CollectHost, collect
 from ._context_store import ContextStore, StoreHost
@@ -56,9 +55,7 @@ S = TypeVar("S", default=Any)
 T = TypeVar("T")
 
 # The context of the step attempt running in this task (or its worker thread).
-current_context: contextvars.ContextVar[Context[Any] | None] = contextvars.ContextVar(
-    "workflow_current_context", default=None
-)
+current_context: Current[Context[Any]] = Current("workflow_current_context")
 
 
 class RunHost(StoreHost, CollectHost, Protocol):
