@@ -679,3 +679,32 @@ def test_workflow_run_of_waits_names_the_answer_once_and_no_placeholder(tmp_path
     assert "--event workflow:HumanResponseEvent" in result.stdout, result.stdout
     as_json = cli_invoke("run", db, "--workflow", spec, "--run-id", "w2", "--json")
     assert json.loads(as_json.stdout)["waiting_for"] == ["workflow._events:HumanResponseEvent"]
+
+
+class SharedId(Workflow):
+    """Three branches waiting under one explicit waiter_id."""
+
+    @step
+    async def dispatch(self, ctx: Context, ev: StartEvent) -> Branch | None:
+        for name in "abc":
+            ctx.send_event(Branch(name=name))
+        return None
+
+    @step(num_workers=3)
+    async def branch(self, ctx: Context, ev: Branch) -> StopEvent:
+        answer = await ctx.wait_for_event(
+            HumanResponseEvent,
+            waiter_event=InputRequiredEvent(prefix=f"approve {ev.name}"),
+            waiter_id="approval",
+        )
+        return StopEvent(result=answer.response)
+
+
+async def test_a_waiter_id_already_waited_on_elsewhere_is_refused_by_name(
+    store: EventStore,
+) -> None:
+    """Waits are keyed by id: a second wait under an id another input waits on would
+    replace it, and the first would never run again. It fails its step, naming the id."""
+    with pytest.raises(WorkflowRuntimeError, match="waiter_id 'approval' is already waited on"):
+        async with asyncio.timeout(BOUND):
+            await SharedId(store=store).run()

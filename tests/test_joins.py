@@ -218,12 +218,12 @@ async def test_the_log_folds_to_what_the_live_buffer_took(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(
     "ids",
-    [[[0, 10**12]], [[3, 2]], [["a", "b"]], [[1, 1]]],
-    ids=["a-billion", "backwards", "not-ids", "not-held"],
+    [[[0, 10**12]], [[3, 2]], [["a", "b"]], [[2, 3]]],
+    ids=["a-billion", "backwards", "not-ids", "more-than-counted"],
 )
 def test_a_take_whose_ids_do_not_fit_is_refused_by_seq(tmp_path: Path, ids: list[Any]) -> None:
-    """A damaged take (ids that do not fit its counts, or name events the buffer does
-    not hold) is refused naming its seq, without expanding its runs."""
+    """A damaged take (ids that do not fit its counts) is refused naming its seq, without
+    expanding its runs."""
     put = {"id": 2, "event": {"$t": "model", "c": "m:Header", "v": {"value": "a"}}}
     payloads = [
         {"buf": "b", "put": put, "take": None, "v": 2},
@@ -234,3 +234,41 @@ def test_a_take_whose_ids_do_not_fit_is_refused_by_seq(tmp_path: Path, ids: list
         store.append_sync(Commit("r", records, create=NewRun()))
         with pytest.raises(LogCorruptedError, match=r"record seq 2"):
             fold_run(store, "r", cached=False)
+
+
+def test_a_take_written_before_a_put_it_took_keeps_the_run_readable(tmp_path: Path) -> None:
+    """Two attempts that each took what the other put commit as they come, so a take may
+    name an event whose put is written after it: the fold takes what the buffer holds of
+    it and goes on (the put, written later, stays in the buffer, as before ids)."""
+    put_a = {"id": 2, "event": {"$t": "model", "c": "m:Header", "v": {"value": "a"}}}
+    put_b = {"id": 3, "event": {"$t": "model", "c": "m:Header", "v": {"value": "b"}}}
+    payloads = [
+        {"buf": "b", "put": put_a, "take": None, "v": 2},
+        {"buf": "b", "put": None, "take": None, "v": 2, "takes": {"Header": 2}, "ids": [[2, 3]]},
+        {"buf": "b", "put": put_b, "take": None, "v": 2},
+    ]
+    with EventStore(tmp_path / "s.db") as store:
+        records = [Record(J.COLLECTED, "pair", orjson.dumps(p).decode()) for p in payloads]
+        store.append_sync(Commit("r", records, create=NewRun()))
+        folded = fold_run(store, "r", cached=False)
+        assert [e.id for e in folded.buffers["pair:b"]["Header"]] == [3]
+
+
+def test_a_join_of_two_classes_of_one_name_is_refused() -> None:
+    """A join's buffer holds events by class name without module (as collect_events'
+    does): two parameters whose classes share a name are refused by name."""
+    first = type("Part", (Event,), {"__module__": "m1", "__annotations__": {"x": int}})
+    second = type("Part", (Event,), {"__module__": "m2", "__annotations__": {"x": int}})
+
+    async def join(self: Workflow, a: Any, b: Any) -> StopEvent:
+        return StopEvent()
+
+    join.__annotations__ = {"a": first, "b": second, "return": StopEvent}
+    with pytest.raises(WorkflowValidationError, match="Part names classes of several modules"):
+
+        class Clash(Workflow):
+            @step
+            async def emit(self, ev: StartEvent) -> None:
+                return None
+
+            joined = step(join)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from tests.test_human_in_the_loop import Approvals
 from tests.test_joins import Assemble, Overtaken
 from workflow import (
     Context,
+    Event,
     HumanResponseEvent,
     InputRequiredEvent,
     StartEvent,
@@ -177,3 +179,49 @@ async def test_reexecuting_finds_no_divergence_where_the_run_was_deterministic(
     report = verify(flow(store=db), [run_id], reexecute=True)
     assert report.problems == []
     assert report.attempts_reexecuted >= 2
+
+
+class Part(Event):
+    x: int
+
+
+class Go(Event):
+    xs: list[int]
+
+
+class Out(Event):
+    pairs: list[list[int]]
+
+
+class TwoTakes(Workflow):
+    """One attempt that takes twice from one buffer, the first take with an event put
+    before the attempt began."""
+
+    @step
+    async def start(self, ctx: Context, ev: StartEvent) -> Go | None:
+        ctx.send_event(Go(xs=[10]))
+        await asyncio.sleep(0.1)
+        ctx.send_event(Go(xs=[1, 2, 3]))
+        return None
+
+    @step
+    async def pairs(self, ctx: Context, ev: Go) -> Out:
+        out = []
+        for x in ev.xs:
+            got = ctx.collect_events(Part(x=x), [Part, Part], buffer_id="pp")
+            if got is not None:
+                out.append([p.x for p in got])
+        return Out(pairs=out)
+
+    @step
+    async def end(self, ev: Out) -> StopEvent | None:
+        return StopEvent(result=ev.pairs) if ev.pairs else None
+
+
+async def test_reexecuting_an_attempt_that_took_twice_from_one_buffer(tmp_path: Path) -> None:
+    """Each of an attempt's takes from a buffer is given back to its re-execution."""
+    db = tmp_path / "t.db"
+    wf = TwoTakes(store=db, timeout=10)
+    handler = wf.run()
+    assert await handler == [[10, 1], [2, 3]]
+    assert verify(TwoTakes(store=db), [handler.run_id], reexecute=True).problems == []

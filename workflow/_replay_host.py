@@ -57,11 +57,12 @@ def replay_inputs(
             continue
         p: J.Collected = r.data()
         key = collect_key(step, p)
-        if p.get("takes"):
-            ids = p.get("ids")
-            touched[key] = None if ids is None else {i for a, b in ids for i in range(a, b + 1)}
-        else:
-            touched.setdefault(key, set())
+        ids = p.get("ids")
+        if p.get("takes") and ids is None:
+            touched[key] = None  # a take of records before ids: the buffer as folded
+        elif key not in touched or touched[key] is not None:
+            before = touched.get(key) or set()  # every take of the attempt from this buffer
+            touched[key] = before | {i for a, b in ids or () for i in range(a, b + 1)}
     buffers: Buffers = {}
     for key, buf in state.buffers.items():
         if not key.startswith(prefix):

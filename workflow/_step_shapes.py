@@ -41,6 +41,20 @@ def joins_of(
                 f" name a single event type, not {shown}"
             )
             raise WorkflowValidationError(msg)
+    names = [types_[0].__qualname__ for _, types_ in params]
+    clash = sorted(
+        {
+            n
+            for n in names
+            if names.count(n) > 1 and len({t for _, (t,) in params if t.__qualname__ == n}) > 1
+        }
+    )
+    if clash:
+        msg = (
+            f"{where}: the event classes of a step with several event parameters need"
+            f" distinct names; {', '.join(clash)} names classes of several modules"
+        )
+        raise WorkflowValidationError(msg)
     if subclasses:
         msg = (
             f"{where}: accept_event_subclasses=True is not supported on a step with several"

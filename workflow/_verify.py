@@ -25,6 +25,7 @@ from ._checkpoints import event_class
 from ._collect_call import join_inputs
 from ._commit import asked
 from ._diff import apply, materialize
+from ._errors import WorkflowRuntimeError
 from ._events import Event
 from ._fold import Folded, MemoRec, fold
 from ._patch_check import patch_problems, replay_memos
@@ -331,7 +332,10 @@ def _replay_one(
             {**side, "emitted": _events(want)},
             {**side, "record": J.STEP_FAILED, "raised": repr(exc)},
         )
-    result, spread = returned_events(spec, result)  # checked by the attempt that ran
+    try:
+        result, spread = returned_events(spec, result)
+    except WorkflowRuntimeError as exc:  # a list today's code returns where it may not
+        return Problem(run_id, head.seq, step, "divergence", str(exc), side, side)
     att.sent.extend((ev, None) for ev in spread)
     emitted = [e for e, target in att.sent if not asked(e, target, parts.graph.route)]
     if result is not None and not asked(result, None, parts.graph.route):

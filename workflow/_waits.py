@@ -24,6 +24,7 @@ from eventstore import ConcurrencyError, EventStore, Record, class_name
 
 from . import _journal as journal
 from ._commit import wait_records
+from ._errors import WorkflowRuntimeError
 from ._events import Event
 from ._fold import Failure, Folded
 
@@ -170,6 +171,15 @@ class Waits:
         The question (the waiter event) is streamed once the wait is durable, unless the
         wait was answered by then.
         """
+        other = self.waiters.get(request.waiter_id)
+        if other is not None and (other.step, other.event_id) != (att.step, att.event_id):
+            # Waits are keyed by id: a second one would replace the first, which then
+            # never runs again (branches that share an explicit waiter_id).
+            msg = (
+                f"waiter_id {request.waiter_id!r} is already waited on by step {other.step!r}"
+                f" (event {other.event_id}); give each wait its own waiter_id, or none"
+            )
+            raise WorkflowRuntimeError(msg)
         question = request.waiter_event
         timeout = request.timeout
         deadline = None if timeout is None else time.time() + float(timeout)

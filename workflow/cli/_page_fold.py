@@ -111,9 +111,21 @@ const APPLY = {
       if (!buf.has(t)) buf.set(t, []);
       buf.get(t).push(a[1]);
     }
-    for (const t of a[2]) {
-      const es = buf.get(t);
-      if (es && es.length) { es.shift(); if (!es.length) buf.delete(t); }
+    const runs = a[3] && a[3].reduce((n, [first, last]) => n + (last - first + 1), 0);
+    if (runs === a[2].length) {  // the ids it took (as the Python fold: those it holds)
+      const want = new Set();
+      for (const [first, last] of a[3]) for (let i = first; i <= last; i++) want.add(i);
+      for (const t of new Set(a[2])) {
+        const es = buf.get(t);
+        if (!es) continue;
+        const kept = es.filter(id => !want.has(id));
+        if (kept.length) buf.set(t, kept); else buf.delete(t);
+      }
+    } else {
+      for (const t of a[2]) {
+        const es = buf.get(t);
+        if (es && es.length) { es.shift(); if (!es.length) buf.delete(t); }
+      }
     }
     if (!buf.size) st.b.delete(a[0]);
   },

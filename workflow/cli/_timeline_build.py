@@ -253,6 +253,7 @@ class Builder:
                 collect_key(step or "", collected),
                 put["id"] if put else None,
                 [name for name, n in taken(collected) for _ in range(n)],
+                collected.get("ids"),  # the events taken, as runs of ids (records since)
             ]
         elif k == J.MEMOIZED:
             memo: J.Memoized = p
