@@ -22,7 +22,7 @@ from workflow import (
     Workflow,
     step,
 )
-from workflow.context.state_store import DictState, StateStore
+from workflow.context.state_store import DictState, InMemoryStateStore, StateStore
 
 BOUND = 10.0  # seconds an await here may take at most (a bound, not a speed goal)
 
@@ -201,3 +201,16 @@ async def test_a_private_attribute_the_log_cannot_hold_is_left_out(
     (queued,) = back.queues["go"]
     assert (queued._lock, queued._note, queued.topic) == (None, "kept", "x")
     assert Context.from_dict(wf, data)
+
+
+async def test_in_memory_state_store_names_the_store_and_is_not_built_from_a_state() -> None:
+    """LlamaIndex's ``InMemoryStateStore`` imports and names ``ctx.store``'s class (before,
+    during and after a run); built from a state, as LlamaIndex's is, it says why not."""
+    wf = Notes(timeout=BOUND)
+    ctx = Context(wf)
+    assert isinstance(ctx.store, InMemoryStateStore)
+    handler = wf.run(ctx=ctx)
+    await handler
+    assert isinstance(handler.ctx.store, InMemoryStateStore)
+    with pytest.raises(TypeError, match="a state store is a run's context's here"):
+        InMemoryStateStore(DictState())

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Generic, Protocol
 
+from pydantic import BaseModel
 from typing_extensions import TypeVar
 
 from eventstore import EncodeError
@@ -128,7 +129,13 @@ class ContextStore(Generic[S]):
     again from the start, external calls included.
     """
 
-    def __init__(self, host: StoreHost, state_type: type[S] | None) -> None:
+    def __init__(self, host: StoreHost, state_type: type[S] | None = None) -> None:
+        if isinstance(host, (BaseModel, dict)):  # InMemoryStateStore(MyState()), as there
+            msg = (
+                f"a state store is a run's context's here (ctx.store, or Context(wf).store"
+                f" before a run), not built from a state: {type(host).__name__} given"
+            )
+            raise TypeError(msg)
         self._host = host
         self._state_type = state_type
         # Per key, the tracker of a large list an attempt read last: the next attempt's view

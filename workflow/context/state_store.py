@@ -6,7 +6,9 @@
 (``state["foo"] = 1``, ``state.bar = 2``). ``Context[DictState]`` is the same as ``Context``.
 
 ``StateStore`` is the class of ``ctx.store`` (for type hints): here the store of every
-context is the run's log, so there is one class, whatever the workflow's store.
+context is the run's log, so there is one class, whatever the workflow's store; LlamaIndex's
+``InMemoryStateStore`` names it too (``isinstance(ctx.store, InMemoryStateStore)``), but is
+not built from a state (``InMemoryStateStore(MyState())`` says so).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from .._context_store import ContextStore
 from .._context_store import StateDict as DictState
 
-__all__ = ["DictState", "StateStore"]
+__all__ = ["DictState", "InMemoryStateStore", "StateStore"]
 
 StateStore = ContextStore
+InMemoryStateStore = ContextStore
