@@ -203,14 +203,12 @@ async def test_a_private_attribute_the_log_cannot_hold_is_left_out(
     assert Context.from_dict(wf, data)
 
 
-async def test_in_memory_state_store_names_the_store_and_is_not_built_from_a_state() -> None:
+async def test_in_memory_state_store_names_the_store_of_every_context() -> None:
     """LlamaIndex's ``InMemoryStateStore`` imports and names ``ctx.store``'s class (before,
-    during and after a run); built from a state, as LlamaIndex's is, it says why not."""
+    during and after a run)."""
     wf = Notes(timeout=BOUND)
     ctx = Context(wf)
     assert isinstance(ctx.store, InMemoryStateStore)
     handler = wf.run(ctx=ctx)
     await handler
     assert isinstance(handler.ctx.store, InMemoryStateStore)
-    with pytest.raises(TypeError, match="a state store is a run's context's here"):
-        InMemoryStateStore(DictState())

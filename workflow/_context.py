@@ -21,6 +21,7 @@ from ._attempt import MISSING, Attempt, Current, WaitRequest, WaitSuspend, curre
 from ._changes import Encoded, refused
 from ._collect_call import CollectHost, collect
 from ._context_store import ContextStore, StoreHost
+from ._context_watch import ContextWatch, RunWatch
 from ._errors import ContextStateError, WorkflowRuntimeError, WorkflowTimeoutError
 from ._events import Event
 from ._on_loop import on_loop
@@ -114,6 +115,10 @@ class ContextServices(Protocol):
         self, host: RunHost | None, att: Attempt, flow: Any, kwargs: Any
     ) -> Any: ...
 
+    def running_steps(self, ctx: Context[Any]) -> list[str]: ...
+
+    def handler(self, ctx: Context[Any], call: str) -> RunWatch: ...
+
 
 class ContextOwner(Protocol):
     """What a context and its lifecycle use of its workflow (``Workflow``): its context
@@ -150,7 +155,7 @@ class ContextLink:
         return host
 
 
-class Context(Generic[S]):
+class Context(ContextWatch, Generic[S]):
     """What a step receives: context data, and the ways to send, collect, stream and wait.
 
     ``Context[MyState]`` types the state with a pydantic model.
@@ -163,6 +168,7 @@ class Context(Generic[S]):
     """
 
     __workflow_context__: Final = True  # what the step decorator recognises (``_step``)
+    __context_link__: ContextLink
 
     def __init__(
         self,

@@ -9,9 +9,10 @@ updates. The store reaches its run only through :class:`StoreHost`.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Generic, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, cast
 
 from pydantic import BaseModel
 from typing_extensions import TypeVar
@@ -20,16 +21,24 @@ from eventstore import EncodeError
 
 from ._attempt import MISSING, Attempt, Write, current_attempt
 from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, value_change
+from ._detached import Detached, detached_codec, initial_values, state_dict, state_from_dict
 from ._diff import Op, Tracker, is_view, materialize, renew, spare
 from ._errors import ContextKeyError
-from ._events import Event
+from ._state_paths import put_at, set_path_outside
+from ._state_paths import split as _split
+from ._state_paths import step_into as _step_into
 
 if TYPE_CHECKING:
     from eventstore import Codec
 
+    from .context.serializers import BaseSerializer
+
 __all__ = ["ContextStore", "StateDict", "StoreHost"]
 
 S = TypeVar("S", default=Any)
+
+# Values a read outside an attempt hands out as they are (nothing can change them).
+_IMMUTABLE: frozenset[type] = frozenset({str, int, float, bool, type(None), bytes})
 
 # A tracker's ``written`` while its attempt's write of the key is unknown or not a value.
 _UNSURE: Any = object()
@@ -93,32 +102,6 @@ class StateDict(dict[str, Any]):
         return self
 
 
-def _split(path: str) -> tuple[str, list[str]]:
-    root, *rest = path.split(".")
-    return root, rest
-
-
-def _step_into(obj: Any, part: str) -> Any:
-    if isinstance(obj, Event | dict) or (hasattr(obj, "__getitem__") and not hasattr(obj, part)):
-        try:
-            return obj[part]
-        except (KeyError, TypeError, IndexError):
-            pass
-    if isinstance(obj, list | tuple):
-        return obj[int(part)]
-    return getattr(obj, part)
-
-
-def _assign(parent: Any, part: str, value: Any) -> None:
-    """``parent[part] = value`` for a dict or list, else ``setattr`` (an event, a model)."""
-    if isinstance(parent, Event) or not hasattr(parent, "__setitem__"):
-        setattr(parent, part, value)
-    elif isinstance(parent, list):
-        parent[int(part)] = value
-    else:
-        parent[part] = value
-
-
 class ContextStore(Generic[S]):
     """The run's context data: ``get``/``set`` with dotted paths, ``edit_state``.
 
@@ -129,13 +112,15 @@ class ContextStore(Generic[S]):
     again from the start, external calls included.
     """
 
-    def __init__(self, host: StoreHost, state_type: type[S] | None = None) -> None:
-        if isinstance(host, (BaseModel, dict)):  # InMemoryStateStore(MyState()), as there
-            msg = (
-                f"a state store is a run's context's here (ctx.store, or Context(wf).store"
-                f" before a run), not built from a state: {type(host).__name__} given"
-            )
-            raise TypeError(msg)
+    def __init__(
+        self, host: StoreHost | BaseModel | Mapping[str, Any], state_type: type[S] | None = None
+    ) -> None:
+        if isinstance(host, BaseModel | Mapping):
+            # InMemoryStateStore(MyState()), as LlamaIndex builds one: a store of its own.
+            state = host
+            if state_type is None and isinstance(state, BaseModel):
+                state_type = cast("type[S]", type(state))
+            host = Detached(detached_codec(state_type, StateDict), initial_values(state))
         self._host = host
         self._state_type = state_type
         # Per key, the tracker of a large list an attempt read last: the next attempt's view
@@ -156,7 +141,9 @@ class ContextStore(Generic[S]):
     def _root(self, att: Attempt | None, key: str) -> Any:
         host = self._host
         if att is None:
-            return host.committed.get(key, MISSING)
+            # A copy: what the caller does with it never reaches the committed value.
+            value = host.committed.get(key, MISSING)
+            return value if value is MISSING or type(value) in _IMMUTABLE else copy.deepcopy(value)
         w = att.writes.get(key)
         if w is not None:
             if w.deleted:
@@ -266,7 +253,10 @@ class ContextStore(Generic[S]):
         att = current_attempt.get()
         root_key, rest = _split(path)
         if att is None:
-            await self._host.operator_update({path: value})
+            if rest:
+                await set_path_outside(self._host, root_key, rest, value, self._field_default)
+            else:
+                await self._host.operator_update({path: value})
             return
         host = self._host
         codec = host.codec
@@ -285,15 +275,7 @@ class ContextStore(Generic[S]):
                 root = self._field_default(root_key)
             if root is MISSING:  # missing parents are created as dicts, as in LlamaIndex
                 root = {}
-            parent = root
-            for part in rest[:-1]:
-                try:
-                    parent = _step_into(parent, part)
-                except (KeyError, AttributeError, IndexError, TypeError, ValueError):
-                    child: dict[str, Any] = {}
-                    _assign(parent, part, child)
-                    parent = child
-            _assign(parent, rest[-1], value)
+            put_at(root, rest, value)
             value = root
         tracker = att.trackers.get(root_key)
         if tracker is not None:
@@ -357,6 +339,24 @@ class ContextStore(Generic[S]):
         for k, v in defaults.items():
             await self.set(k, v)
 
+    # -------------------------------------------------------------- as a dict
+
+    def to_dict(self, serializer: BaseSerializer | None = None) -> dict[str, Any]:
+        """The state as it stands outside any attempt, as LlamaIndex's in-memory store dict:
+        ``store_type``, ``state_type``, ``state_module`` and ``state_data`` (the state
+        serialized whole, by ``serializer``: typed JSON by default)."""
+        return state_dict(self._host.committed, self._state_type, serializer)
+
+    @classmethod
+    def from_dict(
+        cls, data: dict[str, Any], serializer: BaseSerializer | None = None
+    ) -> ContextStore[Any]:
+        """A store of its own holding the state :meth:`to_dict` wrote.
+
+        :raises ContextSerdeError: ``data`` is not such a dict, or its state cannot be read.
+        """
+        return cls(state_from_dict(data, serializer))
+
     # -------------------------------------------------------------- typed state
 
     async def get_state(self) -> Any:
@@ -385,9 +385,22 @@ class ContextStore(Generic[S]):
         return out
 
     def _state_data(self, state: Any) -> dict[str, Any]:
-        """The keys and values of a whole state (the typed model's fields, or the dict's)."""
+        """The keys and values of a whole state (the typed model's fields, or the dict's).
+
+        :raises ValueError: a typed state given something other than a pydantic model (as
+            LlamaIndex's ``set_state`` refuses it), or an untyped one something not a dict.
+        """
         if self._state_type is not None:
+            if not isinstance(state, BaseModel):
+                msg = (
+                    f"the state is a {self._state_type.__name__} (the context's state model),"
+                    f" not {type(state).__name__}"
+                )
+                raise ValueError(msg)
             return {name: getattr(state, name) for name in type(state).model_fields}
+        if not isinstance(state, Mapping):
+            msg = f"the untyped state is a dict of its keys, not {type(state).__name__}"
+            raise ValueError(msg)
         return dict(state)
 
     async def set_state(self, state: Any) -> None:

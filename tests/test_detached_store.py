@@ -1,0 +1,136 @@
+"""``InMemoryStateStore(state)``: a state store of its own, as LlamaIndex builds one outside
+any workflow; and reads outside a step that hand out copies, never the committed value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from eventstore import EncodeError
+from workflow import (
+    Context,
+    ContextSerdeError,
+    StartEvent,
+    StopEvent,
+    Workflow,
+    step,
+)
+from workflow.context.serializers import JsonSerializer, PickleSerializer
+from workflow.context.state_store import DictState, InMemoryStateStore
+
+
+class Profile(BaseModel):
+    name: str = ""
+    count: int = 0
+    tags: list[str] = []
+    extra: dict[str, Any] = {}
+
+
+async def test_a_store_of_a_dict_state_gets_sets_paths_and_clears() -> None:
+    store: InMemoryStateStore[DictState] = InMemoryStateStore(DictState())
+    await store.set("name", "test")
+    assert await store.get("name") == "test"
+    await store.set("nested", {"key": "value"})
+    await store.set("nested.more.deep", 2)  # missing parents become dicts
+    assert await store.get("nested.key") == "value"
+    assert await store.get("nested") == {"key": "value", "more": {"deep": 2}}
+    assert await store.get("missing", default=None) is None
+    await store.clear()
+    assert await store.get("name", default=None) is None
+    assert await store.get_state() == {}
+
+
+async def test_a_store_of_a_model_starts_from_it_and_keeps_its_type() -> None:
+    store = InMemoryStateStore(Profile(name="ada", tags=["a"]))
+    state = await store.get_state()
+    assert isinstance(state, Profile)
+    assert (state.name, state.count, state.tags) == ("ada", 0, ["a"])
+    async with store.edit_state() as edited:
+        edited.count += 1
+        edited.tags.append("b")
+    assert await store.get("count") == 1
+    assert await store.get("tags") == ["a", "b"]
+    await store.set_state(Profile(name="bob"))
+    assert (await store.get_state()).model_dump() == Profile(name="bob").model_dump()
+    with pytest.raises(ValueError, match="the state is a Profile"):
+        await store.set_state(DictState(name="x"))
+    await store.clear()
+    assert await store.get("name") == ""  # a typed field goes back to its default
+
+
+async def test_what_a_read_hands_out_is_a_copy() -> None:
+    """Mutating a value read (or a state snapshot) changes nothing in the store; a snapshot
+    keeps what it saw when the store is written afterwards."""
+    store = InMemoryStateStore(Profile())
+    await store.set("tags", ["a"])
+    (await store.get("tags")).append("leaked")
+    snapshot = await store.get_state()
+    snapshot.tags.append("leaked")
+    await store.set("count", 5)
+    assert snapshot.count == 0
+    assert await store.get("tags") == ["a"]
+    given = {"k": [1]}
+    await store.set("extra", given)
+    given["k"].append(2)  # the caller's object and the store's share nothing
+    assert await store.get("extra") == {"k": [1]}
+
+
+@pytest.mark.parametrize("serializer", [None, JsonSerializer(), PickleSerializer()])
+async def test_to_dict_and_from_dict_carry_the_state(serializer: JsonSerializer | None) -> None:
+    store = InMemoryStateStore(Profile(name="ada", tags=["x"], extra={"n": (1, 2)}))
+    data = store.to_dict(serializer)
+    assert data["store_type"] == "in_memory"
+    assert (data["state_type"], data["state_module"]) == ("Profile", __name__)
+    back = InMemoryStateStore.from_dict(data, serializer)
+    state = await back.get_state()
+    assert isinstance(state, Profile)
+    assert state.extra == {"n": (1, 2)}  # a tuple stays a tuple
+    assert state.model_dump() == (await store.get_state()).model_dump()
+    untyped = InMemoryStateStore(DictState(a=1))
+    assert await InMemoryStateStore.from_dict(untyped.to_dict()).get("a") == 1
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ({"store_type": "sql", "state_data": "{}"}, "store_type 'sql'"),
+        ({"store_type": "in_memory"}, "state_data text"),
+        ({"store_type": "in_memory", "state_data": "{not json"}, "could not read"),
+        ({"store_type": "in_memory", "state_data": "[1, 2]"}, "holds a list"),
+        ([1], "not a list"),
+    ],
+)
+def test_from_dict_refuses_what_to_dict_did_not_write(data: Any, match: str) -> None:
+    with pytest.raises(ContextSerdeError, match=match):
+        InMemoryStateStore.from_dict(data)
+
+
+async def test_a_value_a_run_could_not_store_is_refused_and_nothing_changes() -> None:
+    store = InMemoryStateStore(DictState(kept=1))
+    with pytest.raises(EncodeError, match="cannot encode f"):
+        await store.set("f", lambda: 1)
+    assert await store.get_state() == {"kept": 1}
+
+
+class Counter(Workflow):
+    @step
+    async def count(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        await ctx.store.set("seen", {"n": 1})
+        return StopEvent(result=await ctx.store.get("seen"))
+
+
+async def test_an_idle_context_takes_a_dotted_path_and_hands_out_copies(tmp_path: Path) -> None:
+    """Outside a step a dotted ``set`` rewrites its key (LlamaIndex accepts it there too), and
+    what a read returns can be mutated without changing what the next run starts from."""
+    wf = Counter(store=tmp_path / "c.db")
+    ctx = Context(wf)
+    await wf.run(ctx=ctx)
+    await ctx.store.set("seen.by", "operator")
+    (await ctx.store.get("seen"))["by"] = "leaked"
+    assert await ctx.store.get("seen") == {"n": 1, "by": "operator"}
+    handler = wf.run(ctx=ctx, start_event=StartEvent())
+    assert await handler == {"n": 1}
+    assert wf.state_at(handler.run_id).context["seen"] == {"n": 1}

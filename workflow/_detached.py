@@ -1,0 +1,162 @@
+"""``InMemoryStateStore(MyState())``: a state store of its own, with no run behind it.
+
+LlamaIndex builds its in-memory store from a state (tests, helpers, a store handed around
+outside a workflow). Here every context's store is its run's log, so such a store stands
+on :class:`Detached`, a host that keeps the values in memory as the log would hold them:
+each write is encoded (what a run could not store is refused here too) and read back, so
+the caller's object and the store's share nothing. ``to_dict`` / ``from_dict`` carry it as
+LlamaIndex's ``store_type: "in_memory"`` dict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from eventstore import Codec
+
+from ._changes import encode_updates
+from ._errors import ContextSerdeError
+from ._values import register_views
+
+if TYPE_CHECKING:
+    from .context.serializers import BaseSerializer
+
+__all__ = ["Detached", "detached_codec", "initial_values", "state_dict", "state_from_dict"]
+
+
+def detached_codec(state_type: type | None, proxy: type[dict[str, Any]]) -> Codec:
+    """A codec for a store of its own: the state model, the store's views, and ``proxy``
+    (the untyped state's dict class) written as a dict."""
+    codec = Codec()
+    if state_type is not None:
+        codec.register(state_type)
+    register_views(codec)
+    codec.register_proxy(proxy, dict)
+    return codec
+
+
+def initial_values(state: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
+    """The keys and values a store built from ``state`` starts with: a model's fields (all
+    of them, defaults included), or a dict's items."""
+    if isinstance(state, BaseModel):
+        return {name: getattr(state, name) for name in type(state).model_fields}
+    return dict(state)
+
+
+class Detached:
+    """What a store of its own reads and writes: values in memory, encoded on each write.
+
+    It stands where the executor stands for a run's store (``ContextStore.host``): every
+    read and write is outside an attempt, so only ``codec``, ``committed``, ``versions`` and
+    ``operator_update`` are used; ``state_lock`` serialises its ``edit_state`` blocks.
+    """
+
+    def __init__(self, codec: Codec, values: Mapping[str, Any]) -> None:
+        self._codec = codec
+        self._committed: dict[str, Any] = {}
+        self._versions: dict[str, int] = {}
+        self._writes = 0
+        self._lock = asyncio.Lock()
+        self._apply(values, [])
+
+    @property
+    def codec(self) -> Codec:
+        return self._codec
+
+    @property
+    def committed(self) -> dict[str, Any]:
+        return self._committed
+
+    @property
+    def versions(self) -> dict[str, int]:
+        return self._versions
+
+    @property
+    def keylog(self) -> dict[str, list[int]]:
+        return {}
+
+    @property
+    def state_lock(self) -> asyncio.Lock:
+        return self._lock
+
+    def pin(self, key: str) -> None:
+        """Nothing to pin: no attempt reads a store of its own."""
+
+    async def operator_update(
+        self,
+        updates: Mapping[str, Any],
+        deletes: list[str] | None = None,
+        *,
+        read: Mapping[str, int] | None = None,
+    ) -> int:
+        """Writes ``updates`` and removes ``deletes``; ``read`` is not checked (this store is
+        written only by its own calls, each applied whole before the next)."""
+        return self._apply(updates, deletes or [])
+
+    def _apply(self, updates: Mapping[str, Any], deletes: list[str]) -> int:
+        encoded = encode_updates(self._codec, updates)  # refused before anything changes
+        self._writes += 1
+        for k, e in encoded.items():
+            self._committed[k] = e.value
+            self._versions[k] = self._writes
+        for k in deletes:
+            self._committed.pop(k, None)
+            self._versions[k] = self._writes
+        return self._writes
+
+
+def state_dict(
+    values: Mapping[str, Any], state_type: type | None, serializer: BaseSerializer | None
+) -> dict[str, Any]:
+    """LlamaIndex's dict of an in-memory store: the state serialized whole, with its type."""
+    from .context.serializers import JsonSerializer
+
+    if state_type is not None:
+        state: Any = state_type.model_construct(**values)  # type: ignore[attr-defined]
+        name, module = state_type.__qualname__, state_type.__module__
+    else:
+        state, name, module = dict(values), "DictState", "workflow.context.state_store"
+    text = (serializer or JsonSerializer()).serialize(state)
+    return {
+        "store_type": "in_memory",
+        "state_type": name,
+        "state_module": module,
+        "state_data": text,
+    }
+
+
+def state_from_dict(data: Any, serializer: BaseSerializer | None) -> Any:
+    """The state :func:`state_dict` wrote (a model, or a dict of the untyped state).
+
+    :raises ContextSerdeError: ``data`` is not such a dict, or its state cannot be read.
+    """
+    from .context.serializers import JsonSerializer
+
+    store_type = data.get("store_type", "in_memory") if isinstance(data, dict) else None
+    if store_type != "in_memory" or not isinstance(data.get("state_data"), str):
+        msg = (
+            "InMemoryStateStore.from_dict takes the dict its to_dict() wrote"
+            f" (store_type 'in_memory', state_data text), not {_show(data)}"
+        )
+        raise ContextSerdeError(msg)
+    try:
+        state = (serializer or JsonSerializer()).deserialize(data["state_data"])
+    except Exception as exc:
+        msg = f"InMemoryStateStore.from_dict could not read its state_data: {exc}"
+        raise ContextSerdeError(msg) from exc
+    if not isinstance(state, BaseModel | Mapping):
+        msg = (
+            f"InMemoryStateStore.from_dict: state_data holds a {type(state).__name__}, not a state"
+        )
+        raise ContextSerdeError(msg)
+    return state
+
+
+def _show(data: Any) -> str:
+    if isinstance(data, dict):
+        return f"a dict with store_type {data.get('store_type')!r}"
+    return f"a {type(data).__name__}"
