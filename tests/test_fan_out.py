@@ -125,16 +125,16 @@ async def test_a_wrong_list_fails_the_step_by_name(flow: type[Workflow], message
         await flow(timeout=BOUND).run()
 
 
-def test_a_list_parameter_is_refused_with_what_to_write_instead() -> None:
-    """LlamaIndex's batch fan-in (``events: list[Done]``) is refused when the class is
-    made, naming the parameter and the collect_events spelling that does the same."""
-    with pytest.raises(WorkflowValidationError, match=r"parameter 'evs'.*collect_events"):
+def test_a_list_parameter_in_a_union_is_refused() -> None:
+    """A ``list[E]`` parameter (a collect step, ``workflow.collect``) is the parameter's
+    whole annotation: in a union it is refused when the class is made, naming it."""
+    with pytest.raises(WorkflowValidationError, match=r"parameter 'evs'.*in a union"):
 
         class Batch(Workflow):
             @step
             async def fan_out(self, ev: StartEvent) -> list[Done]:
-                return [Done(n=1)]
+                return []
 
             @step
-            async def fan_in(self, evs: list[Done]) -> StopEvent:
+            async def gather(self, evs: list[Done] | Done) -> StopEvent:
                 return StopEvent()

@@ -156,6 +156,9 @@ class Attempt:
     memo_keys: dict[str, int] | None = None
     sleep_calls: int = 0
     child_calls: int = 0
+    # Where the events of the list a fan-out step returned start in ``sent`` (None: it
+    # returned no list): they are the members of the stream it opens (``_streams``).
+    spread: int | None = None
 
     def __init__(
         self,
@@ -194,6 +197,7 @@ class Attempt:
         self.memo_keys = None
         self.sleep_calls = 0
         self.child_calls = 0
+        self.spread = None
 
     def keep_json(self, event: Event, text: orjson.Fragment) -> None:
         """Keeps the JSON of an event the attempt streams, for its outcome commit."""

@@ -28,7 +28,7 @@ from . import _journal as journal
 from ._attempt import Attempt, WaitSuspend, current_attempt
 from ._catch_error import recovery_of
 from ._changes import KeyChange
-from ._collect_call import join_inputs
+from ._collect_call import event_inputs
 from ._collects import COLLECT_PREFIX
 from ._commit import (
     Outcome,
@@ -253,6 +253,8 @@ class StepRunner:
                     self._executor.state_lock.release()
                 if recovery is not None:
                     self.deliver(recovery[0], recovery[1])  # its commit is durable
+                    if self._executor.streams is not None:
+                        self._executor.streams.done(d.event_id)  # the handler takes over
                     return
                 if delay is None:
                     await self.fail_run(step, exc, clock.failures, elapsed)
@@ -274,14 +276,9 @@ class StepRunner:
                 self._executor.live.unpin(att)
 
     async def _invoke(self, spec: StepSpec, att: Attempt) -> Outcome:
-        if spec.joins:
-            # A join runs once an event of each of its parameters' classes is in.
-            joined = join_inputs(self._executor, att, spec.joins)
-            if joined is None:
-                return Returned(None)
-            kwargs: dict[str, Any] = dict(joined)
-        else:
-            kwargs = {spec.event_param: att.event}
+        kwargs = event_inputs(self._executor, att, spec)
+        if kwargs is None:
+            return Returned(None)  # a join waiting for its other events, say
         if spec.ctx_param is not None:
             kwargs[spec.ctx_param] = self._executor.ctx
         args = (self._executor.config.instance,) if spec.bound else ()
@@ -305,6 +302,7 @@ class StepRunner:
         finally:
             current_context.reset(ctx_token)
             current_attempt.reset(token)
+        listed = type(result) is list
         try:
             result, spread = returned_events(spec, result)
         except WorkflowRuntimeError as wrong:
@@ -315,7 +313,9 @@ class StepRunner:
                 " Event instance."
             )
             return Raised(wrong, "")
-        att.sent.extend((ev, None) for ev in spread)  # a fan-out's list: each is sent
+        if listed:
+            att.spread = len(att.sent)  # a fan-out's list: each is sent, a stream's member
+        att.sent.extend((ev, None) for ev in spread)
         return Returned(result)
 
     def _streamed(self, att: Attempt) -> list[Record]:
@@ -389,6 +389,7 @@ class StepRunner:
         When it raises, the commit was not written and nothing of it took effect.
         """
         changes = self._executor.live.key_changes(att)
+        book = self._executor.streams
         first_id = self._executor.next_id
         # One id per emitted event, taken whether or not the commit is written.
         self._executor.next_id += len(att.sent) + (outcome.result is not None)
@@ -399,6 +400,7 @@ class StepRunner:
             codec=self._executor.codec,
             route=self._executor.graph.route,
             first_id=first_id,
+            flows=None if book is None else book.flows(att.step, att.event_id),
         )
         written = [c.key for c in changes]
         taken_keys = sorted({COLLECT_PREFIX + k for k, _ in att.taken}) if att.taken else []
@@ -463,6 +465,8 @@ class StepRunner:
             self._executor.answers.pop(wid, None)
         for ev_id, ev in planned.unrouted:
             self._executor.waits.park(ev_id, ev)  # it may answer a wait of another step
+        if (book := self._executor.streams) is not None:
+            book.took_effect(att.step, att.event_id, planned)
         for step, ev_id, ev in planned.deliveries:
             self.deliver(step, Delivery(ev_id, ev))
         for ev in planned.asked:

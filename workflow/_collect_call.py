@@ -8,7 +8,7 @@ the change is undone if it does not commit.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from eventstore import class_name
 
@@ -16,8 +16,12 @@ from ._attempt import Attempt
 from ._buffers import buffer_key, default_buffer_id, join_buffer_id
 from ._errors import WorkflowRuntimeError
 from ._events import Event
+from ._gather import CollectionReleaseEvent
 
-__all__ = ["CollectHost", "collect", "join_inputs"]
+if TYPE_CHECKING:
+    from ._step import StepSpec
+
+__all__ = ["CollectHost", "collect", "event_inputs", "join_inputs"]
 
 
 class CollectHost(Protocol):
@@ -89,3 +93,16 @@ def join_inputs(
     if got is None:
         return None
     return {name: ev for (name, _), ev in zip(joins, got, strict=True)}
+
+
+def event_inputs(host: CollectHost, att: Attempt, spec: StepSpec) -> dict[str, Any] | None:
+    """The event arguments of an attempt of ``spec`` (None: it does not run, and returns
+    None): its input; a join's events once each is in; a collect step's released list
+    (an event of no stream that reached it from outside is not run)."""
+    if spec.joins:
+        return join_inputs(host, att, spec.joins)
+    if spec.gathers is not None:
+        if not isinstance(att.event, CollectionReleaseEvent):
+            return None
+        return {spec.gathers.param: list(att.event.events)}
+    return {spec.event_param: att.event}

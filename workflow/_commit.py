@@ -21,6 +21,7 @@ from eventstore import EncodeError, Record
 from . import _journal as journal
 from ._attempt import Attempt, WaitRequest
 from ._changes import refused
+from ._errors import WorkflowRuntimeError
 from ._events import Event, InputRequiredEvent, StopEvent
 
 if TYPE_CHECKING:
@@ -84,6 +85,21 @@ class Planned(NamedTuple):
     unrouted: list[tuple[int, Event]]
     asked: list[Event]
     stop: tuple[int, StopEvent] | None
+    # Collection streams (``_streams``): the stream a fan-out opened, the deliveries of
+    # members (step, id, event, stream) and the members held at collect steps.
+    opened: str | None = None
+    members: list[tuple[str, int, Event, str]] = []  # noqa: RUF012 - never mutated
+    held: list[tuple[str, int, Event, str]] = []  # noqa: RUF012 - never mutated
+
+
+class Flows(NamedTuple):
+    """What an attempt's commit needs of the run's collection streams: the stream its
+    input is a member of, whether the streams its step's lists open release to a collect
+    step (else its list's events stay in ``into``), and the collect steps."""
+
+    into: str | None
+    bound: bool
+    gathers: frozenset[str]
 
 
 def event_json(codec: Codec, ev: Event, how: str) -> orjson.Fragment:
@@ -157,6 +173,7 @@ def commit_of(
     codec: Codec,
     route: Callable[[type[Event]], Sequence[str]],
     first_id: int,
+    flows: Flows | None = None,
 ) -> Planned:
     """The commit of an attempt that returned: ``step_finished``, its context changes
     (``state_records``), collects, the events it sent and returned (ids from ``first_id``,
@@ -183,9 +200,16 @@ def commit_of(
             base = seq
     dump = codec.dump
     source = [att.event_id, att.attempt]
+    opened = None
+    if flows is not None and att.spread is not None and flows.bound:
+        opened = f"{step}:{att.event_id}"
+    members: list[tuple[str, int, Event, str]] = []
+    held: list[tuple[str, int, Event, str]] = []
     try:  # events are dumped (checked but for their strings) and serialized once, here
         records = [
-            journal.step_finished(step, att.event_id, att.attempt, ids, base, att.answers_used),
+            journal.step_finished(
+                step, att.event_id, att.attempt, ids, base, att.answers_used, opened
+            ),
             *state_records,
         ]
         takes = iter(att.taken)  # each take's entries, in the order of the takes
@@ -216,6 +240,11 @@ def commit_of(
                 records.append(journal.enqueued(None, ev_id, d, source))
                 unrouted.append((ev_id, ev))
                 continue
+            if flows is not None:
+                stream = _stream_of(att, flows, opened, ev_id - first_id, ev is result)
+                routed = _Routed(records, deliveries, members, held)
+                _flow_targets(att, flows, stream, target, ev_id, ev, d, targets, routed)
+                continue
             for t in targets:
                 records.append(journal.enqueued(t, ev_id, d, source))
                 deliveries.append((t, ev_id, ev))
@@ -233,7 +262,67 @@ def commit_of(
         _refuse_text(codec, att, emitted, result)
         raise
     questions = [q for q, _ in asked] if asked else []
-    return Planned(records, ids, emitted, deliveries, unrouted, questions, stop)
+    return Planned(
+        records, ids, emitted, deliveries, unrouted, questions, stop, opened, members, held
+    )
+
+
+class _Routed(NamedTuple):
+    """Where :func:`_flow_targets` puts what it makes (``commit_of``'s lists)."""
+
+    records: list[Record]
+    deliveries: list[tuple[str, int, Event]]
+    members: list[tuple[str, int, Event, str]]
+    held: list[tuple[str, int, Event, str]]
+
+
+def _stream_of(
+    att: Attempt, flows: Flows, opened: str | None, index: int, returned: bool
+) -> str | None:
+    """The stream of the attempt's ``index``-th emitted event: a fan-out list's events are
+    members of the stream it opened (of its input's when no collect step takes that
+    stream's events), what it returned of its input's, what it sent of none."""
+    spread = att.spread
+    if spread is not None and not returned and index >= spread:
+        return opened if opened is not None else flows.into
+    return flows.into if returned else None
+
+
+def _flow_targets(
+    att: Attempt,
+    flows: Flows,
+    stream: str | None,
+    target: str | None,
+    ev_id: int,
+    ev: Event,
+    d: Any,
+    targets: Sequence[str],
+    out: _Routed,
+) -> None:
+    """The records of an emitted event in a run with collection streams: enqueued with its
+    ``stream``, held at the collect steps it reaches; a collect step takes no event of no
+    stream (it is not enqueued there).
+
+    :raises WorkflowRuntimeError: an event of no stream sent to a collect step by name.
+    """
+    source = [att.event_id, att.attempt]
+    for t in targets:
+        if t in flows.gathers:
+            if stream is None:
+                if target is not None:
+                    msg = (
+                        f"step {t!r} takes the events of a fan-out's stream as one list;"
+                        f" a {type(ev).__name__} sent to it by name never reaches it"
+                    )
+                    raise WorkflowRuntimeError(msg)
+                continue
+            out.records.append(journal.enqueued(t, ev_id, d, source, stream, held=True))
+            out.held.append((t, ev_id, ev, stream))
+            continue
+        out.records.append(journal.enqueued(t, ev_id, d, source, stream))
+        out.deliveries.append((t, ev_id, ev))
+        if stream is not None:
+            out.members.append((t, ev_id, ev, stream))
 
 
 def failure_record(

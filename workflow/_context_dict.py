@@ -180,6 +180,13 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
         idle.seq = seq
         idle.pending = _encoded(parts_of(ctx).codec, {k: dumps[k] for k in pending})
         return
+    if raw.get("collections"):
+        msg = (
+            f"its run {run_id!r} was in the middle of a fan-out's stream (a list[E] collect"
+            " step holds or awaits its events), which cannot be imported into another store:"
+            " restore it with the workflow on the store that holds the run"
+        )
+        raise _serde(msg)
     # Not in this store: imported as a new run when the context next runs.
     f.run_id = ""
     idle.imported = f
@@ -266,6 +273,7 @@ def _run_json(f: Folded) -> dict[str, Any]:
         "buffers": {key: {t: _evs(es) for t, es in by.items()} for key, by in f.buffers.items()},
         "unclaimed": _evs(f.unclaimed.values()),
         "next_id": f.next_id,
+        **({"collections": True} if f.streams or f.held else {}),
     }
 
 

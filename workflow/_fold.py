@@ -95,6 +95,8 @@ def _enqueued(s: Folded, r: StoredRecord, p: J.Enqueued) -> None:
     step = r.step
     if step is None:
         s.unclaimed[eid] = ev
+    elif "stream" in p or "release" in p:
+        _stream_member(s, step, ev, p)
     else:
         queue = s.queues.get(step)
         if queue is None:
@@ -103,6 +105,30 @@ def _enqueued(s: Folded, r: StoredRecord, p: J.Enqueued) -> None:
             queue[eid] = ev
     if s.recoveries or "recoveries" in p:  # only runs where a handler took over pay
         _recoveries(s, ev, p)
+
+
+def _stream_member(s: Folded, step: str, ev: Ev, p: J.Enqueued) -> None:
+    """An event of a collection stream: held at a collect step, or queued; a release
+    takes the held events it names out (``_streams``)."""
+    sid = p.get("stream")
+    if sid is not None:
+        s.members[ev.id] = sid
+    release = p.get("release")
+    if release is not None:
+        held = s.held.get(step)
+        if held is not None:
+            for i in release["ids"]:
+                held.pop(i, None)
+        rsid = release["stream"]
+        if release["closes"]:
+            s.streams.pop(rsid, None)
+            s.released = {k for k in s.released if k.rpartition("|")[0] != rsid}
+        else:
+            s.released.add(f"{rsid}|{step}")
+    if p.get("held"):
+        s.held.setdefault(step, {})[ev.id] = ev
+        return
+    s.queues.setdefault(step, {})[ev.id] = ev
 
 
 def _recoveries(s: Folded, ev: Ev, p: J.Enqueued) -> None:
@@ -199,6 +225,8 @@ def _step_finished(s: Folded, r: StoredRecord, p: J.StepFinished) -> None:
     if "answers" in p:
         for wid in p["answers"]:
             s.answers.pop(wid, None)
+    if "opened" in p:  # a fan-out's list opened a collection stream
+        s.streams[p["opened"]] = [s.members.get(eid), step]
     drop_input(s, step, eid)
 
 

@@ -173,6 +173,13 @@ class Folded:
     prev_ts: int | None = None
     paused: bool = False
     records: int = 0  # how many of the run's own records were folded in (a fork's: its own)
+    # Collection streams (``workflow.collect``): each open one's [parent stream, the
+    # fan-out step that opened it]; the stream of each member event (by id); the members
+    # held at collect steps (step -> id -> event); the "stream|step" pairs released.
+    streams: dict[str, list[Any]] = field(default_factory=dict)
+    members: dict[int, str] = field(default_factory=dict)
+    held: dict[str, dict[int, Ev]] = field(default_factory=dict)
+    released: set[str] = field(default_factory=set)
 
     def events(self, *, stream: bool = True) -> Iterator[Ev]:
         """Every event the state holds: queued, in progress, waiting, buffered, unclaimed,

@@ -182,7 +182,22 @@ class Graph:
                 f" {', '.join(unused)} ({where}, which no step consumes)"
             )
             raise WorkflowValidationError(msg)
+        self._check_collects()
         self._check_graph(start, set(skip_checks))
+
+    def _check_collects(self) -> None:
+        """A collect step (a ``list[E]`` parameter) no fan-out's stream reaches would
+        never run: refused, naming it (as LlamaIndex refuses it)."""
+        from ._streams import bindings_of
+
+        bound = {c for cs in bindings_of(self.steps, self.route).values() for c in cs}
+        lonely = [n for n, s in self.steps.items() if s.gathers is not None and n not in bound]
+        if lonely:
+            msg = (
+                f"step {lonely[0]!r} takes a list of events, but no step returning a list"
+                " (a fan-out, -> list[E]) sends it the events of its stream"
+            )
+            raise WorkflowValidationError(msg)
 
     def _produced_takers(self, produced: set[type[Event]], accepted: type) -> set[str]:
         """The steps taking ``accepted`` that some produced class reaches."""

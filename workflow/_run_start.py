@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ._run_config import RunConfig
     from ._run_log import RunLog
     from ._stream import RunStream
+    from ._streams import StreamBook
     from ._waits import WaitInfo, Waits
 
 __all__ = [
@@ -50,6 +51,7 @@ class Starting(Protocol):
     """What beginning a run uses of its executor (``_runner.Executor``)."""
 
     run_id: str
+    streams: StreamBook | None
 
     @property
     def config(self) -> RunConfig: ...
@@ -276,6 +278,8 @@ async def go_on(
             continue
         for ev in queue.values():
             executor.deliver(step, Delivery(ev.id, load(ev.dump), durable=resumed))
+    if executor.streams is not None:
+        executor.streams.restore(folded, load, steps)
     for w in executor.waiters.values():
         executor.waits.arm(w)
     executor.waits.take_inbox()

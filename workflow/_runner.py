@@ -46,6 +46,7 @@ from ._run_clock import RunClock
 from ._run_log import RunLog, Sealed
 from ._run_start import fork_run, over_recovery_limit, resume_run, start_imported_run, start_run
 from ._stream import RunStream
+from ._streams import stream_book
 from ._takeover import cancelled_elsewhere, cancelled_error
 from ._takeover import watch as watch_takeover
 from ._waits import Delivery, Waits
@@ -113,7 +114,11 @@ class Executor:
         self._tasks: set[asyncio.Task[Any]] = set()
         # The step workers and their attempts.
         self.steps = StepRunner(self)
-        self.deliver = self.steps.deliver
+        self.deliver = deliver = self.steps.deliver
+        # Collection streams (a list[E] parameter's), when a step takes one.
+        self.streams = stream_book(
+            self, config.graph.steps, config.graph.route, lambda s, i, e: deliver(s, Delivery(i, e))
+        )
         self.stream = stream = RunStream(verbose=config.verbose, resumed=folded is not None)
         self.stream_now = stream.stream_now
         self.subscribe = stream.subscribe

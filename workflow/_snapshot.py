@@ -119,8 +119,27 @@ def dump_folded(s: Folded) -> bytes:
             "exec_us": s.exec_us,
             "prev_ts": s.prev_ts,
             "paused": s.paused,
+            **_collections(s),
         }
     )
+
+
+def _collections(s: Folded) -> dict[str, Any]:
+    """The collection streams' state, only in a run that has some: the members kept are
+    those of events still queued, running or held."""
+    if not (s.streams or s.held or s.members):
+        return {}
+    live = {e.id for e in s.events(stream=False)}
+    for held in s.held.values():
+        live.update(held)
+    return {
+        "collections": {
+            "streams": s.streams,
+            "members": {str(i): sid for i, sid in s.members.items() if i in live},
+            "held": {step: _evs(evs.values()) for step, evs in s.held.items()},
+            "released": sorted(s.released),
+        }
+    }
 
 
 def _context_entry(s: Folded, v: KeyLog) -> list[Any]:
@@ -247,6 +266,15 @@ def _load(d: dict[str, Any]) -> Folded:
     s.exec_us = _typed(d, "exec_us", int)
     s.prev_ts = _typed(d, "prev_ts", int, none=True)
     s.paused = _typed(d, "paused", bool)
+    if "collections" in d:
+        c = _typed(d, "collections", dict)
+        s.streams = {k: _list(v, "stream") for k, v in _typed(c, "streams", dict).items()}
+        s.members = {_id(k): str(v) for k, v in _typed(c, "members", dict).items()}
+        s.held = {
+            step: {e.id: e for e in map(_ev, _list(evs, "held"))}
+            for step, evs in _typed(c, "held", dict).items()
+        }
+        s.released = {str(k) for k in _typed(c, "released", list)}
     return s
 
 

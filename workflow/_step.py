@@ -12,7 +12,8 @@ from typing import Any, Final, Literal, Protocol, TypeVar, overload
 
 from ._errors import WorkflowValidationError
 from ._events import Event
-from ._step_shapes import fans_out, joins_of
+from ._gather import Gather
+from ._step_shapes import fans_out, gather_of, joins_of
 from .resource import ResourceDefinition, resource_of
 from .retry_policy import RetryPolicy, _SeedlessRetryPolicy
 
@@ -88,6 +89,9 @@ class StepSpec:
     joins: tuple[tuple[str, type[Event]], ...] = ()
     # Annotated ``-> list[E]`` (LlamaIndex's fan-out): a list it returns is its events.
     fans_out: bool = False
+    # A ``list[E]`` parameter (LlamaIndex's batch fan-in): the step takes a fan-out's
+    # stream as one list (``workflow.collect``). None for any other step.
+    gathers: Gather | None = None
 
     def config(self) -> StepConfig:
         """The spec as LlamaIndex's ``StepConfig``."""
@@ -268,10 +272,8 @@ def _event_types(annotation: Any, where: str, *, lists: bool = False) -> tuple[t
             return _event_types(element, where)
         if not lists:
             msg = (
-                f"{where}: {annotation!r} is LlamaIndex's batch fan-in (a list[E] parameter),"
-                " which is not supported: take one event and gather them with"
-                " ctx.collect_events(ev, [E] * n), or give the step one parameter per event"
-                " (a join)"
+                f"{where}: {annotation!r} in a union: a list[E] parameter (a collect step's)"
+                " is the parameter's whole annotation"
             )
             raise WorkflowValidationError(msg)
     if isinstance(annotation, type) and issubclass(annotation, Event):
@@ -347,6 +349,7 @@ def inspect_step(name: str, func: Callable[..., Any], *, bound: bool = True) -> 
     ctx_param: str | None = None
     state_type: type | None = None
     resources: list[ResourceDefinition] = []
+    gathers: list[Gather] = []
     for p in params:
         ann = hints.get(p.name)
         if ann is None:
@@ -362,7 +365,18 @@ def inspect_step(name: str, func: Callable[..., Any], *, bound: bool = True) -> 
                 ResourceDefinition(name=p.name, resource=found[0], type_annotation=found[1])
             )
             continue
+        listed = gather_of(ann, f"{where}, parameter {p.name!r}")
+        if listed is not None:
+            gathers.append(Gather(p.name, *listed))
+            event_params.append((p.name, listed[0]))
+            continue
         event_params.append((p.name, _event_types(ann, f"{where}, parameter {p.name!r}")))
+    if gathers and len(event_params) > 1:
+        msg = (
+            f"{where}: a step with a list[E] parameter (a collect step) takes no other event"
+            " parameter"
+        )
+        raise WorkflowValidationError(msg)
     joins = joins_of(where, event_params, options.accept_event_subclasses)
     event_param = event_params[0][0] if event_params else None
     accepted = tuple(dict.fromkeys(t for _, ts in event_params for t in ts))
@@ -393,6 +407,7 @@ def inspect_step(name: str, func: Callable[..., Any], *, bound: bool = True) -> 
         resources=tuple(resources),
         joins=joins,
         fans_out=fans_out(hints["return"]),
+        gathers=gathers[0] if gathers else None,
     )
 
 

@@ -9,8 +9,9 @@ from typing import Any, Protocol
 
 from ._errors import WorkflowRuntimeError, WorkflowValidationError
 from ._events import Event
+from .collect import Collect, Take
 
-__all__ = ["fans_out", "joins_of", "returned_events"]
+__all__ = ["fans_out", "gather_of", "joins_of", "returned_events"]
 
 
 class _Returning(Protocol):
@@ -62,6 +63,41 @@ def joins_of(
         )
         raise WorkflowValidationError(msg)
     return tuple((name, types_[0]) for name, types_ in params)
+
+
+def gather_of(annotation: Any, where: str) -> tuple[tuple[type[Event], ...], int | None] | None:
+    """A collect step's parameter (``list[R]``, ``Annotated[list[R], Collect(...)]``): its
+    member classes and ``Take(n)``'s n; None for any other annotation.
+
+    :raises WorkflowValidationError: the list's element names no event class, or the
+        annotation carries something other than one ``Collect``.
+    """
+    marks: list[Any] = []
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation, *marks = typing.get_args(annotation)
+    if typing.get_origin(annotation) is not list:
+        return None
+    collects = [m for m in marks if isinstance(m, Collect)]
+    if len(collects) > 1:
+        msg = f"{where}: give a list[E] parameter one Collect(...), not {len(collects)}"
+        raise WorkflowValidationError(msg)
+    (element,) = typing.get_args(annotation) or (Any,)
+    members = _members(element, where)
+    card = collects[0].cardinality if collects else None
+    return members, card.n if isinstance(card, Take) else None
+
+
+def _members(element: Any, where: str) -> tuple[type[Event], ...]:
+    origin = typing.get_origin(element)
+    if origin is typing.Union or origin is types.UnionType:
+        out: list[type[Event]] = []
+        for arg in typing.get_args(element):
+            out.extend(_members(arg, where))
+        return tuple(out)
+    if isinstance(element, type) and issubclass(element, Event):
+        return (element,)
+    msg = f"{where}: list[{getattr(element, '__name__', element)!r}] names no Event class"
+    raise WorkflowValidationError(msg)
 
 
 def fans_out(annotation: Any) -> bool:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ._run_config import RunConfig
     from ._run_log import RunLog
     from ._stream import RunStream
+    from ._streams import StreamBook
     from ._waits import Waits
 
 __all__ = ["StepsHost"]
@@ -35,6 +36,7 @@ class StepsHost(CollectHost, Protocol):
     run_id: str
     next_id: int
     ctx: Context[Any]
+    streams: StreamBook | None
 
     @property
     def config(self) -> RunConfig: ...

@@ -14,6 +14,7 @@ from eventstore import Codec, CodecError, LogCorruptedError, UnknownClassError
 from ._errors import WorkflowChangedError
 from ._fold import Folded
 from ._folded import not_damage
+from ._gather import CollectionReleaseEvent
 from ._graph import Graph
 from ._names import same_name
 
@@ -54,7 +55,10 @@ def stranded_work(
             not_damage(exc, f"record seq {ev.seq} of run {run_id!r}, event {ev.id}")
             msg = f"record seq {ev.seq} of run {run_id!r}: its event {ev.id} is malformed: {exc}"
             raise LogCorruptedError(msg, seq=ev.seq) from exc
-        if not any(isinstance(event, t) for t in steps[step].accepted):
+        spec = steps[step]
+        if spec.gathers is not None and isinstance(event, CollectionReleaseEvent):
+            continue  # a collect step's release: it takes it whatever its members' classes
+        if not any(isinstance(event, t) for t in spec.accepted):
             problems.append(
                 f"event {ev.id} ({type(event).__name__}) is no longer accepted by step {step!r}"
             )

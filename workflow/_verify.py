@@ -22,7 +22,7 @@ from eventstore import CodecError, EncodeError, StoredRecord, UnknownClassError,
 from . import _journal as J
 from ._attempt import Attempt, current_attempt
 from ._checkpoints import event_class
-from ._collect_call import join_inputs
+from ._collect_call import event_inputs
 from ._commit import asked
 from ._diff import apply, materialize
 from ._errors import WorkflowRuntimeError
@@ -297,18 +297,18 @@ def _replay_one(
     finished: J.StepFinished = head.data()
     att = Attempt(step, finished["id"], finished["attempt"], event, host=replay)
     att.retry = clock
-    kwargs: dict[str, Any] = {} if spec.joins else {spec.event_param: event}
+    kwargs: dict[str, Any] = {}
     if spec.ctx_param is not None:
         kwargs[spec.ctx_param] = replay.ctx
 
     async def call() -> Any:
         token = current_attempt.set(att)
         try:
-            if spec.joins:  # a join's inputs, from its buffer as the log held it
-                joined = join_inputs(replay, att, spec.joins)
-                if joined is None:
-                    return None
-                kwargs.update(joined)
+            # Its input (a join's, from its buffer as the log held it; a collect step's list)
+            inputs = event_inputs(replay, att, spec)
+            if inputs is None:
+                return None
+            kwargs.update(inputs)
             if spec.resources:  # built by this workflow object, as a resume would
                 kwargs.update(await parts.resources.inject(spec.resources))
             args = (wf,) if spec.bound else ()

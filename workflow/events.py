@@ -18,8 +18,10 @@ from ._events import (
     WorkflowIdleEvent,
     WorkflowTimedOutEvent,
 )
+from ._gather import CollectionReleaseEvent
 
 __all__ = [
+    "CollectionReleaseEvent",
     "DictLikeModel",
     "Event",
     "EventType",

@@ -69,6 +69,7 @@ __all__ = [
     "dequeued",
     "enqueued",
     "enqueued_recovery",
+    "enqueued_release",
     "memoized",
     "run_cancelled",
     "run_failed",
@@ -154,9 +155,44 @@ def run_started(
     return _rec(RUN_STARTED, None, payload)
 
 
-def enqueued(step: str | None, event_id: int, event_dump: Dump, src: Source) -> Record:
-    """An event put on a step's queue (``step`` None: taken in, but no step takes it)."""
+def enqueued(
+    step: str | None,
+    event_id: int,
+    event_dump: Dump,
+    src: Source,
+    stream: str | None = None,
+    held: bool = False,
+) -> Record:
+    """An event put on a step's queue (``step`` None: taken in, but no step takes it);
+    ``stream``: the collection stream it is a member of, ``held`` at a collect step."""
     payload: Enqueued = {"id": event_id, "event": event_dump, "src": src}
+    if stream is not None:
+        payload["stream"] = stream
+        if held:
+            payload["held"] = True
+    return _rec(ENQUEUED, step, payload)
+
+
+def enqueued_release(
+    step: str,
+    event_id: int,
+    event_dump: Dump,
+    stream: str,
+    parent: str | None,
+    ids: Sequence[int],
+    closes: bool,
+) -> Record:
+    """The release of what collect step ``step`` held of ``stream`` (the held ``ids``):
+    the event that runs it, a member of the ``parent`` stream if any; ``closes``: the
+    stream is done with it."""
+    payload: Enqueued = {
+        "id": event_id,
+        "event": event_dump,
+        "src": "stream",
+        "release": {"stream": stream, "ids": list(ids), "closes": closes},
+    }
+    if parent is not None:
+        payload["stream"] = parent
     return _rec(ENQUEUED, step, payload)
 
 
@@ -186,6 +222,7 @@ def step_finished(
     emitted: Sequence[int],
     base: int,
     answers: Sequence[str],
+    opened: str | None = None,
 ) -> Record:
     payload: StepFinished = {
         "id": event_id,
@@ -195,6 +232,8 @@ def step_finished(
     }
     if answers:
         payload["answers"] = list(answers)
+    if opened is not None:
+        payload["opened"] = opened
     return _rec(STEP_FINISHED, step, payload)
 
 

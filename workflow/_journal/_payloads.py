@@ -48,6 +48,7 @@ __all__ = [
     "Memoized",
     "OfAttempt",
     "ParentRef",
+    "Release",
     "RunCancelled",
     "RunFailed",
     "RunFinished",
@@ -92,7 +93,7 @@ RUN_TIMED_OUT: Final = "run_timed_out"
 RUN_SUSPENDED: Final = "run_suspended"
 
 # Where an enqueued event came from: a step attempt ([event id, attempt]) or one of these.
-Source = Literal["start", "external", "operator", "waiter"] | list[int]
+Source = Literal["start", "external", "operator", "waiter", "stream"] | list[int]
 SRC_START: Final = "start"
 SRC_EXTERNAL: Final = "external"
 SRC_OPERATOR: Final = "operator"
@@ -162,6 +163,13 @@ class Enqueued(TypedDict):
     event: Dump
     src: Source
     recoveries: NotRequired[dict[str, int]]  # since @catch_error (issue 16)
+    # A member of a collection stream (``workflow.collect``): its id, and ``held`` when
+    # put at a collect step (held there until the stream's release, never run alone).
+    stream: NotRequired[str]
+    held: NotRequired[bool]
+    # A collect step's release: the stream, the held event ids it takes, whether the
+    # stream closes with it.
+    release: NotRequired[Release]
 
 
 class Dequeued(TypedDict):
@@ -186,6 +194,15 @@ class StepFinished(TypedDict):
     emitted: list[int]
     base: int
     answers: NotRequired[list[str]]  # the waits whose answers it used; only when there are
+    opened: NotRequired[str]  # the collection stream its list opened (a fan-out's)
+
+
+class Release(TypedDict):
+    """What a collect step's release takes (``Enqueued.release``)."""
+
+    stream: str
+    ids: list[int]
+    closes: bool
 
 
 class StepFailed(TypedDict):

@@ -79,6 +79,7 @@ const APPLY = {
     moveWork(st, a);  // a fork of work under steps renamed since
   },
   enqueued(st, s, a) {
+    if (a[1]) return;  // a stream's member, held at a collect step until its release
     if (s === null) st.u.push(a[0]);
     else { if (!st.q.has(s)) st.q.set(s, []); st.q.get(s).push(a[0]); }
   },

@@ -43,8 +43,9 @@ _ENDS_RUN: Final = frozenset({J.RUN_FINISHED, J.RUN_FAILED, J.RUN_CANCELLED, J.R
 # added to one or the other (tests/test_page.py holds both to the payload types).
 UNSHOWN: Final[Mapping[str, frozenset[str]]] = {
     J.RUN_STARTED: frozenset({"fingerprint", "graph"}),  # `workflow graph` draws the steps
-    J.ENQUEUED: frozenset({"recoveries"}),  # the StepFailedEvent it carries says what failed
-    J.STEP_FINISHED: frozenset({"base", "answers"}),  # what its reads and answers were
+    # The StepFailedEvent it carries says what failed; a release's event holds its stream's.
+    J.ENQUEUED: frozenset({"recoveries", "stream", "release"}),
+    J.STEP_FINISHED: frozenset({"base", "answers", "opened"}),  # its reads, answers, stream
     J.STEP_FAILED: frozenset({"module"}),  # the error's class name says enough
     J.WAITING: frozenset({"requirements", "deadline", "event"}),  # `workflow state` has them
     J.RUN_FINISHED: frozenset({"id"}),
@@ -191,7 +192,8 @@ class Builder:
         if k == J.ENQUEUED:
             enqueued: J.Enqueued = p
             self.event(enqueued["id"], enqueued["event"])
-            args = [enqueued["id"]]
+            # [id], or [id, 1] for a stream's member held at a collect step (not queued)
+            args = [enqueued["id"], 1] if enqueued.get("held") else [enqueued["id"]]
         elif k in (J.DEQUEUED, J.STEP_FINISHED, J.STEP_CONFLICTED):
             ended: J.Dequeued | J.StepFinished | J.StepConflicted = p
             args = [ended["id"]]
