@@ -59,6 +59,7 @@ class _Stream:
     held: dict[str, list[tuple[int, Event]]] = field(default_factory=dict)
     released: set[str] = field(default_factory=set)
     closing: bool = False
+    ids: list[int] = field(default_factory=list)  # its members' ids, to forget them at close
 
 
 class StreamBook:
@@ -107,8 +108,7 @@ class StreamBook:
             if into is not None:
                 self._streams[into].open += 1  # the nested stream, until it closes
         for _, ev_id, _, sid in members:
-            self._member[ev_id] = sid
-            self._streams[sid].open += 1
+            self._join(ev_id, sid)
         for step, ev_id, ev, sid in held:
             self._hold(sid, step, ev_id, ev)
         if into is not None:
@@ -185,14 +185,22 @@ class StreamBook:
         """Release deliveries made, members of stream ``sid`` (None: of no stream)."""
         for step, rid, ev in deliveries:
             if sid is not None and sid in self._streams:
-                self._member[rid] = sid
-                self._streams[sid].open += 1
+                self._join(rid, sid)
             self._deliver(step, rid, ev)
+
+    def _join(self, ev_id: int, sid: str) -> None:
+        """A delivery of member ``ev_id`` of stream ``sid`` is live."""
+        st = self._streams[sid]
+        if self._member.get(ev_id) != sid:
+            self._member[ev_id] = sid
+            st.ids.append(ev_id)
+        st.open += 1
 
     def _closed(self, sid: str) -> None:
         st = self._streams.pop(sid)
-        for ev_id in [i for i, s in self._member.items() if s == sid]:
-            del self._member[ev_id]
+        for ev_id in st.ids:
+            if self._member.get(ev_id) == sid:
+                del self._member[ev_id]
         if st.parent is not None and st.parent in self._streams:
             self._streams[st.parent].open -= 1
             self._check(st.parent)
@@ -220,8 +228,7 @@ class StreamBook:
         for eid in live:
             member = folded.members.get(eid)
             if member is not None and member in streams:
-                self._member[eid] = member
-                streams[member].open += 1
+                self._join(eid, member)
         for step, evs in folded.held.items():
             for eid, ev in evs.items():
                 holder = streams.get(folded.members.get(eid, ""))
