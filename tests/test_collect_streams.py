@@ -5,6 +5,7 @@ durably: a process killed mid-stream resumes with each member's work done once."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from typing import Annotated, Any
 import pytest
 
 from eventstore import EventStore
+from tests.conftest import BACKENDS, new_location
 from tests.support.stream_flows import Done, Item, Scatter
 from workflow import (
     Context,
@@ -340,3 +342,22 @@ def test_a_collect_step_no_stream_reaches_is_refused() -> None:
     """It could never run (the run would sit until its timeout): refused, naming it."""
     with pytest.raises(WorkflowValidationError, match="'gather' takes a list of events"):
         Lonely()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_streams_on_each_backend(backend: str, tmp_path: Path) -> None:
+    """A fan-in, a nested one and a Take on each store backend; a resumed fan-in of a run
+    whose process stopped mid-stream (its executor closed) finishes with every member."""
+    with new_location(backend, tmp_path) as where:
+        assert sorted(await Fan(store=where, timeout=BOUND).run(k=9)) == [0, 1, 3, 4, 6, 7]
+        assert await Nested(store=where, timeout=BOUND).run() == [(0, 1), (1, 2), (2, 3), (3, 4)]
+        wf = Gated(store=where, timeout=BOUND)
+        handler = wf.run()
+        await asyncio.wait_for(wf.all_in.wait(), BOUND)
+        with pytest.warns(DeprecationWarning, match="leaves the run unfinished"):
+            handler.cancel()  # this process lets go of the run, as if it stopped here
+        with contextlib.suppress(asyncio.CancelledError):
+            await handler
+        again = Gated(store=where, timeout=BOUND)
+        again.gate.set()
+        assert await asyncio.wait_for(again.resume(handler.run_id), BOUND) == [0, 1, 2]
