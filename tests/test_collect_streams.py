@@ -361,3 +361,40 @@ async def test_streams_on_each_backend(backend: str, tmp_path: Path) -> None:
         again = Gated(store=where, timeout=BOUND)
         again.gate.set()
         assert await asyncio.wait_for(again.resume(handler.run_id), BOUND) == [0, 1, 2]
+
+
+class BareReturn(Workflow):
+    @step
+    async def fan(self, ev: StartEvent) -> list[Item]:
+        return Item(i=1)  # type: ignore[return-value]
+
+    @step
+    async def work(self, ev: Item) -> Done:
+        return Done(i=ev.i)
+
+    @step
+    async def gather(self, done: list[Done]) -> StopEvent:
+        return StopEvent(result=done)
+
+
+async def test_a_bare_event_from_a_list_annotation_fails_the_step() -> None:
+    """Declared only inside a list, a bare event would open no stream (the collect step
+    would never run): the step fails saying to return a one-element list."""
+    with pytest.raises(WorkflowRuntimeError, match=r"returned a bare Item.*one-element list"):
+        await BareReturn(timeout=BOUND).run()
+
+
+def _collect_on_one_event() -> None:
+    class Marked(Workflow):
+        @step
+        async def fan(self, ev: StartEvent) -> list[Item]:
+            return []
+
+        @step
+        async def gather(self, done: Annotated[Item, Collect(Take(1))]) -> StopEvent:
+            return StopEvent()
+
+
+def test_a_collect_marker_goes_on_a_list_parameter() -> None:
+    with pytest.raises(WorkflowValidationError, match=r"Collect\(\.\.\.\) marker goes on a list"):
+        _collect_on_one_event()

@@ -16,6 +16,7 @@ from workflow import (
     StartEvent,
     StopEvent,
     Workflow,
+    WorkflowRuntimeError,
     step,
 )
 from workflow.events import StepStateChanged
@@ -115,3 +116,20 @@ async def test_a_context_of_a_run_not_executed_here_says_so(tmp_path: Path) -> N
     restored = Context.from_dict(wf, ctx.to_dict())
     with pytest.raises(ContextStateError, match=f"run {handler.run_id!r} of this context"):
         await restored.running_steps()
+
+
+async def test_the_run_stream_is_read_once_by_context_or_handler(tmp_path: Path) -> None:
+    """As in LlamaIndex: read to its end through the context, the run's stream is
+    consumed; the context or the handler reading it again is told so."""
+    wf = Slow(store=tmp_path / "s.db")
+    ctx = Context(wf)
+    handler = wf.run(ctx=ctx)
+    wf.go.set()
+    async with asyncio.timeout(BOUND):
+        assert [ev async for ev in ctx.stream_events()]
+    await handler
+    with pytest.raises(WorkflowRuntimeError, match="already been consumed"):
+        [ev async for ev in ctx.stream_events()]
+    with pytest.raises(WorkflowRuntimeError, match="already been consumed"):
+        [ev async for ev in handler.stream_events()]
+    assert [ev async for ev in handler.stream_events(replay=True)]

@@ -134,3 +134,51 @@ async def test_an_idle_context_takes_a_dotted_path_and_hands_out_copies(tmp_path
     handler = wf.run(ctx=ctx, start_event=StartEvent())
     assert await handler == {"n": 1}
     assert wf.state_at(handler.run_id).context["seen"] == {"n": 1}
+
+
+class Other(BaseModel):
+    name: str = ""
+
+
+class Base(BaseModel):
+    name: str = ""
+
+
+class Derived(Base):
+    count: int = 0
+
+
+async def test_a_typed_state_takes_its_fields_only() -> None:
+    """As in LlamaIndex: a key that is no field, or a model that is neither the state's
+    nor one of its bases, is refused naming it; nothing changes."""
+    store = InMemoryStateStore(Derived(name="a"))
+    with pytest.raises(ValueError, match='"Derived" object has no field "nope"'):
+        await store.set("nope", 1)
+    with pytest.raises(ValueError, match="not Other"):
+        await store.set_state(Other(name="x"))
+    await store.set_state(Base(name="b"))  # a base: its fields replaced
+    state = await store.get_state()
+    assert (state.name, state.count) == ("b", 0)
+
+
+async def test_set_state_of_a_dict_state_replaces_it() -> None:
+    store = InMemoryStateStore(DictState(a=1, b=2))
+    await store.set_state(DictState(q=1))
+    assert await store.get_state() == {"q": 1}
+
+
+class Replaces(Workflow):
+    @step
+    async def swap(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        await ctx.store.set("old", 1)
+        await ctx.store.set_state(DictState(new=2))
+        return StopEvent(result=dict(await ctx.store.get_state()))
+
+
+async def test_set_state_inside_a_step_replaces_the_untyped_state(tmp_path: Path) -> None:
+    wf = Replaces(store=tmp_path / "r.db")
+    ctx = Context(wf)
+    await ctx.store.set("kept_before", 0)
+    handler = wf.run(ctx=ctx)
+    assert await handler == {"new": 2}
+    assert wf.state_at(handler.run_id).context == {"new": 2}

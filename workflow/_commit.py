@@ -10,6 +10,7 @@ the outcome into records here, writes them, and only once they are durable appli
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
@@ -90,6 +91,9 @@ class Planned(NamedTuple):
     opened: str | None = None
     members: list[tuple[str, int, Event, str]] = []  # noqa: RUF012 - never mutated
     held: list[tuple[str, int, Event, str]] = []  # noqa: RUF012 - never mutated
+
+
+_log = logging.getLogger("workflow")
 
 
 class Flows(NamedTuple):
@@ -309,7 +313,14 @@ def _flow_targets(
     for t in targets:
         if t in flows.gathers:
             if stream is None:
-                if target is not None:
+                if target is None:
+                    _log.warning(
+                        "Ignoring %s for collect step %r: it is not a member of a fan-out's"
+                        " stream (it was sent, or made outside any stream)",
+                        type(ev).__name__,
+                        t,
+                    )
+                else:
                     msg = (
                         f"step {t!r} takes the events of a fan-out's stream as one list;"
                         f" a {type(ev).__name__} sent to it by name never reaches it"

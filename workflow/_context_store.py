@@ -249,9 +249,14 @@ class ContextStore(Generic[S]):
             codec does not store, a string with a lone surrogate, nesting deeper than
             ``Codec.MAX_DEPTH``, a cycle); the message names the key, the path
             inside the value and the type.
+        :raises ValueError: a typed state has no field ``path`` starts with (as in
+            LlamaIndex).
         """
         att = current_attempt.get()
         root_key, rest = _split(path)
+        if self._state_type is not None and root_key not in self._fields():
+            msg = f'"{self._state_type.__name__}" object has no field "{root_key}"'
+            raise ValueError(msg)
         if att is None:
             if rest:
                 await set_path_outside(self._host, root_key, rest, value, self._field_default)
@@ -391,10 +396,12 @@ class ContextStore(Generic[S]):
             LlamaIndex's ``set_state`` refuses it), or an untyped one something not a dict.
         """
         if self._state_type is not None:
-            if not isinstance(state, BaseModel):
+            model = type(state)
+            related = isinstance(state, self._state_type) or issubclass(self._state_type, model)
+            if not isinstance(state, BaseModel) or not related:
                 msg = (
-                    f"the state is a {self._state_type.__name__} (the context's state model),"
-                    f" not {type(state).__name__}"
+                    f"the state is a {self._state_type.__name__} (the context's state model)"
+                    f" or one of its bases, not {model.__name__}"
                 )
                 raise ValueError(msg)
             return {name: getattr(state, name) for name in type(state).model_fields}
@@ -404,14 +411,25 @@ class ContextStore(Generic[S]):
         return dict(state)
 
     async def set_state(self, state: Any) -> None:
-        """Replaces the whole state (each field or key is diffed against what it was)."""
+        """Replaces the whole state (each field or key is diffed against what it was; an
+        untyped state's keys not in ``state`` are removed)."""
         data = self._state_data(state)
         att = current_attempt.get()
+        gone: list[str] = []
+        if self._state_type is None:
+            keys = list(self._host.committed) + ([] if att is None else list(att.writes))
+            gone = [k for k in dict.fromkeys(keys) if k not in data]
         if att is None:
-            await self._host.operator_update(data)
+            await self._host.operator_update(data, deletes=gone)
             return
         for k, v in data.items():
             await self.set(k, v)
+        for k in gone:
+            if self._root(att, k) is not MISSING:
+                await self.delete(k)
+
+    def _fields(self) -> Mapping[str, Any]:
+        return getattr(self._state_type, "model_fields", {})
 
     @asynccontextmanager
     async def edit_state(self) -> AsyncIterator[Any]:

@@ -159,12 +159,19 @@ class WorkflowHandler:
         once the inbox is taken in is asked again first (with ``replay``, it is among the
         recorded events).
         """
-        if self._all_events_consumed and not replay:
-            msg = "All the streamed events have already been consumed."
+        executor = self._executor
+        consumed = self._all_events_consumed or (executor is not None and executor.stream.consumed)
+        if consumed and not replay:
+            msg = (
+                "All the streamed events have already been consumed: a run's stream is read"
+                " once (stream_events(replay=True) reads it again)"
+            )
             raise WorkflowRuntimeError(msg)
         async for ev in self._stream(expose_internal, replay):
             if isinstance(ev, StopEvent):
                 self._all_events_consumed = True
+                if executor is not None and not replay:
+                    executor.stream.consumed = True
             yield ev
 
     async def _stream(self, expose_internal: bool, replay: bool) -> AsyncIterator[Event]:

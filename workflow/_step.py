@@ -13,7 +13,7 @@ from typing import Any, Final, Literal, Protocol, TypeVar, overload
 from ._errors import WorkflowValidationError
 from ._events import Event
 from ._gather import Gather
-from ._step_shapes import fans_out, gather_of, joins_of
+from ._step_shapes import bare_returns, fans_out, gather_of, joins_of
 from .resource import ResourceDefinition, resource_of
 from .retry_policy import RetryPolicy, _SeedlessRetryPolicy
 
@@ -92,6 +92,8 @@ class StepSpec:
     # A ``list[E]`` parameter (LlamaIndex's batch fan-in): the step takes a fan-out's
     # stream as one list (``workflow.collect``). None for any other step.
     gathers: Gather | None = None
+    # The event classes its return annotation names outside a list (a fan-out's bare ones).
+    bare: tuple[type[Event], ...] = ()
 
     def config(self) -> StepConfig:
         """The spec as LlamaIndex's ``StepConfig``."""
@@ -408,6 +410,7 @@ def inspect_step(name: str, func: Callable[..., Any], *, bound: bool = True) -> 
         joins=joins,
         fans_out=fans_out(hints["return"]),
         gathers=gathers[0] if gathers else None,
+        bare=bare_returns(hints["return"]),
     )
 
 

@@ -11,7 +11,7 @@ from ._errors import WorkflowRuntimeError, WorkflowValidationError
 from ._events import Event
 from .collect import Collect, Take
 
-__all__ = ["fans_out", "gather_of", "joins_of", "returned_events"]
+__all__ = ["bare_returns", "fans_out", "gather_of", "joins_of", "returned_events"]
 
 
 class _Returning(Protocol):
@@ -22,6 +22,9 @@ class _Returning(Protocol):
 
     @property
     def fans_out(self) -> bool: ...
+
+    @property
+    def bare(self) -> tuple[type[Event], ...]: ...
 
 
 def joins_of(
@@ -76,6 +79,9 @@ def gather_of(annotation: Any, where: str) -> tuple[tuple[type[Event], ...], int
     if typing.get_origin(annotation) is typing.Annotated:
         annotation, *marks = typing.get_args(annotation)
     if typing.get_origin(annotation) is not list:
+        if any(isinstance(m, Collect) for m in marks):
+            msg = f"{where}: a Collect(...) marker goes on a list[E] parameter, not {annotation!r}"
+            raise WorkflowValidationError(msg)
         return None
     collects = [m for m in marks if isinstance(m, Collect)]
     if len(collects) > 1:
@@ -96,8 +102,20 @@ def _members(element: Any, where: str) -> tuple[type[Event], ...]:
         return tuple(out)
     if isinstance(element, type) and issubclass(element, Event):
         return (element,)
-    msg = f"{where}: list[{getattr(element, '__name__', element)!r}] names no Event class"
+    msg = f"{where}: list[{getattr(element, '__name__', element)}] names no Event class"
     raise WorkflowValidationError(msg)
+
+
+def bare_returns(annotation: Any) -> tuple[type[Event], ...]:
+    """The event classes a return annotation names outside any ``list[...]``."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        return tuple(t for a in typing.get_args(annotation) for t in bare_returns(a))
+    if origin is typing.Annotated:
+        return bare_returns(typing.get_args(annotation)[0])
+    if isinstance(annotation, type) and issubclass(annotation, Event):
+        return (annotation,)
+    return ()
 
 
 def fans_out(annotation: Any) -> bool:
@@ -119,6 +137,13 @@ def returned_events(spec: _Returning, result: Any) -> tuple[Event | None, list[E
         element of it that is not an event.
     """
     if type(result) is not list:
+        if spec.fans_out and isinstance(result, Event) and not isinstance(result, spec.bare):
+            msg = (
+                f"Step function {spec.name} returned a bare {type(result).__name__}, which its"
+                " return annotation declares only inside a list: return a one-element list to"
+                f" fan it out, or add {type(result).__name__} to the annotation"
+            )
+            raise WorkflowRuntimeError(msg)
         return result, []
     if not spec.fans_out:
         msg = (

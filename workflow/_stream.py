@@ -55,6 +55,9 @@ class RunStream:
         self._reasks: list[Event] | None = None if resumed else []
         self._askees: list[asyncio.Queue[Event | None]] = []
         self.origins: dict[int, tuple[weakref.ref[Event], tuple[str, int, int]]] = {}
+        # A consumer read the stream to its stop event: as in LlamaIndex, the run's stream
+        # is consumed once (whichever handler or context read it), unless replayed.
+        self.consumed = False
 
     @property
     def watched(self) -> bool:
