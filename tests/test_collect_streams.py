@@ -341,7 +341,7 @@ class Lonely(Workflow):
 def test_a_collect_step_no_stream_reaches_is_refused() -> None:
     """It could never run (the run would sit until its timeout): refused, naming it."""
     with pytest.raises(WorkflowValidationError, match="'gather' takes a list of events"):
-        Lonely()
+        Lonely().validate()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -358,7 +358,7 @@ def test_validation_produced_not_consumed() -> None:
             return StopEvent()
 
     with pytest.raises(WorkflowValidationError, match="step 'a' produces Middle"):
-        Leak()
+        Leak().validate()
 
 
 def test_validation_consumed_not_produced() -> None:
@@ -373,8 +373,9 @@ def test_validation_consumed_not_produced() -> None:
         async def b(self, ev: Other) -> StopEvent:
             return StopEvent()
 
+    wf = Orphan()  # built, as in LlamaIndex: the graph is checked when it first runs
     with pytest.raises(WorkflowValidationError, match="step 'b' consumes Other"):
-        Orphan()
+        wf.validate()
 
 
 def test_run_outside_async_code_is_refused() -> None:
@@ -537,3 +538,25 @@ class AnyContext(Workflow):
 async def test_context_of_any_is_untyped_state() -> None:
     """Context[Any] is an untyped context, not a state class."""
     assert await AnyContext().run() == 1
+
+
+async def test_a_bad_graph_builds_and_fails_its_first_run(tmp_path: Path) -> None:
+    """As in LlamaIndex 2.26: a workflow whose graph does not check out can be built (to
+    inspect or draw it); ``run()`` raises the graph's error before any run is made."""
+
+    class Orphan(Workflow):
+        @step
+        async def a(self, ev: StartEvent) -> StopEvent:
+            return StopEvent()
+
+        @step
+        async def b(self, ev: Other) -> StopEvent:
+            return StopEvent()
+
+    wf = Orphan(store=tmp_path / "o.db")
+    assert sorted(wf._get_steps()) == ["a", "b"]
+    with pytest.raises(WorkflowValidationError, match="step 'b' consumes Other"):
+        await wf.run()
+    with pytest.raises(WorkflowValidationError, match="step 'b' consumes Other"):
+        await wf.run()  # every run, until the steps are fixed
+    assert wf.store.runs() == []

@@ -299,7 +299,7 @@ def test_a_configuration_that_does_not_fit_is_refused_when_the_workflow_is_built
         WorkflowValidationError,
         match=f"step 'only', parameter 's' \\(ResourceConfig\\(.*settings.json.*\\)\\): .*{match}",
     ):
-        Flow()
+        Flow().validate()
 
 
 def test_a_missing_or_foreign_configuration_file_is_named(tmp_path: Path) -> None:
@@ -313,7 +313,7 @@ def test_a_missing_or_foreign_configuration_file_is_named(tmp_path: Path) -> Non
             return StopEvent()
 
     with pytest.raises(WorkflowValidationError, match=r"no such file: .*nope\.json"):
-        Flow()
+        Flow().validate()
     with pytest.raises(ValueError, match="JSON files only"):
         ResourceConfig(config_file="settings.yaml")
 

@@ -107,7 +107,12 @@ class WorkflowParts:
     def executor(
         self, run_id: str, folded: Folded | None, rid: int = 0, epoch: int = 1
     ) -> Executor:
-        """An executor for ``run_id``, to go on from ``folded`` (None: a new run)."""
+        """An executor for ``run_id``, to go on from ``folded`` (None: a new run).
+
+        :raises WorkflowValidationError: the workflow's steps do not make a valid graph
+            (checked before its first run).
+        """
+        self.instance.__check_graph__()
         return Executor(self.run_config(), run_id, rid, epoch, folded)
 
     def start_event(self, given: StartEvent | None, fields: dict[str, Any]) -> StartEvent:

@@ -129,14 +129,25 @@ class WorkflowSteps:
     def _init_steps(
         self, skips: Iterable[str], disable_validation: bool, workflow_name: str | None
     ) -> None:
-        """Builds the step graph and checks it (unless ``disable_validation``).
-
-        :raises WorkflowValidationError: the steps do not make a valid graph.
-        """
+        """Builds the step graph (checked before the first run, unless
+        ``disable_validation``)."""
         self._skip_graph_checks = list(skips)
         self._disable_validation = disable_validation
         self._workflow_name = workflow_name
         self._graph = Graph(collect_steps(type(self)))
         # Which @catch_error handler takes over which step once it is out of retries.
         self._catchers = catchers(self._graph.steps, type(self).__name__)
-        self._validate()
+        # As in LlamaIndex: its start and stop events are checked now, the graph when a run
+        # is first made (so a workflow with a bad graph can be built, inspected and drawn).
+        if not disable_validation:
+            self._graph.validate_config(type(self).__name__)
+        self._graph_checked = False
+
+    def __check_graph__(self) -> None:
+        """:meth:`_validate`, once: before this workflow's first run executes.
+
+        :raises WorkflowValidationError: the steps do not make a valid graph.
+        """
+        if not self._graph_checked:
+            self._validate()
+            self._graph_checked = True

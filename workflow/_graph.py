@@ -116,6 +116,16 @@ class Graph:
             (``reachability``: a step no event from the start can reach; ``dead_end``: a
             step from which no StopEvent can be reached), unless skipped.
         """
+        self.validate_config(workflow)
+        self._validate_graph(workflow, skip_checks)
+
+    def validate_config(self, workflow: str) -> None:
+        """The checks LlamaIndex makes when the workflow is built: steps, and one class
+        each of StartEvent taken and StopEvent returned.
+
+        :raises WorkflowConfigurationError: no steps, no step taking a StartEvent or none
+            returning a StopEvent, or more than one class of either.
+        """
         if not self.steps:
             msg = (
                 f"Workflow '{workflow}' has no configured steps. Did you forget to annotate"
@@ -140,6 +150,8 @@ class Graph:
                     f" {listed} in workflow '{workflow}'."
                 )
                 raise WorkflowConfigurationError(msg)
+
+    def _validate_graph(self, workflow: str, skip_checks: Iterable[str]) -> None:
         bad = [
             n for n, s in self.steps.items() if any(issubclass(t, StopEvent) for t in s.accepted)
         ]

@@ -198,8 +198,11 @@ class Workflow(WorkflowSteps):
         made on the context while it was idle open the run.
 
         :raises ContextStateError: the context's run is live (here or in another process).
+        :raises WorkflowValidationError: the steps do not make a valid graph (checked at
+            the first run, as LlamaIndex checks it).
         """
         require_loop("run")
+        self.__check_graph__()
         if ctx is not None:
             from ._context_run import run_with_context
 
