@@ -560,3 +560,21 @@ async def test_a_bad_graph_builds_and_fails_its_first_run(tmp_path: Path) -> Non
     with pytest.raises(WorkflowValidationError, match="step 'b' consumes Other"):
         await wf.run()  # every run, until the steps are fixed
     assert wf.store.runs() == []
+
+
+def test_a_bad_graph_is_not_submitted(tmp_path: Path) -> None:
+    """``submit`` checks the graph before it records the run a worker would take."""
+
+    class Orphan(Workflow):
+        @step
+        async def a(self, ev: StartEvent) -> StopEvent:
+            return StopEvent()
+
+        @step
+        async def b(self, ev: Other) -> StopEvent:
+            return StopEvent()
+
+    wf = Orphan(store=tmp_path / "o.db")
+    with pytest.raises(WorkflowValidationError, match="step 'b' consumes Other"):
+        wf.submit()
+    assert wf.store.runs() == []

@@ -217,7 +217,10 @@ class Workflow(WorkflowSteps):
         Nothing runs here: a :class:`~workflow.Worker` of this workflow (in this process or
         any other that shares the store) claims it. A ``run_id`` that exists is returned
         as it is (a run is submitted once).
+
+        :raises WorkflowValidationError: the steps do not make a valid graph.
         """
+        self.__check_graph__()
         return submit_run(self, self.__workflow_parts__.start_event(start_event, kwargs), run_id)
 
     # ------------------------------------------------------------------ resume and fork
