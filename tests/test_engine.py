@@ -540,20 +540,23 @@ async def test_context_of_any_is_untyped_state() -> None:
     assert await AnyContext().run() == 1
 
 
+class Orphaned(Workflow):
+    """Step ``b`` takes an event no step produces: a graph that does not check out."""
+
+    @step
+    async def a(self, ev: StartEvent) -> StopEvent:
+        return StopEvent()
+
+    @step
+    async def b(self, ev: Other) -> StopEvent:
+        return StopEvent()
+
+
 async def test_a_bad_graph_builds_and_fails_its_first_run(tmp_path: Path) -> None:
     """As in LlamaIndex 2.26: a workflow whose graph does not check out can be built (to
     inspect or draw it); ``run()`` raises the graph's error before any run is made."""
 
-    class Orphan(Workflow):
-        @step
-        async def a(self, ev: StartEvent) -> StopEvent:
-            return StopEvent()
-
-        @step
-        async def b(self, ev: Other) -> StopEvent:
-            return StopEvent()
-
-    wf = Orphan(store=tmp_path / "o.db")
+    wf = Orphaned(store=tmp_path / "o.db")
     assert sorted(wf._get_steps()) == ["a", "b"]
     with pytest.raises(WorkflowValidationError, match="step 'b' consumes Other"):
         await wf.run()
@@ -565,16 +568,7 @@ async def test_a_bad_graph_builds_and_fails_its_first_run(tmp_path: Path) -> Non
 def test_a_bad_graph_is_not_submitted(tmp_path: Path) -> None:
     """``submit`` checks the graph before it records the run a worker would take."""
 
-    class Orphan(Workflow):
-        @step
-        async def a(self, ev: StartEvent) -> StopEvent:
-            return StopEvent()
-
-        @step
-        async def b(self, ev: Other) -> StopEvent:
-            return StopEvent()
-
-    wf = Orphan(store=tmp_path / "o.db")
+    wf = Orphaned(store=tmp_path / "o.db")
     with pytest.raises(WorkflowValidationError, match="step 'b' consumes Other"):
         wf.submit()
     assert wf.store.runs() == []

@@ -24,7 +24,7 @@ from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, 
 from ._detached import Detached, detached_codec, initial_values, state_dict, state_from_dict
 from ._diff import Op, Tracker, is_view, materialize, renew, spare
 from ._errors import ContextKeyError
-from ._state_paths import put_at, set_path_outside
+from ._state_paths import put_at
 from ._state_paths import split as _split
 from ._state_paths import step_into as _step_into
 
@@ -259,7 +259,7 @@ class ContextStore(Generic[S]):
             raise ValueError(msg)
         if att is None:
             if rest:
-                await set_path_outside(self._host, root_key, rest, value, self._field_default)
+                await self._set_path_outside(root_key, rest, value)
             else:
                 await self._host.operator_update({path: value})
             return
@@ -308,6 +308,19 @@ class ContextStore(Generic[S]):
         att.writes[root_key] = Write(value=value, change=change, text=text, version=version)
         if tracker is not None:
             tracker.written = (change, False)
+
+    async def _set_path_outside(self, root_key: str, rest: list[str], value: Any) -> None:
+        """A dotted ``set`` outside an attempt: an operator update of ``root_key``, a copy of
+        its committed value with the change made, checked against the version it read (a
+        step's commit in between is never undone)."""
+        host = self._host
+        version = host.versions.get(root_key, 0)
+        root = host.committed.get(root_key, MISSING)
+        root = self._field_default(root_key) if root is MISSING else copy.deepcopy(root)
+        if root is MISSING:
+            root = {}
+        put_at(root, rest, value)
+        await host.operator_update({root_key: root}, read={root_key: version})
 
     async def delete(self, path: str) -> None:
         """Removes a top-level key (committed with the attempt)."""

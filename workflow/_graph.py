@@ -33,6 +33,7 @@ class Graph:
         for name, spec in self.steps.items():
             for t in spec.accepted:
                 self._takers.setdefault(t, []).append(name)
+        self._bindings: dict[str, tuple[str, ...]] | None = None
 
     def route(self, event_type: type) -> tuple[str, ...]:
         """The steps that take events of this class: those annotated with the class itself,
@@ -200,9 +201,7 @@ class Graph:
     def _check_collects(self) -> None:
         """A collect step (a ``list[E]`` parameter) no fan-out's stream reaches would
         never run: refused, naming it (as LlamaIndex refuses it)."""
-        from ._streams import bindings_of
-
-        bound = {c for cs in bindings_of(self.steps, self.route).values() for c in cs}
+        bound = {c for cs in self.collect_bindings().values() for c in cs}
         lonely = [n for n, s in self.steps.items() if s.gathers is not None and n not in bound]
         if lonely:
             msg = (
@@ -210,6 +209,15 @@ class Graph:
                 " (a fan-out, -> list[E]) sends it the events of its stream"
             )
             raise WorkflowValidationError(msg)
+
+    def collect_bindings(self) -> dict[str, tuple[str, ...]]:
+        """For each fan-out step, the collect steps its streams release to
+        (:func:`workflow._streams.bindings_of`), worked out once per graph."""
+        if self._bindings is None:
+            from ._streams import bindings_of
+
+            self._bindings = bindings_of(self.steps, self.route)
+        return self._bindings
 
     def _produced_takers(self, produced: set[type[Event]], accepted: type) -> set[str]:
         """The steps taking ``accepted`` that some produced class reaches."""

@@ -116,9 +116,7 @@ class Executor:
         self.steps = StepRunner(self)
         self.deliver = deliver = self.steps.deliver
         # Collection streams (a list[E] parameter's), when a step takes one.
-        self.streams = stream_book(
-            self, config.graph.steps, config.graph.route, lambda s, i, e: deliver(s, Delivery(i, e))
-        )
+        self.streams = stream_book(self, config.graph, lambda s, i, e: deliver(s, Delivery(i, e)))
         self.stream = stream = RunStream(verbose=config.verbose, resumed=folded is not None)
         self.stream_now = stream.stream_now
         self.subscribe = stream.subscribe

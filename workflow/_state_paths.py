@@ -4,32 +4,11 @@ a step into a dict key, a list index or an attribute, and a write at the end of 
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
-from ._attempt import MISSING
 from ._events import Event
 
-__all__ = ["assign", "put_at", "set_path_outside", "split", "step_into"]
-
-
-class _Host(Protocol):
-    """What a write outside an attempt uses of the store's host (``StoreHost``)."""
-
-    @property
-    def committed(self) -> dict[str, Any]: ...
-
-    @property
-    def versions(self) -> dict[str, int]: ...
-
-    async def operator_update(
-        self,
-        updates: Mapping[str, Any],
-        deletes: list[str] | None = None,
-        *,
-        read: Mapping[str, int] | None = None,
-    ) -> int: ...
+__all__ = ["assign", "put_at", "split", "step_into"]
 
 
 def split(path: str) -> tuple[str, list[str]]:
@@ -70,23 +49,3 @@ def put_at(root: Any, rest: list[str], value: Any) -> None:
             assign(parent, part, child)
             parent = child
     assign(parent, rest[-1], value)
-
-
-async def set_path_outside(
-    host: _Host,
-    root_key: str,
-    rest: list[str],
-    value: Any,
-    field_default: Callable[[str], Any],
-) -> None:
-    """``ctx.store.set("key.a.b", value)`` outside an attempt: an operator update of
-    ``key``, a copy of its committed value with the change made (missing parents made as
-    dicts, a typed field starting from its default), checked against the version it read,
-    so a step's commit in between is never undone."""
-    version = host.versions.get(root_key, 0)
-    root = host.committed.get(root_key, MISSING)
-    root = field_default(root_key) if root is MISSING else copy.deepcopy(root)
-    if root is MISSING:
-        root = {}
-    put_at(root, rest, value)
-    await host.operator_update({root_key: root}, read={root_key: version})

@@ -101,16 +101,16 @@ class StreamBook:
         """An attempt of ``step`` at input ``event_id`` committed ``planned``: the stream it
         opened (a fan-out's), the member deliveries it made (step, id, event, stream) and
         those held at collect steps; its own input is done."""
-        opened, members, held, source = planned.opened, planned.members, planned.held, step
+        opened = planned.opened
         into = self._member.get(event_id)
         if opened is not None:
-            self._streams[opened] = _Stream(source, into)
+            self._streams[opened] = _Stream(step, into)
             if into is not None:
                 self._streams[into].open += 1  # the nested stream, until it closes
-        for _, ev_id, _, sid in members:
+        for _, ev_id, _, sid in planned.members:
             self._join(ev_id, sid)
-        for step, ev_id, ev, sid in held:
-            self._hold(sid, step, ev_id, ev)
+        for target, ev_id, ev, sid in planned.held:
+            self._hold(sid, target, ev_id, ev)
         if into is not None:
             self.done(event_id, into)
         if opened is not None:
@@ -238,17 +238,22 @@ class StreamBook:
             self._check(sid)
 
 
+class _Graph(Protocol):
+    """What the book reads of the run's step graph (``Graph``)."""
+
+    steps: dict[str, Any]
+
+    def collect_bindings(self) -> dict[str, tuple[str, ...]]: ...
+
+
 def stream_book(
-    host: StreamHost,
-    steps: Mapping[str, Any],
-    route: Callable[[type[Event]], Sequence[str]],
-    deliver: Callable[[str, int, Event], None],
+    host: StreamHost, graph: _Graph, deliver: Callable[[str, int, Event], None]
 ) -> StreamBook | None:
     """The book of a run of these steps; None when no step takes a list (nothing to count)."""
-    gathers = {n: s.gathers for n, s in steps.items() if s.gathers is not None}
+    gathers = {n: s.gathers for n, s in graph.steps.items() if s.gathers is not None}
     if not gathers:
         return None
-    return StreamBook(host, deliver, bindings_of(steps, route), gathers)
+    return StreamBook(host, deliver, graph.collect_bindings(), gathers)
 
 
 def bindings_of(
