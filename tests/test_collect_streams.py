@@ -160,7 +160,7 @@ class SendsByName(Sends):
 
 
 async def test_an_event_sent_to_a_collect_step_by_name_fails_the_step() -> None:
-    with pytest.raises(WorkflowRuntimeError, match="takes the events of a fan-out's stream"):
+    with pytest.raises(WorkflowRuntimeError, match="cannot receive targeted events"):
         await SendsByName(timeout=BOUND).run()
 
 

@@ -123,7 +123,7 @@ async def test_an_unbound_context_keeps_its_writes_for_its_first_run(tmp_path: P
     assert not ctx.is_running
     with pytest.raises(ContextStateError, match="no run yet"):
         _ = ctx.run_id
-    with pytest.raises(ContextStateError, match="needs a run"):
+    with pytest.raises(ContextStateError, match="called before workflow started"):
         ctx.send_event(Middle(n=1))
     await ctx.store.set("history", ["system"])
     assert await ctx.store.get("history") == ["system"]

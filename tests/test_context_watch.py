@@ -68,7 +68,7 @@ async def test_running_steps_names_the_step_running_then_none(tmp_path: Path) ->
     assert await ctx.running_steps() == ["slow"]
     with (
         pytest.warns(DeprecationWarning, match="get_result"),
-        pytest.raises(ContextStateError, match="has not ended yet"),
+        pytest.raises(WorkflowRuntimeError, match="is not complete"),
     ):
         ctx.get_result()
     wf.go.set()

@@ -29,6 +29,7 @@ __all__ = [
     "WaitRequest",
     "WaitSuspend",
     "Write",
+    "attempt_of",
     "current_attempt",
 ]
 
@@ -67,6 +68,17 @@ class Current(Generic[V]):
 
 
 current_attempt: Current[Attempt] = Current("workflow_attempt")
+
+
+def attempt_of(host: object) -> Attempt | None:
+    """The attempt running now, if it is an attempt of ``host``'s run; else None.
+
+    A step may hold the context of another run (a workflow it ran: ``handler.ctx``):
+    calls on that context act on that run as from outside it, never on the caller's own
+    attempt (its reads, writes and sends are the caller's run's).
+    """
+    att = current_attempt.get()
+    return att if att is not None and att.host is host else None
 
 
 @dataclass(frozen=True, slots=True)

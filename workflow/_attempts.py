@@ -139,6 +139,9 @@ class StepRunner:
         queue = self.queues[step]
         while True:
             d = await queue.get()
+            if self._executor.closing:  # the run ended (its stop): nothing starts after it
+                self._busy -= 1
+                return
             if self._failing:  # the run is failing: what is queued stays queued
                 self._busy -= 1
                 continue
@@ -375,12 +378,8 @@ class StepRunner:
 
     async def _commit_conflict(self, att: Attempt, keys: list[str]) -> None:
         shown = [k.replace(COLLECT_PREFIX, "collect:") for k in keys]
-        await self._executor.append(
-            [
-                journal.step_conflicted(att.step, att.event_id, att.attempt, shown),
-                *self._streamed(att),
-            ]
-        )
+        conflicted = journal.step_conflicted(att.step, att.event_id, att.attempt, shown)
+        await self._executor.append([conflicted, *self._streamed(att)])
 
     async def _commit_success(self, att: Attempt, outcome: Returned) -> _Written | None:
         """Writes a returned attempt's commit; returns what :meth:`_took_effect` needs to

@@ -315,15 +315,16 @@ def _flow_targets(
             if stream is None:
                 if target is None:
                     _log.warning(
-                        "Ignoring %s for collect step %r: it is not a member of a fan-out's"
-                        " stream (it was sent, or made outside any stream)",
+                        "Ignoring %s for collect step %r: sent outside any collection stream (it"
+                        " is not a member of a fan-out's stream)",
                         type(ev).__name__,
                         t,
                     )
                 else:
                     msg = (
-                        f"step {t!r} takes the events of a fan-out's stream as one list;"
-                        f" a {type(ev).__name__} sent to it by name never reaches it"
+                        f"{type(ev).__name__} was sent to collect step {t!r} by name"
+                        " (send_event(step=...)), but a collect step cannot receive targeted"
+                        " events: it takes the events of a fan-out's stream as one list"
                     )
                     raise WorkflowRuntimeError(msg)
                 continue

@@ -17,12 +17,20 @@ from typing_extensions import TypeVar
 
 from eventstore import EncodeError
 
-from ._attempt import MISSING, Attempt, Current, WaitRequest, WaitSuspend, current_attempt
+from ._attempt import (
+    MISSING,
+    Attempt,
+    Current,
+    WaitRequest,
+    WaitSuspend,
+    attempt_of,
+    current_attempt,
+)
 from ._changes import Encoded, refused
 from ._collect_call import CollectHost, collect
 from ._context_store import ContextStore, StoreHost
 from ._context_watch import ContextWatch, RunWatch
-from ._errors import ContextStateError, WorkflowRuntimeError, WorkflowTimeoutError
+from ._errors import ContextStateError, WaitTimeoutError, WorkflowRuntimeError
 from ._events import Event
 from ._on_loop import on_loop
 from ._patches import ctx_deprecate_patch, ctx_patched
@@ -200,11 +208,6 @@ class Context(ContextWatch, Generic[S]):
             raise ContextStateError(msg)
         return run_id
 
-    @property
-    def is_running(self) -> bool:
-        """Whether this context's run is being executed (here, or by another process)."""
-        return self.__context_link__.workflow.__context_services__.run_is_live(self)
-
     @staticmethod
     def get_step_context() -> Context[Any]:
         """The context of the step running now, for code a step calls (a decorator around
@@ -232,9 +235,12 @@ class Context(ContextWatch, Generic[S]):
         await self.store.set(key, value)
 
     def _attempt(self, what: str) -> Attempt:
-        att = current_attempt.get()
+        att = attempt_of(self.__context_link__.host)
         if att is None:
-            msg = f"ctx.{what}() works inside a step; from outside use handler.send_event()"
+            msg = (
+                f"ctx.{what}() works inside a step of this context's run; from outside use"
+                " handler.send_event()"
+            )
             raise WorkflowRuntimeError(msg)
         return att
 
@@ -247,7 +253,7 @@ class Context(ContextWatch, Generic[S]):
 
         :raises WorkflowRuntimeError: called outside a step.
         """
-        att = current_attempt.get()
+        att = attempt_of(self.__context_link__.host)
         if att is None:
             msg = "ctx.retry_info() works inside a step, about the attempt running it"
             raise WorkflowRuntimeError(msg)
@@ -267,9 +273,9 @@ class Context(ContextWatch, Generic[S]):
         if not isinstance(event, Event):
             msg = f"send_event takes an Event, not {type(event).__name__}"
             raise WorkflowRuntimeError(msg)
-        att = current_attempt.get()
         link = self.__context_link__
         host = link.host
+        att = attempt_of(host)
         if step is not None:
             graph = host.graph if host is not None else link.workflow.__workflow_parts__.graph
             graph.check_target(step, event)
@@ -290,11 +296,11 @@ class Context(ContextWatch, Generic[S]):
         :raises EncodeError: inside a step, the event holds what the log cannot hold (it
             is not streamed then).
         """
-        att = current_attempt.get()
         link = self.__context_link__
+        att = attempt_of(link.host)
         host = link.host if att is not None else link.live()
         if host is None:
-            msg = "write_event_to_stream() needs a running workflow: call wf.run(ctx=ctx) first"
+            msg = "write_event_to_stream() requires a running workflow: call wf.run(ctx=ctx) first"
             raise ContextStateError(msg)
         if att is not None:
             att.keep_json(event, self._encode_event(event, "ctx.write_event_to_stream"))
@@ -337,7 +343,8 @@ class Context(ContextWatch, Generic[S]):
         again. ``waiter_event`` (a question for a human) is streamed to consumers once the
         wait is durable, unless an event taken in before already answers it.
 
-        :raises WorkflowTimeoutError: no matching event came within ``timeout`` seconds.
+        :raises WaitTimeoutError: no matching event came within ``timeout`` seconds (a
+            ``WorkflowTimeoutError`` and a ``TimeoutError``).
         """
         att = self._attempt("wait_for_event")
         host = cast("RunHost", self.__context_link__.host)  # inside an attempt: its executor
@@ -347,8 +354,11 @@ class Context(ContextWatch, Generic[S]):
             answer = host.answers[wid]
             att.answers_used.append(wid)
             if answer is None:
-                msg = f"wait_for_event({event_type.__name__}) timed out after {timeout} s"
-                raise WorkflowTimeoutError(msg)
+                msg = (
+                    f"Timed out waiting for {event_type.__name__}: wait_for_event's timeout of"
+                    f" {timeout} s passed"
+                )
+                raise WaitTimeoutError(msg)
             return answer[1]
         # What the waiting record will hold is checked here, where the step can be told.
         try:
@@ -427,21 +437,6 @@ class Context(ContextWatch, Generic[S]):
         from ._timers import durable_sleep
 
         await durable_sleep(self.__context_link__.host, self._attempt("sleep"), seconds)
-
-    def to_dict(
-        self, serializer: BaseSerializer | None = None, *, include_state: bool = True
-    ) -> dict[str, Any]:
-        """The context as a JSON-native dict: its run and seq, and the run's state there.
-
-        The state (context values, queues, in-progress events, waiters, collect buffers) is
-        in the codec's typed JSON; ``include_state=False`` leaves the context values out:
-        restored where the store has the run they are the log's; imported into a store
-        without it, the run starts with none. ``serializer`` turns each value into its text
-        instead (:mod:`workflow.context.serializers`). Restore it with :meth:`from_dict`,
-        here or in another process.
-        """
-        services = self.__context_link__.workflow.__context_services__
-        return services.context_dict(self, serializer, include_state)
 
     @classmethod
     def from_dict(

@@ -43,7 +43,7 @@ def send_idle(ctx: Context[Any], event: Event) -> None:
     it runs again; a context with no run to take it is an error."""
     link = ctx.__context_link__
     if link.run_id is None or link.idle.imported is not None:
-        msg = "send_event() needs a run: call wf.run(ctx=ctx) first"
+        msg = "send_event() called before workflow started: call wf.run(ctx=ctx) first"
         raise ContextStateError(msg)
     link.workflow.send(link.run_id, event)
 

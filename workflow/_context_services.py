@@ -74,7 +74,7 @@ def _executor(ctx: Context[Any], call: str) -> Executor:
     link = ctx.__context_link__
     if link.host is None:
         if link.run_id is None:
-            msg = f"{call} needs a running workflow: call wf.run(ctx=ctx) first"
+            msg = f"{call} requires a running workflow: call wf.run(ctx=ctx) first"
         else:
             msg = (
                 f"{call} needs the run executed here: run {link.run_id!r} of this context"

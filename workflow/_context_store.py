@@ -19,11 +19,12 @@ from typing_extensions import TypeVar
 
 from eventstore import EncodeError
 
-from ._attempt import MISSING, Attempt, Write, current_attempt
+from ._attempt import MISSING, Attempt, Write, attempt_of
 from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, value_change
 from ._detached import Detached, detached_codec, initial_values, state_dict, state_from_dict
 from ._diff import Op, Tracker, is_view, materialize, renew, spare
 from ._errors import ContextKeyError
+from ._state_dict import StateDict
 from ._state_paths import put_at
 from ._state_paths import split as _split
 from ._state_paths import step_into as _step_into
@@ -78,30 +79,6 @@ class StoreHost(Protocol):
     ) -> int: ...
 
 
-class StateDict(dict[str, Any]):
-    """The untyped state ``get_state`` / ``edit_state`` give: a dict whose keys are also
-    attributes (``state.count += 1``), as LlamaIndex's ``DictState``; ``_data`` is itself."""
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self[name] = value
-
-    def __delattr__(self, name: str) -> None:
-        try:
-            del self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    @property
-    def _data(self) -> dict[str, Any]:
-        return self
-
-
 class ContextStore(Generic[S]):
     """The run's context data: ``get``/``set`` with dotted paths, ``edit_state``.
 
@@ -126,6 +103,18 @@ class ContextStore(Generic[S]):
         # Per key, the tracker of a large list an attempt read last: the next attempt's view
         # is made from it when nothing holds it any more (:func:`workflow._diff.renew`).
         self._spares: dict[str, Tracker] = {}
+        # The tasks inside an edit_state() block of this store: their writers are refused.
+        self._editors: set[asyncio.Task[Any] | None] = set()
+
+    def _not_editing(self, what: str) -> None:
+        """Refuses a writer inside the caller's own ``edit_state()`` block, as LlamaIndex
+        does (the block's end writes back the state it yielded, over what it wrote)."""
+        if self._editors and asyncio.current_task() in self._editors:
+            msg = (
+                "writer called inside edit_state: mutate the yielded state instead"
+                f" (ctx.store.{what} in an edit_state() block)"
+            )
+            raise RuntimeError(msg)
 
     def bind(self, host: StoreHost) -> None:
         """Reads and writes go through ``host`` from now on (the context was bound or went idle)."""
@@ -221,7 +210,7 @@ class ContextStore(Generic[S]):
             ``KeyError`` and a ``ValueError``, as LlamaIndex raises).
         """
         root_key, rest = _split(path)
-        value = self._root(current_attempt.get(), root_key)
+        value = self._root(attempt_of(self._host), root_key)
         if value is MISSING:
             value = self._field_default(root_key)
         try:
@@ -231,7 +220,7 @@ class ContextStore(Generic[S]):
                 value = _step_into(value, part)
         except (KeyError, AttributeError, IndexError, ValueError):
             if default is MISSING:
-                msg = f"context has no value at {path!r}"
+                msg = f"Path {path!r} not found in state: the context has no value at {path!r}"
                 raise ContextKeyError(msg) from None
             return default
         return value
@@ -252,7 +241,8 @@ class ContextStore(Generic[S]):
         :raises ValueError: a typed state has no field ``path`` starts with (as in
             LlamaIndex).
         """
-        att = current_attempt.get()
+        self._not_editing("set()")
+        att = attempt_of(self._host)
         root_key, rest = _split(path)
         if self._state_type is not None and root_key not in self._fields():
             msg = f'"{self._state_type.__name__}" object has no field "{root_key}"'
@@ -324,7 +314,8 @@ class ContextStore(Generic[S]):
 
     async def delete(self, path: str) -> None:
         """Removes a top-level key (committed with the attempt)."""
-        att = current_attempt.get()
+        self._not_editing("delete()")
+        att = attempt_of(self._host)
         if att is None:
             await self._host.operator_update({}, deletes=[path])
             return
@@ -338,7 +329,8 @@ class ContextStore(Generic[S]):
         """Resets the state: every key removed, or with a typed state, each field back to
         its default (a required field is removed). Committed with the attempt, as
         ``set`` and ``delete`` are (outside one: at once)."""
-        att = current_attempt.get()
+        self._not_editing("clear()")
+        att = attempt_of(self._host)
         committed = self._host.committed
         keys = list(committed)
         if att is not None:
@@ -380,7 +372,7 @@ class ContextStore(Generic[S]):
     async def get_state(self) -> Any:
         """The whole state: the typed state model, or a dict of every key."""
         host = self._host
-        att = current_attempt.get()
+        att = attempt_of(self._host)
         if self._state_type is not None:
             fields = getattr(self._state_type, "model_fields", {})
             values = {}
@@ -425,9 +417,19 @@ class ContextStore(Generic[S]):
 
     async def set_state(self, state: Any) -> None:
         """Replaces the whole state (each field or key is diffed against what it was; an
-        untyped state's keys not in ``state`` are removed)."""
+        untyped state's keys not in ``state`` are removed).
+
+        A model of a subclass of the state's model becomes the state's model from here on
+        (``get_state`` and ``clear`` make that subclass), as in LlamaIndex; a run resumed
+        elsewhere reads its state as the workflow's declared model, its fields included.
+        """
+        self._not_editing("set_state()")
         data = self._state_data(state)
-        att = current_attempt.get()
+        model = type(state)
+        state_type = self._state_type
+        if state_type is not None and model is not state_type and issubclass(model, state_type):
+            self._state_type = model
+        att = attempt_of(self._host)
         gone: list[str] = []
         if self._state_type is None:
             keys = list(self._host.committed) + ([] if att is None else list(att.writes))
@@ -458,15 +460,22 @@ class ContextStore(Generic[S]):
         :raises StateConflictError: outside a step, a step's commit changed a key the
             edit read before the edit was written; nothing of the edit is written (read
             the state again and redo the edit).
+        :raises RuntimeError: a writer (``set``, ``clear``, ...) is called inside the block.
         """
-        att = current_attempt.get()
+        self._not_editing("edit_state()")
+        att = attempt_of(self._host)
+        task = asyncio.current_task()
         if att is None:
             state = await self.get_state()
             # The versions of what get_state read, taken in the same turn of the loop.
             versions = self._host.versions
             names = list(self._state_data(state))
             read = {k: versions.get(k, 0) for k in names}
-            yield state
+            self._editors.add(task)
+            try:
+                yield state
+            finally:
+                self._editors.discard(task)
             await self._host.operator_update(self._state_data(state), read=read)
             return
         if not att.holds_lock:
@@ -474,7 +483,11 @@ class ContextStore(Generic[S]):
             att.holds_lock = True
             # What the attempt read before it held the lock may already be stale.
         state = await self.get_state()
-        yield state
+        self._editors.add(task)
+        try:
+            yield state
+        finally:
+            self._editors.discard(task)
         if self._state_type is not None:
             for name in type(state).model_fields:
                 if name in state.__dict__:

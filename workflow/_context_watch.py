@@ -1,11 +1,12 @@
-"""What a caller outside the steps watches of a context's run (LlamaIndex's external face).
+"""What a caller outside the steps asks of a context's run (LlamaIndex's external face).
 
-``await ctx.running_steps()``, ``ctx.stream_events()``, and the deprecated
-``ctx.get_result()`` and ``ctx.streaming_queue``: the calls LlamaIndex makes on the context
-a run was started with, beside the same ones on its handler. They need a run this process
-executes (or executed); before the context's first run they raise
-:class:`~workflow.ContextStateError`, as LlamaIndex's do. They reach the handler through the
-workflow's context services (the handler module sits above the context's).
+``ctx.is_running``, ``ctx.to_dict()``, ``await ctx.running_steps()``, ``ctx.stream_events()``,
+and the deprecated ``ctx.get_result()`` and ``ctx.streaming_queue``: the calls LlamaIndex
+makes on the context a run was started with, beside the same ones on its handler. The run
+calls need a run this process executes (or executed); before the context's first run they
+raise :class:`~workflow.ContextStateError`, as LlamaIndex's do, and ``to_dict`` raises it
+inside a step. They reach the handler through the workflow's context services (the handler
+module sits above the context's).
 """
 
 from __future__ import annotations
@@ -13,10 +14,14 @@ from __future__ import annotations
 import asyncio
 import warnings
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ._errors import ContextStateError
+from ._attempt import attempt_of
+from ._errors import ContextStateError, WorkflowRuntimeError
 from ._events import Event, StopEvent
+
+if TYPE_CHECKING:
+    from .context.serializers import BaseSerializer
 
 __all__ = ["ContextWatch", "RunWatch"]
 
@@ -34,9 +39,13 @@ class RunWatch(Protocol):
 
 
 class _Services(Protocol):
-    """The two context services these calls use (``ContextServices``)."""
+    """The context services these calls use (``ContextServices``)."""
 
     def running_steps(self, ctx: Any) -> list[str]: ...
+
+    def run_is_live(self, ctx: Any) -> bool: ...
+
+    def context_dict(self, ctx: Any, serializer: Any, state: bool) -> dict[str, Any]: ...
 
     def handler(self, ctx: Any, call: str) -> RunWatch: ...
 
@@ -52,11 +61,55 @@ class _Link(Protocol):
     @property
     def workflow(self) -> _Owner: ...
 
+    @property
+    def host(self) -> object: ...
+
 
 class ContextWatch:
     """The context's calls about its run as a whole, for code outside the steps."""
 
     __context_link__: _Link
+
+    def to_dict(
+        self, serializer: BaseSerializer | None = None, *, include_state: bool = True
+    ) -> dict[str, Any]:
+        """The context as a JSON-native dict: its run and seq, and the run's state there.
+
+        The state (context values, queues, in-progress events, waiters, collect buffers) is
+        in the codec's typed JSON; ``include_state=False`` leaves the context values out:
+        restored where the store has the run they are the log's; imported into a store
+        without it, the run starts with none. ``serializer`` turns each value into its text
+        instead (:mod:`workflow.context.serializers`). Restore it with :meth:`from_dict`,
+        here or in another process.
+
+        :raises ContextStateError: called inside one of the run's steps, as in LlamaIndex:
+            what the attempt wrote is not committed yet, so the dict would silently lack it.
+        """
+        if attempt_of(self.__context_link__.host) is not None:
+            msg = (
+                "to_dict is only available from handler code, not from within steps: the"
+                " running attempt's writes are not committed yet (every commit is a"
+                " checkpoint: wf.checkpoints(run_id) outside the step)"
+            )
+            raise ContextStateError(msg)
+        services = self.__context_link__.workflow.__context_services__
+        return services.context_dict(self, serializer, include_state)
+
+    @property
+    def is_running(self) -> bool:
+        """Whether this context's run is being executed (here, or by another process).
+
+        Inside one of the run's steps it is always True: asking there is deprecated (a
+        ``DeprecationWarning``, as in LlamaIndex)."""
+        if attempt_of(self.__context_link__.host) is not None:
+            warnings.warn(
+                "is_running called from within a step; the workflow is always running"
+                " inside a step. This usage is deprecated.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return True
+        return self.__context_link__.workflow.__context_services__.run_is_live(self)
 
     async def running_steps(self) -> list[str]:
         """The steps with an attempt running now, sorted (empty once the run ended).
@@ -80,8 +133,8 @@ class ContextWatch:
 
         .. deprecated:: Await the handler ``wf.run(ctx=ctx)`` returned instead.
 
-        :raises ContextStateError: no run was started from this context, or it has not
-            ended yet.
+        :raises ContextStateError: no run was started from this context.
+        :raises WorkflowRuntimeError: its run has not ended yet (as in LlamaIndex).
         """
         warnings.warn(
             "Context.get_result() is deprecated: await the handler wf.run(ctx=ctx) returned",
@@ -90,8 +143,11 @@ class ContextWatch:
         )
         handler = self.__context_link__.workflow.__context_services__.handler(self, "get_result()")
         if not handler.is_done():
-            msg = f"run {handler.run_id!r} has not ended yet: await its handler for the result"
-            raise ContextStateError(msg)
+            msg = (
+                f"Workflow run with run_id {handler.run_id} is not complete: await its handler"
+                " for the result"
+            )
+            raise WorkflowRuntimeError(msg)
         return handler.result()
 
     @property

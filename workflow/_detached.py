@@ -137,6 +137,13 @@ def state_from_dict(data: Any, serializer: BaseSerializer | None) -> Any:
     from .context.serializers import JsonSerializer
 
     store_type = data.get("store_type", "in_memory") if isinstance(data, dict) else None
+    if isinstance(store_type, str) and store_type != "in_memory":
+        msg = (
+            f"Cannot parse store_type {store_type!r} as an in-memory state:"
+            " InMemoryStateStore.from_dict takes the dict its to_dict() wrote"
+            " (store_type 'in_memory')"
+        )
+        raise ContextSerdeError(msg)
     if store_type != "in_memory" or not isinstance(data.get("state_data"), str):
         msg = (
             "InMemoryStateStore.from_dict takes the dict its to_dict() wrote"

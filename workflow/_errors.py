@@ -90,6 +90,13 @@ class WorkflowTimeoutError(WorkflowError, TimeoutError):
     """The run was executed for longer than its timeout (summed across resumes)."""
 
 
+class WaitTimeoutError(WorkflowTimeoutError):
+    """``ctx.wait_for_event`` got no matching event within its own ``timeout``: raised in
+    the waiting step, where it may be caught; uncaught, it fails the step as any error
+    does (the stream ends with ``WorkflowFailedEvent``, as LlamaIndex's ``TimeoutError``
+    from the wait does), not the run's timeout."""
+
+
 class WorkflowCancelledError(WorkflowError):
     """The run was cancelled (``handler.cancel_run()``)."""
 

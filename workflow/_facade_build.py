@@ -14,10 +14,10 @@ from typing import Any
 
 from eventstore import Codec, EventStore
 
-from ._context_store import StateDict
 from ._diff import register_views
 from ._graph import Graph
 from ._ownership import LEASE_TTL_S, LeaseOwners, Owners
+from ._state_dict import StateDict
 from ._step import state_model
 
 __all__ = ["RunSlots", "owners_for", "workflow_codec"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import warnings
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._errors import (
@@ -142,7 +142,7 @@ class WorkflowHandler:
 
     async def stream_events(
         self, expose_internal: bool = False, *, replay: bool = False
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """Yields the events steps write to the stream, live, then the stop event.
 
         The last event is a :class:`StopEvent`: the run's own, or how it ended otherwise

@@ -28,6 +28,7 @@ from ._errors import (
     RunLostError,
     RunSuspendedError,
     StateConflictError,
+    WaitTimeoutError,
     WorkflowCancelledError,
     WorkflowTimeoutError,
 )
@@ -432,7 +433,7 @@ class Executor:
 
     def _last_event(self, exc: BaseException) -> StopEvent | None:
         """The stream's last event for a run that ended with ``exc`` (as LlamaIndex's)."""
-        if isinstance(exc, WorkflowTimeoutError):
+        if isinstance(exc, WorkflowTimeoutError) and not isinstance(exc, WaitTimeoutError):
             timeout = self.config.timeout or 0.0
             return WorkflowTimedOutEvent(timeout=timeout, active_steps=self.steps.active_steps())
         if isinstance(exc, WorkflowCancelledError):

@@ -58,6 +58,10 @@ class RunStream:
         # A consumer read the stream to its stop event: as in LlamaIndex, the run's stream
         # is consumed once (whichever handler or context read it), unless replayed.
         self.consumed = False
+        # The run's one stream that consumers read without replay, as LlamaIndex's
+        # streaming queue: what one of them took is gone, so a consumer that stops early
+        # (a ``break`` to answer a question) and a later one go on from where it stopped.
+        self._shared: asyncio.Queue[Event | None] | None = None
 
     @property
     def watched(self) -> bool:
@@ -87,11 +91,20 @@ class RunStream:
     ) -> asyncio.Queue[Event | None]:
         """A queue of the run's stream from this executor's start, then live events.
 
-        Without ``replay`` (whose recorded stream holds them already) a consumer of a
+        Without ``replay`` it is the run's one shared queue, holding what no consumer took
+        yet (from this executor's start, for the first); with ``replay``, a queue of its
+        own. Without ``replay`` (whose recorded stream holds them already) a consumer of a
         resumed run is first asked the questions still unanswered (:meth:`ask_again`).
         """
-        q: asyncio.Queue[Event | None] = asyncio.Queue()
+        if not replay and (q := self._shared) is not None:
+            if internal and not self._ended and q not in self._internal:
+                self._internal.append(q)
+            if self._ended and q.empty():
+                q.put_nowait(None)  # read to its end before: it ends at once again
+            return q
+        q = asyncio.Queue()
         if not replay:
+            self._shared = q
             if self._reasks is None:
                 self._askees.append(q)
             else:

@@ -18,7 +18,7 @@ LlamaIndex's ``store_type: "in_memory"`` form.
 from __future__ import annotations
 
 from .._context_store import ContextStore
-from .._context_store import StateDict as DictState
+from .._state_dict import StateDict as DictState
 
 __all__ = ["DictState", "InMemoryStateStore", "StateStore"]
 
