@@ -182,3 +182,49 @@ def test_a_missing_attribute_of_the_untyped_state_is_named_as_llamaindex_names_i
     with pytest.raises(AttributeError, match="'DictState' object has no attribute 'missing'"):
         _ = state.missing
     assert not hasattr(state, "missing")
+
+
+class Seeds(Workflow):
+    @step
+    async def pass_through(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        return StopEvent(result="done")
+
+
+class Reads(Workflow):
+    @step
+    async def check(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        return StopEvent(result=f"{await ctx.store.get('existing')}-{await ctx.store.get('added')}")
+
+
+async def test_a_finished_runs_state_carries_over_to_another_workflow(tmp_path: Path) -> None:
+    """As in LlamaIndex: ``Context.from_dict(other_wf, ctx.to_dict())`` of a finished run
+    (or of a context that never ran) takes its values into the other workflow's next run."""
+    wf = Seeds(store=tmp_path / "s.db", timeout=BOUND)
+    ctx = Context(wf)
+    await ctx.store.set("existing", "orig")
+    assert await wf.run(ctx=ctx) == "done"
+    reader = Reads(store=tmp_path / "s.db", timeout=BOUND)
+    restored = Context.from_dict(reader, ctx.to_dict())
+    await restored.store.set("added", "new")
+    assert await reader.run(ctx=restored) == "orig-new"
+    never_ran = Context(Seeds(store=tmp_path / "s.db"))
+    await never_ran.store.set("existing", "seeded")
+    again = Context.from_dict(reader, never_ran.to_dict())
+    await again.store.set("added", "too")
+    assert await reader.run(ctx=again) == "seeded-too"
+
+
+class Fails(Workflow):
+    @step
+    async def fail(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        await ctx.store.set("existing", "x")
+        raise ValueError("not ok")
+
+
+async def test_an_unfinished_runs_dict_stays_with_its_workflow(tmp_path: Path) -> None:
+    wf = Fails(store=tmp_path / "s.db", timeout=BOUND)
+    ctx = Context(wf)
+    with pytest.raises(ValueError, match="not ok"):
+        await wf.run(ctx=ctx)
+    with pytest.raises(ContextSerdeError, match="only the state of a finished run"):
+        Context.from_dict(Reads(store=tmp_path / "s.db"), ctx.to_dict())

@@ -119,8 +119,16 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
         msg = f"it has version {data.get('version')!r}; this library reads {VERSION}"
         raise _serde(msg)
     name = data.get("workflow")
-    if not isinstance(name, str) or not same_workflow(name, wf):
-        msg = f"it is a context of workflow {name!r}, not of {parts_of(ctx).name!r}"
+    other = not isinstance(name, str) or not same_workflow(name, wf)
+    if other and (not isinstance(name, str) or data.get("run_id") is not None) and (
+        data.get("status") != "finished"
+    ):
+        msg = (
+            f"it is a context of workflow {name!r}, not of {parts_of(ctx).name!r}, and its run"
+            f" is {data.get('status')!r}: only the state of a finished run (or of a context"
+            " that never ran) carries over to another workflow; work in flight is its own"
+            " workflow's steps'"
+        )
         raise _serde(msg)
     kind = data.get("serializer")
     if kind not in (JsonSerializer.kind, PICKLE) and _kind(serializer) != kind:
@@ -156,12 +164,13 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
     dumps = _state_from(parts_of(ctx).codec, state or {}, kind, serializer)
     for key, dump in dumps.items():
         f.context[key] = KeyLog(dump, len(orjson.dumps(dump)))
-    _check_decodes(f, parts_of(ctx).codec)  # every event and value decodes here, or it is refused
+    if not other:  # another workflow's run state is not taken, only its values
+        _check_decodes(f, parts_of(ctx).codec)  # every event and value decodes here, or refused
     idle = ctx.__context_link__.idle
     pending = [k for k in data.get("pending") or () if k in dumps]
     idle.deleted = {k for k in data.get("deleted") or () if isinstance(k, str)}
     run_id, seq = data.get("run_id"), data.get("seq")
-    if run_id is None:  # a context that never ran: its values open its first run
+    if run_id is None or other:  # never ran, or another workflow's: its values open a run
         idle.pending = _encoded(parts_of(ctx).codec, {k: dumps[k] for k in dumps})
         return
     if not isinstance(run_id, str) or not isinstance(seq, int):
