@@ -61,21 +61,43 @@ async def test_a_store_of_a_model_starts_from_it_and_keeps_its_type() -> None:
     assert await store.get("name") == ""  # a typed field goes back to its default
 
 
-async def test_what_a_read_hands_out_is_a_copy() -> None:
-    """Mutating a value read (or a state snapshot) changes nothing in the store; a snapshot
-    keeps what it saw when the store is written afterwards."""
+async def test_a_store_of_its_own_shares_its_values_as_llamaindexs_does() -> None:
+    """Nothing of a store of its own is journaled, so it keeps values as LlamaIndex's
+    in-memory store does: as given, and handed out as they are (a caller mutating what it
+    read changes the store's value); a dotted set copies only the containers on its path."""
     store = InMemoryStateStore(Profile())
     await store.set("tags", ["a"])
-    (await store.get("tags")).append("leaked")
+    (await store.get("tags")).append("b")
     snapshot = await store.get_state()
-    snapshot.tags.append("leaked")
-    await store.set("count", 5)
-    assert snapshot.count == 0
-    assert await store.get("tags") == ["a"]
-    given = {"k": [1]}
+    snapshot.tags.append("c")
+    assert await store.get("tags") == ["a", "b", "c"]
+    given = {"k": [1], "sibling": {"keep": 1}}
     await store.set("extra", given)
-    given["k"].append(2)  # the caller's object and the store's share nothing
-    assert await store.get("extra") == {"k": [1]}
+    assert await store.get("extra") is given
+    await store.set("extra.k", [2])
+    after = await store.get("extra")
+    assert after is not given  # the spine is new ...
+    assert after["sibling"] is given["sibling"]  # ... what is off the path is shared
+    assert given["k"] == [1]  # and what a reader held before is not changed
+
+
+class Handle:
+    """A live object (a client, a lock's holder) kept in a store of its own."""
+
+    def __init__(self) -> None:
+        self.slot = 0
+
+
+async def test_a_store_of_its_own_keeps_any_object_and_writes_through_it() -> None:
+    store = InMemoryStateStore(DictState())
+    live = Handle()
+    await store.set("live", live)
+    await store.set("live.slot", 7)
+    assert await store.get("live") is live
+    assert live.slot == 7
+    await store.set("f", lambda: 1)  # kept, as in LlamaIndex: only to_dict needs it encodable
+    with pytest.raises(EncodeError, match="cannot encode"):
+        store.to_dict()
 
 
 @pytest.mark.parametrize("serializer", [None, JsonSerializer(), PickleSerializer()])
@@ -106,13 +128,6 @@ async def test_to_dict_and_from_dict_carry_the_state(serializer: JsonSerializer 
 def test_from_dict_refuses_what_to_dict_did_not_write(data: Any, match: str) -> None:
     with pytest.raises(ContextSerdeError, match=match):
         InMemoryStateStore.from_dict(data)
-
-
-async def test_a_value_a_run_could_not_store_is_refused_and_nothing_changes() -> None:
-    store = InMemoryStateStore(DictState(kept=1))
-    with pytest.raises(EncodeError, match="cannot encode f"):
-        await store.set("f", lambda: 1)
-    assert await store.get_state() == {"kept": 1}
 
 
 class Counter(Workflow):
@@ -182,3 +197,21 @@ async def test_set_state_inside_a_step_replaces_the_untyped_state(tmp_path: Path
     handler = wf.run(ctx=ctx)
     assert await handler == {"new": 2}
     assert wf.state_at(handler.run_id).context == {"new": 2}
+
+
+class Unique:
+    """A value that refuses a deep copy (a live handle)."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Unique:
+        raise TypeError("cannot copy a live handle")
+
+
+async def test_an_edit_of_a_store_of_its_own_is_its_copy_until_the_block_ends() -> None:
+    handle = Unique()
+    store = InMemoryStateStore(DictState(nums=[1], handle=handle))
+    async with store.edit_state() as state:
+        state["nums"].append(2)
+        assert await store.get("nums") == [1]  # a read meanwhile: the store's value
+        assert state["handle"] is handle  # what cannot be copied is shared
+    assert await store.get("nums") == [1, 2]
+    assert await store.get("handle") is handle

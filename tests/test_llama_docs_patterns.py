@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from workflow import (
     Context,
@@ -16,13 +17,18 @@ from workflow import (
     Event,
     HumanResponseEvent,
     InputRequiredEvent,
+    RunSuspendedError,
     StartEvent,
     StopEvent,
     WaitTimeoutError,
     Workflow,
+    WorkflowRuntimeError,
     WorkflowTimeoutError,
     step,
 )
+from workflow._verify import verify
+from workflow.cli._running import _settle as settle_outcome
+from workflow.testing import assert_replay_deterministic
 
 BOUND = 10.0
 
@@ -259,3 +265,135 @@ async def test_a_wait_that_times_out_fails_its_step_not_the_runs_clock(tmp_path:
     assert isinstance(info.value, WaitTimeoutError)
     assert isinstance(info.value, WorkflowTimeoutError)  # what code written for ours catches
     assert wf.state_at(handler.run_id).status == "failed"
+
+
+class Ticks(Workflow):
+    """Streams six events, one per short sleep, then stops."""
+
+    @step
+    async def go(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        for n in range(6):
+            ctx.write_event_to_stream(Counted(n=n))
+            await asyncio.sleep(0.005)
+        return StopEvent(result="done")
+
+
+async def _read(stream: Any) -> list[Any]:
+    return [getattr(ev, "n", type(ev).__name__) async for ev in stream]
+
+
+async def test_two_consumers_at_once_take_turns_and_never_split_the_stream(
+    tmp_path: Path,
+) -> None:
+    """As with LlamaIndex's stream lock: the second consumer waits for the first, which
+    reads everything; then the second finds the stream consumed (they split it: each got
+    every other event, and one ended without the stop event)."""
+    handler = Ticks(store=tmp_path / "s.db", timeout=BOUND).run()
+    first = asyncio.create_task(_read(handler.stream_events()))
+    second = asyncio.create_task(_read(handler.ctx.stream_events()))
+    done, _ = await asyncio.wait([first, second], timeout=BOUND)
+    assert len(done) == 2
+    assert first.result() == [0, 1, 2, 3, 4, 5, "StopEvent"]
+    with pytest.raises(WorkflowRuntimeError, match="already been consumed"):
+        second.result()
+    assert await handler == "done"
+
+
+async def test_consumers_of_a_suspended_run_all_end(tmp_path: Path) -> None:
+    """A run left waiting (``suspend``) ends every consumer's stream, one after another
+    (the one end marker went to one of them; the others waited for ever)."""
+    wf = TwoQuestions(store=tmp_path / "s.db", timeout=BOUND)
+    handler = wf.run()
+    readers = [
+        asyncio.create_task(_read(handler.stream_events())),
+        asyncio.create_task(_read(handler.ctx.stream_events())),
+    ]
+    await handler.wait_until_waiting(BOUND)
+    await handler.suspend()
+    done, _ = await asyncio.wait(readers, timeout=BOUND)
+    assert len(done) == 2
+    seen = sorted((r.result() for r in readers), key=len)
+    assert seen == [[], ["Asked"]]  # the question, to one of them
+    with pytest.raises(RunSuspendedError):
+        await handler
+
+
+async def test_a_replay_read_leaves_the_live_stream_where_it_was(tmp_path: Path) -> None:
+    handler = Streams(store=tmp_path / "s.db", timeout=BOUND).run()
+    gen = handler.stream_events()
+    async for ev in gen:
+        assert ev.n == 0
+        break
+    await gen.aclose()
+    assert await handler == "done"
+    assert await _read(handler.stream_events(replay=True)) == [0, 1, 2, 3, "StopEvent"]
+    assert await _read(handler.stream_events()) == [1, 2, 3, "StopEvent"]
+
+
+class Deep(BaseModel):
+    """A state model."""
+
+    a: int = 0
+
+
+class Deeper(Deep):
+    """A subclass of it, with a field more."""
+
+    b: int = 0
+
+
+class Subclassed(Workflow):
+    """Sets a subclass of its state model in one step, reads it in the next."""
+
+    @step
+    async def first(self, ctx: Context[Deep], ev: StartEvent) -> Query:
+        await ctx.store.set_state(Deeper(a=3, b=4))
+        return Query(query="next")
+
+    @step
+    async def second(self, ctx: Context[Deep], ev: Query) -> StopEvent:
+        state = await ctx.store.get_state()
+        await ctx.store.set("a", state.a + 1)
+        return StopEvent(result=(type(state).__name__, state.a, await ctx.store.get("b")))
+
+
+async def test_a_run_takes_a_subclass_state_field_by_field(tmp_path: Path) -> None:
+    """In a run, ``set_state`` of a subclass of the state model writes each of its
+    fields (it failed on the subclass's own) and the state keeps the workflow's model, as
+    a resume reads it back (a model switched in memory was lost on resume)."""
+    wf = Subclassed(store=tmp_path / "s.db", timeout=BOUND)
+    handler = wf.run()
+    assert await asyncio.wait_for(handler, BOUND) == ("Deep", 3, 4)
+    assert wf.state_at(handler.run_id).context == {"a": 4, "b": 4}
+
+
+class AsksItsContext(Workflow):
+    """A step that finds its context through ``Context.get_step_context()``."""
+
+    @step
+    async def go(self, ev: StartEvent) -> StopEvent:
+        ctx = Context.get_step_context()
+        await ctx.store.set("seen", True)
+        return StopEvent(result="ok")
+
+
+async def test_verify_reexecutes_a_step_that_asks_for_its_context(tmp_path: Path) -> None:
+    wf = AsksItsContext(store=tmp_path / "s.db", timeout=BOUND)
+    assert await wf.run() == "ok"
+    report = verify(wf, reexecute=True)
+    assert report.ok, report.problems
+
+
+async def test_replay_determinism_takes_a_waits_timeout_as_the_runs_outcome() -> None:
+    """A run that ends with a wait's ``WaitTimeoutError`` (a ``TimeoutError``) is checked
+    like any failed run (it was taken for the checker's own deadline passing)."""
+    report = await assert_replay_deterministic(Unanswered)
+    assert "Timed out waiting for HumanResponseEvent" in report.outcome
+
+
+async def test_the_command_line_says_a_waits_timeout_failed_the_run(tmp_path: Path) -> None:
+    """``workflow run``/``resume`` report how a run ended: a wait's timeout failed it (it
+    said the run timed out, resumable with a fresh timeout, while the log says failed)."""
+    handler = Unanswered(store=tmp_path / "s.db", timeout=BOUND).run()
+    status, exc = await settle_outcome(handler)
+    assert (status, type(exc)) == ("failed", WaitTimeoutError)

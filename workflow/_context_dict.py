@@ -120,8 +120,10 @@ def restore_into(ctx: Context[Any], data: Any, serializer: BaseSerializer | None
         raise _serde(msg)
     name = data.get("workflow")
     other = not isinstance(name, str) or not same_workflow(name, wf)
-    if other and (not isinstance(name, str) or data.get("run_id") is not None) and (
-        data.get("status") != "finished"
+    if (
+        other
+        and (not isinstance(name, str) or data.get("run_id") is not None)
+        and (data.get("status") != "finished")
     ):
         msg = (
             f"it is a context of workflow {name!r}, not of {parts_of(ctx).name!r}, and its run"

@@ -21,11 +21,18 @@ from eventstore import EncodeError
 
 from ._attempt import MISSING, Attempt, Write, attempt_of
 from ._changes import BY_SET, check_key, encode_tracked, encode_value, refused, value_change
-from ._detached import Detached, detached_codec, initial_values, state_dict, state_from_dict
-from ._diff import Op, Tracker, is_view, materialize, renew, spare
+from ._detached import (
+    Detached,
+    copy_for_edit,
+    detached_codec,
+    initial_values,
+    state_dict,
+    state_from_dict,
+)
+from ._diff import UNSURE, Tracker, changes_since, is_view, materialize, renew, spare
 from ._errors import ContextKeyError
 from ._state_dict import StateDict
-from ._state_paths import put_at
+from ._state_paths import put_at, put_on_copied_spine
 from ._state_paths import split as _split
 from ._state_paths import step_into as _step_into
 
@@ -40,9 +47,6 @@ S = TypeVar("S", default=Any)
 
 # Values a read outside an attempt hands out as they are (nothing can change them).
 _IMMUTABLE: frozenset[type] = frozenset({str, int, float, bool, type(None), bytes})
-
-# A tracker's ``written`` while its attempt's write of the key is unknown or not a value.
-_UNSURE: Any = object()
 
 
 class StoreHost(Protocol):
@@ -130,9 +134,12 @@ class ContextStore(Generic[S]):
     def _root(self, att: Attempt | None, key: str) -> Any:
         host = self._host
         if att is None:
-            # A copy: what the caller does with it never reaches the committed value.
+            # A copy: what the caller does with it never reaches the committed value (a
+            # store of its own hands out its values, as LlamaIndex's in-memory store does).
             value = host.committed.get(key, MISSING)
-            return value if value is MISSING or type(value) in _IMMUTABLE else copy.deepcopy(value)
+            if value is MISSING or type(value) in _IMMUTABLE or isinstance(host, Detached):
+                return value
+            return copy.deepcopy(value)
         w = att.writes.get(key)
         if w is not None:
             if w.deleted:
@@ -153,7 +160,7 @@ class ContextStore(Generic[S]):
         version = host.versions.get(key, 0)
         tracker = None
         if key in spares:
-            tracker = renew(spares, key, value, self._since(spares[key], version))
+            tracker = renew(spares, key, value, changes_since(spares[key], version))
         if tracker is None:
             tracker = Tracker(value)
         tracker.version = version
@@ -161,30 +168,6 @@ class ContextStore(Generic[S]):
             spares[key] = tracker
         att.trackers[key] = tracker
         return tracker.view
-
-    @staticmethod
-    def _since(tracker: Tracker, version: int) -> tuple[list[Op], bool] | None:
-        """What the host's committed value took since tracker was made, by the host's word
-        (for :func:`workflow._diff.renew`): the ops, and whether they are the view's own
-        patch; None when not known.
-
-        The host's version of a key changes with each commit that changes it, and the
-        change an attempt wrote learns the seq of its commit once applied: so the value is
-        unchanged when the version is, and changed by exactly the attempt's last write of
-        the key when the version is that write's seq (the attempt read the key, so no other
-        commit came between). A host that keeps no versions (0) vouches for nothing.
-        """
-        if not version:
-            return None
-        if version == tracker.version:
-            return [], False
-        written = tracker.written
-        if written is None or written is _UNSURE:
-            return None
-        change, own = written
-        if change is None or change.seq != version or change.ops is None:
-            return None
-        return change.ops, own
 
     def _field_default(self, key: str) -> Any:
         """A fresh copy of the typed state model's default for field ``key``, or ``MISSING``
@@ -242,11 +225,14 @@ class ContextStore(Generic[S]):
             LlamaIndex).
         """
         self._not_editing("set()")
-        att = attempt_of(self._host)
         root_key, rest = _split(path)
         if self._state_type is not None and root_key not in self._fields():
             msg = f'"{self._state_type.__name__}" object has no field "{root_key}"'
             raise ValueError(msg)
+        await self._write(path, root_key, rest, value)
+
+    async def _write(self, path: str, root_key: str, rest: list[str], value: Any) -> None:
+        att = attempt_of(self._host)
         if att is None:
             if rest:
                 await self._set_path_outside(root_key, rest, value)
@@ -274,7 +260,7 @@ class ContextStore(Generic[S]):
             value = root
         tracker = att.trackers.get(root_key)
         if tracker is not None:
-            tracker.written = _UNSURE  # until this write is made: it may fail half-way
+            tracker.written = UNSURE  # until this write is made: it may fail half-way
         if tracker is not None and tracker.is_view(value):
             change = encode_tracked(codec, root_key, tracker, BY_SET, path)
             att.writes[root_key] = Write(tracker=tracker, change=change)
@@ -306,10 +292,13 @@ class ContextStore(Generic[S]):
         host = self._host
         version = host.versions.get(root_key, 0)
         root = host.committed.get(root_key, MISSING)
-        root = self._field_default(root_key) if root is MISSING else copy.deepcopy(root)
-        if root is MISSING:
-            root = {}
-        put_at(root, rest, value)
+        if isinstance(host, Detached) and root is not MISSING:
+            root = put_on_copied_spine(root, rest, value)  # what is off the path is shared
+        else:
+            root = self._field_default(root_key) if root is MISSING else copy.deepcopy(root)
+            if root is MISSING:
+                root = {}
+            put_at(root, rest, value)
         await host.operator_update({root_key: root}, read={root_key: version})
 
     async def delete(self, path: str) -> None:
@@ -323,7 +312,7 @@ class ContextStore(Generic[S]):
         att.writes[path] = Write(deleted=True)
         tracker = att.trackers.get(path)
         if tracker is not None:
-            tracker.written = _UNSURE
+            tracker.written = UNSURE
 
     async def clear(self) -> None:
         """Resets the state: every key removed, or with a typed state, each field back to
@@ -373,13 +362,14 @@ class ContextStore(Generic[S]):
         """The whole state: the typed state model, or a dict of every key."""
         host = self._host
         att = attempt_of(self._host)
+        shared = isinstance(host, Detached)
         if self._state_type is not None:
             fields = getattr(self._state_type, "model_fields", {})
             values = {}
             for name in fields:
                 v = self._root(att, name)
                 if v is not MISSING:
-                    values[name] = materialize(v) if att is None else v
+                    values[name] = materialize(v) if att is None and not shared else v
             model_construct = getattr(self._state_type, "model_construct", None)
             if model_construct is None:
                 return self._state_type(**values)
@@ -419,16 +409,16 @@ class ContextStore(Generic[S]):
         """Replaces the whole state (each field or key is diffed against what it was; an
         untyped state's keys not in ``state`` are removed).
 
-        A model of a subclass of the state's model becomes the state's model from here on
-        (``get_state`` and ``clear`` make that subclass), as in LlamaIndex; a run resumed
-        elsewhere reads its state as the workflow's declared model, its fields included.
+        A model of a subclass of the state's model: a store of its own takes it as its
+        model from here on (``get_state`` and ``clear`` make it), as LlamaIndex's does; a
+        run's context writes each of its fields (``get`` reads them) and keeps the
+        workflow's model, which its log is read back with on resume.
         """
         self._not_editing("set_state()")
         data = self._state_data(state)
-        model = type(state)
-        state_type = self._state_type
-        if state_type is not None and model is not state_type and issubclass(model, state_type):
-            self._state_type = model
+        model, state_type = type(state), self._state_type
+        if isinstance(self._host, Detached) and state_type is not None and model is not state_type:
+            self._state_type = model if issubclass(model, state_type) else state_type
         att = attempt_of(self._host)
         gone: list[str] = []
         if self._state_type is None:
@@ -438,7 +428,7 @@ class ContextStore(Generic[S]):
             await self._host.operator_update(data, deletes=gone)
             return
         for k, v in data.items():
-            await self.set(k, v)
+            await self._write(k, k, [], v)  # a subclass's fields too
         for k in gone:
             if self._root(att, k) is not MISSING:
                 await self.delete(k)
@@ -467,6 +457,8 @@ class ContextStore(Generic[S]):
         task = asyncio.current_task()
         if att is None:
             state = await self.get_state()
+            if isinstance(self._host, Detached):  # its values are shared: the block edits copies
+                state = copy_for_edit(state)
             # The versions of what get_state read, taken in the same turn of the loop.
             versions = self._host.versions
             names = list(self._state_data(state))

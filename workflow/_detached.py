@@ -2,15 +2,18 @@
 
 LlamaIndex builds its in-memory store from a state (tests, helpers, a store handed around
 outside a workflow). Here every context's store is its run's log, so such a store stands
-on :class:`Detached`, a host that keeps the values in memory as the log would hold them:
-each write is encoded (what a run could not store is refused here too) and read back, so
-the caller's object and the store's share nothing. ``to_dict`` / ``from_dict`` carry it as
-LlamaIndex's ``store_type: "in_memory"`` dict.
+on :class:`Detached`, a host that keeps the values in memory as LlamaIndex's store does:
+nothing is journaled, so a value is kept as given (any object) and handed out as it is
+(a caller that mutates what it read changes the store's value), and a dotted ``set``
+copies only the containers on its path. ``to_dict`` / ``from_dict`` carry it as
+LlamaIndex's ``store_type: "in_memory"`` dict (a value the serializer cannot write fails
+there, as in LlamaIndex).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -18,14 +21,20 @@ from pydantic import BaseModel
 
 from eventstore import Codec
 
-from ._changes import encode_updates
 from ._errors import ContextSerdeError
 from ._values import register_views
 
 if TYPE_CHECKING:
     from .context.serializers import BaseSerializer
 
-__all__ = ["Detached", "detached_codec", "initial_values", "state_dict", "state_from_dict"]
+__all__ = [
+    "Detached",
+    "copy_for_edit",
+    "detached_codec",
+    "initial_values",
+    "state_dict",
+    "state_from_dict",
+]
 
 
 def detached_codec(state_type: type | None, proxy: type[dict[str, Any]]) -> Codec:
@@ -39,6 +48,26 @@ def detached_codec(state_type: type | None, proxy: type[dict[str, Any]]) -> Code
     return codec
 
 
+def copy_for_edit(state: Any) -> Any:
+    """The state an ``edit_state()`` block of a store of its own edits: each value a deep
+    copy (what the block changes reaches the store only at its end, as in LlamaIndex), a
+    value that cannot be copied (a live handle) shared."""
+    if isinstance(state, BaseModel):
+        values = {name: _copy_or_share(getattr(state, name)) for name in type(state).model_fields}
+        return type(state).model_construct(**values)
+    out = type(state)()
+    for k, v in state.items():
+        out[k] = _copy_or_share(v)
+    return out
+
+
+def _copy_or_share(value: Any) -> Any:
+    try:
+        return copy.deepcopy(value)
+    except Exception:
+        return value
+
+
 def initial_values(state: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
     """The keys and values a store built from ``state`` starts with: a model's fields (all
     of them, defaults included), or a dict's items."""
@@ -48,7 +77,7 @@ def initial_values(state: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
 
 
 class Detached:
-    """What a store of its own reads and writes: values in memory, encoded on each write.
+    """What a store of its own reads and writes: values in memory, kept as given.
 
     It stands where the executor stands for a run's store (``ContextStore.host``): every
     read and write is outside an attempt, so only ``codec``, ``committed``, ``versions`` and
@@ -98,10 +127,9 @@ class Detached:
         return self._apply(updates, deletes or [])
 
     def _apply(self, updates: Mapping[str, Any], deletes: list[str]) -> int:
-        encoded = encode_updates(self._codec, updates)  # refused before anything changes
         self._writes += 1
-        for k, e in encoded.items():
-            self._committed[k] = e.value
+        for k, v in updates.items():
+            self._committed[k] = v
             self._versions[k] = self._writes
         for k in deletes:
             self._committed.pop(k, None)

@@ -51,6 +51,7 @@ from ._tracked_list import TrackedList
 from ._values import ATOMS, materialize, node_of, register_views, tracked, view_of
 
 __all__ = [
+    "UNSURE",
     "KeyRef",
     "Op",
     "Path",
@@ -60,6 +61,7 @@ __all__ = [
     "Tracker",
     "apply",
     "apply_json",
+    "changes_since",
     "diff",
     "is_view",
     "materialize",
@@ -211,3 +213,31 @@ def renew(
 
 
 _SOLE: Final = _sole_counts()
+
+
+# A tracker's ``written`` while its attempt's write of the key is unknown or not a value.
+UNSURE: Any = object()
+
+
+def changes_since(tracker: Tracker, version: int) -> tuple[list[Op], bool] | None:
+    """What the host's committed value took since tracker was made, by the host's word
+    (for :func:`renew`): the ops, and whether they are the view's own
+    patch; None when not known.
+
+    The host's version of a key changes with each commit that changes it, and the
+    change an attempt wrote learns the seq of its commit once applied: so the value is
+    unchanged when the version is, and changed by exactly the attempt's last write of
+    the key when the version is that write's seq (the attempt read the key, so no other
+    commit came between). A host that keeps no versions (0) vouches for nothing.
+    """
+    if not version:
+        return None
+    if version == tracker.version:
+        return [], False
+    written = tracker.written
+    if written is None or written is UNSURE:
+        return None
+    change, own = written
+    if change is None or change.seq != version or change.ops is None:
+        return None
+    return change.ops, own

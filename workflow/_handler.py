@@ -151,8 +151,12 @@ class WorkflowHandler:
         ``expose_internal=True`` it also yields the engine's own events
         (:class:`StepStateChanged` as each attempt starts and ends).
 
-        As in LlamaIndex the stream is consumed once: streaming again after it ended
-        raises :class:`WorkflowRuntimeError` (unless ``replay=True``).
+        As in LlamaIndex the stream is consumed once, by one consumer at a time: each event
+        goes to one of them, a second consumer (another ``stream_events()``, this handler's
+        or the context's) waits until the first stops (a ``break`` lets it go on where that
+        one stopped), and streaming again after the stop event was read raises
+        :class:`WorkflowRuntimeError` (unless ``replay=True``: the recorded stream, from its
+        start, for as many readers as ask).
 
         A handler obtained by ``resume`` yields only new events, unless ``replay=True``
         (then the events recorded before come first); a question a step still waits on
@@ -160,19 +164,33 @@ class WorkflowHandler:
         recorded events).
         """
         executor = self._executor
-        consumed = self._all_events_consumed or (executor is not None and executor.stream.consumed)
-        if consumed and not replay:
+        if replay or executor is None:
+            if not replay:
+                self._check_unconsumed()
+            async for ev in self._stream(expose_internal, replay):
+                if isinstance(ev, StopEvent) and not replay:
+                    self._all_events_consumed = True
+                yield ev
+            return
+        self._check_unconsumed()
+        # One reader at a time, as LlamaIndex's stream lock: held while this generator is
+        # open (a consumer's break closes it), so readers never split the events.
+        async with executor.stream.reader:
+            self._check_unconsumed()
+            async for ev in self._stream(expose_internal, False):
+                if isinstance(ev, StopEvent):
+                    self._all_events_consumed = True
+                    executor.stream.consumed = True
+                yield ev
+
+    def _check_unconsumed(self) -> None:
+        executor = self._executor
+        if self._all_events_consumed or (executor is not None and executor.stream.consumed):
             msg = (
                 "All the streamed events have already been consumed: a run's stream is read"
                 " once (stream_events(replay=True) reads it again)"
             )
             raise WorkflowRuntimeError(msg)
-        async for ev in self._stream(expose_internal, replay):
-            if isinstance(ev, StopEvent):
-                self._all_events_consumed = True
-                if executor is not None and not replay:
-                    executor.stream.consumed = True
-            yield ev
 
     async def _stream(self, expose_internal: bool, replay: bool) -> AsyncIterator[Event]:
         if replay:

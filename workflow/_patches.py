@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import orjson
 
 from . import _journal as J
-from ._attempt import current_attempt
+from ._attempt import attempt_of
 from ._errors import DeprecatedPatchError, WorkflowRuntimeError
 from ._folded import began_deprecated
 
@@ -195,11 +195,11 @@ def deprecate_patch(att: Attempt | None, patch_id: str) -> None:
 # Context's methods (``Context.patched`` is this function): the attempt is the caller's.
 
 
-def _asking(what: str) -> Any:
-    """The attempt running this call (``ctx.patched`` works inside a step only)."""
-    att = current_attempt.get()
+def _asking(ctx: Any, what: str) -> Any:
+    """The attempt running this call (``ctx.patched`` works inside a step of ctx's run)."""
+    att = attempt_of(ctx.__context_link__.host)
     if att is None:
-        msg = f"ctx.{what}() works inside a step; from outside use handler.send_event()"
+        msg = f"ctx.{what}() works inside a step of this context's run"
         raise WorkflowRuntimeError(msg)
     return att
 
@@ -208,9 +208,9 @@ async def ctx_patched(ctx: Any, patch_id: str) -> bool:
     """Whether this step input runs the new code of patch ``patch_id`` (True) or keeps the
     code it started with (False): decided once per input and recorded, so every attempt at
     it takes the same branch (see :mod:`workflow._patches`)."""
-    return await patched(_asking("patched"), patch_id)
+    return await patched(_asking(ctx, "patched"), patch_id)
 
 
 def ctx_deprecate_patch(ctx: Any, patch_id: str) -> None:
     """Says patch ``patch_id``'s old branch is gone (see :mod:`workflow._patches`)."""
-    deprecate_patch(_asking("deprecate_patch"), patch_id)
+    deprecate_patch(_asking(ctx, "deprecate_patch"), patch_id)

@@ -4,11 +4,14 @@ a step into a dict key, a list index or an attribute, and a write at the end of 
 
 from __future__ import annotations
 
+import copy
 from typing import Any
+
+from pydantic import BaseModel
 
 from ._events import Event
 
-__all__ = ["assign", "put_at", "split", "step_into"]
+__all__ = ["assign", "put_at", "put_on_copied_spine", "split", "step_into"]
 
 
 def split(path: str) -> tuple[str, list[str]]:
@@ -49,3 +52,29 @@ def put_at(root: Any, rest: list[str], value: Any) -> None:
             assign(parent, part, child)
             parent = child
     assign(parent, rest[-1], value)
+
+
+def put_on_copied_spine(root: Any, rest: list[str], value: Any) -> Any:
+    """``root`` with ``value`` put at the path ``rest``, as LlamaIndex's in-memory store
+    writes a dotted path: each dict, list or model on the path is a shallow copy, what is
+    off the path is shared; any other object on it (a live handle) is written in place.
+    Missing parents are created as dicts."""
+    top = _copied(root)
+    parent = top
+    for part in rest[:-1]:
+        try:
+            child = _copied(step_into(parent, part))
+        except (KeyError, AttributeError, IndexError, TypeError, ValueError):
+            child = {}
+        assign(parent, part, child)
+        parent = child
+    assign(parent, rest[-1], value)
+    return top
+
+
+def _copied(node: Any) -> Any:
+    if isinstance(node, BaseModel):
+        return node.model_copy()
+    if isinstance(node, dict | list):
+        return copy.copy(node)
+    return node

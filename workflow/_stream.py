@@ -62,6 +62,7 @@ class RunStream:
         # streaming queue: what one of them took is gone, so a consumer that stops early
         # (a ``break`` to answer a question) and a later one go on from where it stopped.
         self._shared: asyncio.Queue[Event | None] | None = None
+        self.reader = asyncio.Lock()  # held by the consumer reading the shared queue
 
     @property
     def watched(self) -> bool:

@@ -24,6 +24,7 @@ from ._attempt import Attempt, current_attempt
 from ._checkpoints import event_class
 from ._collect_call import event_inputs
 from ._commit import asked
+from ._context import current_context
 from ._diff import apply, materialize
 from ._errors import WorkflowRuntimeError
 from ._events import Event
@@ -303,6 +304,7 @@ def _replay_one(
 
     async def call() -> Any:
         token = current_attempt.set(att)
+        ctx_token = current_context.set(replay.ctx)  # Context.get_step_context(), as in a run
         try:
             # Its input (a join's, from its buffer as the log held it; a collect step's list)
             inputs = event_inputs(replay, att, spec)
@@ -316,6 +318,7 @@ def _replay_one(
                 return await spec.func(*args, **kwargs)
             return spec.func(*args, **kwargs)  # a plain def: checked here, on this thread
         finally:
+            current_context.reset(ctx_token)
             current_attempt.reset(token)
 
     side = {"record": head.kind, "step": step, "input": type(event).__name__}

@@ -23,6 +23,7 @@ from eventstore import EventStore, StoreUnavailableError, class_name
 from .._errors import (
     DeprecatedPatchError,
     RunSuspendedError,
+    WaitTimeoutError,
     WorkflowCancelledByUser,
     WorkflowChangedError,
     WorkflowRuntimeError,
@@ -196,6 +197,8 @@ async def _settle(handler: WorkflowHandler) -> tuple[str, Any]:
         return "interrupted", exc
     except WorkflowCancelledByUser as exc:  # `workflow cancel` (or a cancel of its own)
         return "cancelled", exc
+    except WaitTimeoutError as exc:  # a step's wait past its own deadline failed the step
+        return "failed", exc
     except WorkflowTimeoutError as exc:  # resumable, with a fresh timeout
         return "timed_out", exc
     except StoreUnavailableError as exc:  # the store could not be written: nothing is lost

@@ -10,9 +10,10 @@ context is the run's log, so there is one class, whatever the workflow's store; 
 ``InMemoryStateStore`` names it too (``isinstance(ctx.store, InMemoryStateStore)``). Built
 from a state, as LlamaIndex builds one (``InMemoryStateStore(MyState())``,
 ``InMemoryStateStore(DictState())``), it is a store of its own with no run behind it: the
-same calls, its values kept in memory as a run's log would hold them (each write encoded and
-read back), ``to_dict(serializer)`` / ``InMemoryStateStore.from_dict(data, serializer)`` in
-LlamaIndex's ``store_type: "in_memory"`` form.
+same calls, its values kept in memory as LlamaIndex's store keeps them (any object, handed
+out as it is; nothing of it is journaled), ``to_dict(serializer)`` /
+``InMemoryStateStore.from_dict(data, serializer)`` in LlamaIndex's ``store_type: "in_memory"``
+form.
 """
 
 from __future__ import annotations

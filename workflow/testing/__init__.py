@@ -90,10 +90,13 @@ class ReplayReport:
 
 
 async def _outcome(handler: WorkflowHandler, what: str) -> Outcome:
+    deadline = asyncio.timeout(RUN_TIMEOUT_S)
     try:
-        async with asyncio.timeout(RUN_TIMEOUT_S):
+        async with deadline:
             return Outcome(result=await handler)
-    except TimeoutError:
+    except TimeoutError as exc:
+        if not deadline.expired():  # the run's own timeout (or a wait's): its outcome
+            return Outcome(error=exc)
         msg = f"{what} did not end within {RUN_TIMEOUT_S} s"
         raise AssertionError(msg) from None
     except Exception as exc:
