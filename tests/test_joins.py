@@ -160,7 +160,7 @@ async def test_a_failed_join_gives_its_inputs_back_to_its_retry(tmp_path: Path) 
 
 
 def test_each_parameter_of_a_join_names_one_event_class() -> None:
-    """A union, or subclasses, in a join: refused as the workflow class is made, by name."""
+    """A union in a join: refused as the workflow class is made, by name."""
     with pytest.raises(WorkflowValidationError, match=r"'b' .* single event type, not Body"):
 
         class Union(Workflow):
@@ -170,17 +170,6 @@ def test_each_parameter_of_a_join_names_one_event_class() -> None:
 
             @step
             async def join(self, h: Header, b: Body | Footer) -> StopEvent:
-                return StopEvent()
-
-    with pytest.raises(WorkflowValidationError, match="accept_event_subclasses=True"):
-
-        class Subclasses(Workflow):
-            @step
-            async def emit(self, ev: StartEvent) -> Header | Body | None:
-                return None
-
-            @step(accept_event_subclasses=True)
-            async def join(self, h: Header, b: Body) -> StopEvent:
                 return StopEvent()
 
 
@@ -272,3 +261,131 @@ def test_a_join_of_two_classes_of_one_name_is_refused() -> None:
                 return None
 
             joined = step(join)
+
+
+class HeaderChild(Header):
+    """A header of a more particular kind."""
+
+
+class BodyChild(Body):
+    """A body of a more particular kind."""
+
+
+class Subclasses(Workflow):
+    """A join taking subclasses: a HeaderChild fills ``h``, a BodyChild ``b``."""
+
+    @step
+    async def emit(self, ctx: Context, ev: StartEvent) -> Header | Body | None:
+        ctx.send_event(BodyChild(value="B"))
+        ctx.send_event(HeaderChild(value="H"))
+        return None
+
+    @step(accept_event_subclasses=True)
+    async def assemble(self, h: Header, b: Body) -> StopEvent:
+        return StopEvent(result=f"{h.value}{b.value}:{type(h).__name__},{type(b).__name__}")
+
+
+class Overlapping(Workflow):
+    """Two slots a HeaderChild could fill: the parent's event fills the parent's slot,
+    the child's its own, in either order of arrival."""
+
+    order: ClassVar[tuple[str, str]] = ("parent", "child")
+
+    @step
+    async def emit(self, ctx: Context, ev: StartEvent) -> Header | HeaderChild | None:
+        for which in self.order:
+            ctx.send_event(Header(value=which) if which == "parent" else HeaderChild(value=which))
+        return None
+
+    @step(accept_event_subclasses=True)
+    async def assemble(self, parent: Header, child: HeaderChild) -> StopEvent:
+        return StopEvent(result=f"{parent.value},{child.value}")
+
+
+class ChildFirst(Overlapping):
+    order = ("child", "parent")
+
+
+async def test_a_join_taking_subclasses_fills_each_slot_as_llamaindex_does(
+    tmp_path: Path,
+) -> None:
+    """As LlamaIndex 2.26.1 runs them: each event fills a slot of its class or of a base,
+    one of its exact class first; the log folds to the same buffers."""
+    wf = Subclasses(store=tmp_path / "s.db", timeout=BOUND)
+    handler = wf.run()
+    assert await handler == "HB:HeaderChild,BodyChild"
+    assert await Overlapping(store=tmp_path / "s.db", timeout=BOUND).run() == "parent,child"
+    assert await ChildFirst(store=tmp_path / "s.db", timeout=BOUND).run() == "parent,child"
+    state = fold_run(wf.store, handler.run_id)
+    assert state.buffers == {}  # every put was taken, by the slots it was put in
+
+
+class HalfSubclass(Workflow):
+    """A join taking subclasses left half full: the HeaderChild waits in the ``h`` slot
+    while the body waits for a human."""
+
+    @step
+    async def emit(self, ctx: Context, ev: StartEvent) -> Header | InputRequiredEvent | None:
+        ctx.send_event(HeaderChild(value="h"))
+        return InputRequiredEvent(prefix="body?")
+
+    @step
+    async def answer(self, ev: HumanResponseEvent) -> BodyChild:
+        return BodyChild(value=ev.response)
+
+    @step(accept_event_subclasses=True)
+    async def join(self, h: Header, b: Body) -> StopEvent:
+        return StopEvent(result=h.value + b.value + ":" + type(h).__name__)
+
+
+async def test_a_half_full_join_of_subclasses_goes_on_after_a_resume(tmp_path: Path) -> None:
+    """The slot a subclass's event fills is in the log (``collected.slot``): a resume in
+    another workflow object finds the HeaderChild in the ``h`` slot and joins it."""
+    db = tmp_path / "s.db"
+    wf = HalfSubclass(store=db, timeout=0.5)
+    with pytest.raises(WorkflowTimeoutError):
+        await wf.run(run_id="r")
+    puts = [
+        orjson.loads(r.payload)
+        for r in wf.store.records("r")
+        if r.kind == J.COLLECTED and orjson.loads(r.payload).get("put")
+    ]
+    assert [p.get("slot") for p in puts] == ["Header"]
+    (buffer,) = fold_run(wf.store, "r").buffers.values()
+    assert list(buffer) == ["Header"]  # the fold keeps it in the slot it filled
+    wf.store.close()
+    again = HalfSubclass(store=db, timeout=BOUND)
+    again.send("r", HumanResponseEvent(response="b"))
+    async with asyncio.timeout(BOUND):
+        assert await again.resume("r") == "hb:HeaderChild"
+    again.store.close()
+
+
+class FlakySubclass(Workflow):
+    """A join taking subclasses that fails once: its retry gets the same slots back."""
+
+    calls: ClassVar[list[str]] = []
+
+    @step
+    async def emit(self, ctx: Context, ev: StartEvent) -> Header | Body | None:
+        ctx.send_event(HeaderChild(value="h"))
+        ctx.send_event(BodyChild(value="b"))
+        return None
+
+    @step(
+        accept_event_subclasses=True,
+        retry_policy=retry_policy(stop=stop_after_attempt(2), wait=wait_fixed(0.01)),
+    )
+    async def join(self, h: Header, b: Body) -> StopEvent:
+        FlakySubclass.calls.append(h.value + b.value)
+        if len(FlakySubclass.calls) == 1:
+            raise RuntimeError("first attempt")
+        return StopEvent(result=h.value + b.value)
+
+
+async def test_a_failed_join_of_subclasses_gives_its_slots_back(tmp_path: Path) -> None:
+    FlakySubclass.calls = []
+    wf = FlakySubclass(store=EventStore(tmp_path / "s.db"), timeout=BOUND)
+    assert await wf.run() == "hb"
+    assert FlakySubclass.calls == ["hb", "hb"]
+    wf.store.close()

@@ -10,6 +10,8 @@ unless the page says it has no use for it (``_timeline.UNSHOWN``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import shutil
 import subprocess
@@ -19,6 +21,7 @@ from typing import Any, Final
 import pytest
 
 from eventstore import EventStore
+from tests.test_joins import HalfSubclass
 from tests.test_journal import (
     Rows,
     golden_rows,
@@ -36,6 +39,7 @@ from workflow.cli._page import FOLD_SCRIPT
 from workflow.cli._render import short_class
 from workflow.cli._timeline import TEXT, UNSHOWN, timeline_data
 from workflow.cli._timeline_build import Builder
+from workflow.errors import WorkflowTimeoutError
 
 # Runs in `make test-node`, which installs Node.js when the machine lacks it.
 pytestmark = pytest.mark.node
@@ -204,3 +208,24 @@ def test_every_payload_field_reaches_the_page(golden: Rows, tmp_path: Path) -> N
         assert not seen[kind] & unshown, f"{kind}: {sorted(seen[kind] & unshown)} are shown"
         missing = fields - seen[kind] - unshown
         assert not missing, f"{kind}: the page gets nothing of {sorted(missing)}"
+
+
+def test_the_page_folds_a_join_of_subclasses_by_the_slot_each_filled(tmp_path: Path) -> None:
+    """A put's ``slot`` (a join with ``accept_event_subclasses=True``): the page keeps the
+    event in the buffer the Python fold keeps it in, after every commit."""
+    db = tmp_path / "j.db"
+
+    async def record() -> None:
+        wf = HalfSubclass(store=db, timeout=0.3)
+        with contextlib.suppress(WorkflowTimeoutError):
+            await wf.run(run_id="j")
+        wf.store.close()
+
+    asyncio.run(record())
+    view = Viewer()
+    with EventStore(db, readonly=True) as store:
+        got = page_fold(timeline_data(store, "j", view), tmp_path)
+        want = python_fold(store, "j", view)
+    (buffer,) = want[-1]["b"].values()
+    assert list(buffer) == ["Header"]  # the HeaderChild, in the slot it filled
+    assert got["states"] == want

@@ -74,22 +74,25 @@ class CollectBuffers:
             if committed:
                 self._versions[COLLECT_PREFIX + key] = seq
         if not committed:
-            for key, entries in reversed(att.taken):
+            # Each take's slot names, in the order of the takes (att.taken holds their entries).
+            names = [n for _, _, put, n in att.collects if put is None and n]
+            for (key, entries), slots in reversed(list(zip(att.taken, names, strict=True))):
                 buf = self.live_buffer(key)
-                for entry in reversed(entries):
+                for entry, slot in reversed(list(zip(entries, slots, strict=True))):
                     if id(entry) in self._dead_puts:  # its put was undone: it is gone
                         self._dead_puts.discard(id(entry))
                         continue
-                    buf.setdefault(type(entry[1]).__qualname__, []).insert(0, entry)
-            for key, _, put, _ in reversed(att.collects):
+                    buf.setdefault(slot, []).insert(0, entry)
+            for key, _, put, filled in reversed(att.collects):
                 if put is None:
                     continue
-                events = self.live_buffer(key).get(type(put[1]).__qualname__)
+                name = filled[0] if filled else type(put[1]).__qualname__
+                events = self.live_buffer(key).get(name)
                 i = next((i for i, e in enumerate(events or ()) if e is put), None)
                 if events is not None and i is not None:
                     del events[i]
                     if not events:
-                        del self.buffers[key][type(put[1]).__qualname__]
+                        del self.buffers[key][name]
                 else:  # taken by an attempt not yet committed, which must not commit now
                     self._dead_puts.add(id(put))
         att.collects.clear()

@@ -220,11 +220,13 @@ def commit_of(
         for _, buf, put, take in att.collects:
             put_json: journal.EventRef | None = None
             taken_ids: list[int] | None = None
+            slot = None
             if put is not None:
                 put_json = {"id": put[0], "event": _event_dump(codec, att, put[1], "collected")}
+                slot, take = (take[0] if take else None), None  # a put's: the slot it fills
             elif take:
                 taken_ids = [ev_id for ev_id, _ in next(takes)[1]]
-            records.append(journal.collected(step, buf, put_json, take, taken_ids))
+            records.append(journal.collected(step, buf, put_json, take, taken_ids, slot))
         for ev_id, (ev, target) in zip(ids, emitted, strict=True):
             role = _role(type(ev))
             if role == 1:

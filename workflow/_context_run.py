@@ -19,6 +19,7 @@ import orjson
 from eventstore import Record
 
 from . import _journal as journal
+from ._buffers import class_qualname
 from ._context import Context, ContextLink, parts_of
 from ._errors import ContextStateError, WorkflowRuntimeError
 from ._facade_control import fork_run, resume_run
@@ -166,9 +167,16 @@ def _import_records(wf: Facade, f: Folded, origin: tuple[str, int] | None) -> li
     records.extend(journal.enqueued(None, ev.id, ev.dump, op) for ev in f.unclaimed.values())
     for key, by_type in f.buffers.items():
         step, buf = key.split(":", 1)
-        for evs in by_type.values():
+        for slot, evs in by_type.items():
             records.extend(
-                journal.collected(step, buf, {"id": ev.id, "event": ev.dump}, None) for ev in evs
+                journal.collected(
+                    step,
+                    buf,
+                    {"id": ev.id, "event": ev.dump},
+                    None,
+                    slot=None if class_qualname(ev.type) == slot else slot,
+                )
+                for ev in evs
             )
     for w in f.waiters.values():
         records += [

@@ -287,7 +287,7 @@ def _collected(s: Folded, r: StoredRecord, p: J.Collected) -> None:
     put = p.get("put")
     if put is not None:
         ev = Ev(put["id"], put["event"], r.seq)
-        buf.setdefault(class_qualname(ev.type), []).append(ev)
+        buf.setdefault(p.get("slot") or class_qualname(ev.type), []).append(ev)
     ids = p.get("ids")
     if ids is not None:
         _take_ids(buf, taken(p), ids, r)

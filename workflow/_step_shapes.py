@@ -32,8 +32,10 @@ def joins_of(
 ) -> tuple[tuple[str, type[Event]], ...]:
     """The parameters of a join (several event parameters), or () for one event parameter.
 
-    :raises WorkflowValidationError: a parameter of a join names no single event class, or
-        the join would take subclasses (each slot takes its exact class).
+    With ``subclasses`` (``accept_event_subclasses=True``) a slot also takes events of a
+    subclass of its class (:func:`workflow._collect_call.join_slot` picks which slot).
+
+    :raises WorkflowValidationError: a parameter of a join names no single event class.
     """
     if len(params) < 2:
         return ()
@@ -57,12 +59,6 @@ def joins_of(
         msg = (
             f"{where}: the event classes of a step with several event parameters need"
             f" distinct names; {', '.join(clash)} names classes of several modules"
-        )
-        raise WorkflowValidationError(msg)
-    if subclasses:
-        msg = (
-            f"{where}: accept_event_subclasses=True is not supported on a step with several"
-            " event parameters (each takes events of its exact class)"
         )
         raise WorkflowValidationError(msg)
     return tuple((name, types_[0]) for name, types_ in params)

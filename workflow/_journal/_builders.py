@@ -290,6 +290,7 @@ def collected(
     put: EventRef | None,
     take: Sequence[str] | None,
     ids: Sequence[int] | None = None,
+    slot: str | None = None,
 ) -> Record:
     """A collect buffer changed: an event put in, or one event of each type taken out.
 
@@ -300,9 +301,13 @@ def collected(
     consecutive ids (``[first, last]``: a fan-in's K results are mostly one run): the fold
     takes those, as the live buffer did, whatever order the puts' commits came in.
     ``"v": 2`` tells these apart from the records written before, whose ids and names
-    carried modules (``collect_key``).
+    carried modules (``collect_key``). ``slot``: the class name a put is buffered under
+    when it is not the event's own (a join with ``accept_event_subclasses=True`` takes a
+    subclass's event into a slot of its base); absent, the event's class.
     """
     payload: Collected = {"buf": buffer, "put": put, "take": None, "v": 2}
+    if slot is not None:
+        payload["slot"] = slot
     if take:
         payload["takes"] = dict(Counter(take))
         if ids is not None:

@@ -108,7 +108,8 @@ const APPLY = {
     if (!st.b.has(a[0])) st.b.set(a[0], new Map());
     const buf = st.b.get(a[0]);
     if (a[1] != null) {
-      const name = (D.events[a[1]] || [""])[0], t = name.slice(name.lastIndexOf(":") + 1);
+      const name = (D.events[a[1]] || [""])[0];
+      const t = a[4] != null ? a[4] : name.slice(name.lastIndexOf(":") + 1);
       if (!buf.has(t)) buf.set(t, []);
       buf.get(t).push(a[1]);
     }

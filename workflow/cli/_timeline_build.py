@@ -256,6 +256,7 @@ class Builder:
                 put["id"] if put else None,
                 [name for name, n in taken(collected) for _ in range(n)],
                 collected.get("ids"),  # the events taken, as runs of ids (records since)
+                collected.get("slot"),  # the class a put is buffered as, when not its own
             ]
         elif k == J.MEMOIZED:
             memo: J.Memoized = p
