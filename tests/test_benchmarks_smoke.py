@@ -19,7 +19,7 @@ def _no_peers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # Benchmarks whose quick mode still starts many fresh processes: make test-long.
-LONG: Final = frozenset({"state", "restore"})
+LONG: Final = frozenset({"state", "restore", "peers", "backends"})
 
 
 @pytest.mark.parametrize(

@@ -1232,6 +1232,7 @@ def notes_server_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[P
     return db, root
 
 
+@pytest.mark.long  # a UI server and processes: make test-long (CI runs it)
 def test_the_ui_data_and_state_routes_send_an_old_runs_context_upcast(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

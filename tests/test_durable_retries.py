@@ -124,6 +124,7 @@ def records(db: Path, run_id: str, kind: str) -> list[tuple[StoredRecord, Any]]:
         return [(r, orjson.loads(r.payload)) for r in store.records(run_id, kinds=[kind])]
 
 
+@pytest.mark.long  # a killed process and real delays: make test-long (CI runs it)
 async def test_a_run_killed_in_its_backoff_retries_when_the_record_says(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     with killed(db, "Resumable", "r1", "failed"):
@@ -192,6 +193,7 @@ async def test_a_run_killed_in_its_backoff_on_postgresql_retries_when_the_record
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+@pytest.mark.long  # processes and real delays: make test-long (CI runs it)
 async def test_stop_after_delay_counts_the_time_across_processes(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     with killed(db, "Deadline", "r2", "failed"):

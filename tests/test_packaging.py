@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from importlib.metadata import Distribution, packages_distributions
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("eventstore", "workflow")
 # Extras that only tools and benchmarks use: the packages never import them.
@@ -135,6 +137,7 @@ def test_import_walk_sees_guarded_and_plain_imports() -> None:
     ]
 
 
+@pytest.mark.long  # builds a wheel: make test-long (CI runs it)
 def test_wheel_ships_both_packages_with_py_typed(tmp_path: Path) -> None:
     """The built wheel holds eventstore and workflow with their py.typed markers, nothing else."""
     # Built from a copy: setuptools writes build/ and egg-info next to the sources.

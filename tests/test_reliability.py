@@ -325,6 +325,7 @@ def test_four_processes_share_one_store(db: str) -> None:
         check_acks(store, acks)
 
 
+@pytest.mark.long  # many processes at once: make test-long (CI runs it)
 def test_processes_creating_one_store_at_once(tmp_path: Path) -> None:
     """Processes that open the same new store file at the same instant all succeed."""
     code, lines, err = run_worker("create-race", tmp_path, "16", "4")

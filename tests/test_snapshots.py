@@ -151,6 +151,7 @@ def test_every_snapshot_is_the_pure_fold_at_its_seq(plan: Plan) -> None:
         asyncio.run(body(es))
 
 
+@pytest.mark.long  # a long run: make test-long (CI runs it)
 async def test_snapshots_are_spaced_by_bytes(tmp_path: Path) -> None:
     """A long run with a bounded state keeps a snapshot every ten times its size of log:
     they weigh at most a tenth of the log, and a read at any seq replays a bounded span."""
@@ -187,6 +188,7 @@ class Counted(Workflow):
         return StopEvent(result=i + 1) if i + 1 >= n else Turn(i=i + 1, n=n)
 
 
+@pytest.mark.long  # a long run, garbage collector counted: make test-long (CI runs it)
 async def test_commits_kept_to_fold_are_not_record_objects(tmp_path: Path) -> None:
     """The executor keeps its durable commits until a snapshot folds them as plain tuples
     (which the garbage collector stops tracking), not as Record objects: those, held for a

@@ -46,6 +46,7 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.long  # a mypy run of its own: make test-long (CI runs it)
 def test_mypy_strict_accepts_llama_spelling_and_readme(tmp_path: Path) -> None:
     """``mypy --strict`` passes the README's examples and the LlamaIndex-spelled module."""
     files = _user_files(tmp_path)
