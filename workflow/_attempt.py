@@ -77,7 +77,8 @@ def attempt_of(host: object) -> Attempt | None:
     calls on that context act on that run as from outside it, never on the caller's own
     attempt (its reads, writes and sends are the caller's run's).
     """
-    att = current_attempt.get()
+    box = current_attempt._var.get()  # Current.get, inlined: this runs at every get and set
+    att = None if box is None else box[0]
     return att if att is not None and att.host is host else None
 
 

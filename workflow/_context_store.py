@@ -224,7 +224,8 @@ class ContextStore(Generic[S]):
         :raises ValueError: a typed state has no field ``path`` starts with (as in
             LlamaIndex).
         """
-        self._not_editing("set()")
+        if self._editors:
+            self._not_editing("set()")
         root_key, rest = _split(path)
         if self._state_type is not None and root_key not in self._fields():
             msg = f'"{self._state_type.__name__}" object has no field "{root_key}"'
