@@ -228,3 +228,28 @@ async def test_an_unfinished_runs_dict_stays_with_its_workflow(tmp_path: Path) -
         await wf.run(ctx=ctx)
     with pytest.raises(ContextSerdeError, match="only the state of a finished run"):
         Context.from_dict(Reads(store=tmp_path / "s.db"), ctx.to_dict())
+
+
+class EditsFromATask(Workflow):
+    """A step whose edit_state block starts a task that writes the state."""
+
+    @step
+    async def edit(self, ctx: Context, ev: StartEvent) -> StopEvent:
+        async with ctx.store.edit_state() as state:
+            state["b"] = 1
+            try:
+                await asyncio.wait_for(ctx.store.set("b", 2), BOUND)
+            except RuntimeError as exc:
+                said = str(exc)
+            else:
+                said = "no error"
+        return StopEvent(result=(said, await ctx.store.get("b")))
+
+
+async def test_a_task_of_the_editing_step_is_refused_too(tmp_path: Path) -> None:
+    """A task the block starts writes as its attempt: refused like the block's own code
+    (the block's end wrote its state over the task's write, silently; LlamaIndex blocks
+    such a writer until the block ends)."""
+    said, b = await EditsFromATask(store=tmp_path / "s.db", timeout=BOUND).run()
+    assert said.startswith("writer called inside edit_state")
+    assert b == 1

@@ -143,7 +143,7 @@ class Attempt:
     sent: list[tuple[Event, str | None]] = field(default_factory=list)
     streamed: list[Event] = field(default_factory=list)
     # (buffer key, buffer id, event put in, names taken out) of each collect_events change;
-    # for a put, [the slot's name] when it is not the event's class (a join of subclasses)
+    # for a put, [the name it is buffered under] when not its event's class (a join of subclasses)
     collects: list[tuple[str, str, tuple[int, Event] | None, list[str] | None]] = field(
         default_factory=list
     )

@@ -21,7 +21,7 @@ from ._gather import CollectionReleaseEvent
 if TYPE_CHECKING:
     from ._step import StepSpec
 
-__all__ = ["CollectHost", "collect", "event_inputs", "join_inputs", "join_slot"]
+__all__ = ["ANY_SLOT", "CollectHost", "collect", "event_inputs", "join_inputs", "join_subclasses"]
 
 
 class CollectHost(Protocol):
@@ -42,11 +42,9 @@ def collect(
     event: Event,
     expected: list[type[Event]],
     buffer_id: str | None,
-    slot: type[Event] | None = None,
 ) -> list[Event] | None:
     """Buffers ``event`` for ``att``'s step; once one of each ``expected`` class is in,
-    takes them and returns them in that order (None until then). ``slot``: the expected
-    class it is buffered as (a join taking subclasses), else its own class.
+    takes them and returns them in that order (None until then).
 
     :raises WorkflowRuntimeError: two expected classes have the same name.
     """
@@ -57,8 +55,7 @@ def collect(
         clash = sorted(class_name(t) for t in set(expected) if names.count(t.__qualname__) > 1)
         msg = f"collect_events: {', '.join(clash)} have the same name; rename one of them"
         raise WorkflowRuntimeError(msg)
-    slot = type(event) if slot is None else slot
-    if slot not in expected:
+    if type(event) not in expected:
         return None
     # Ids name no module: a run of `python app.py` (classes of __main__) continues in a
     # program that imports app.
@@ -67,8 +64,8 @@ def collect(
     buf = host.live_buffer(key)
     ev_id = att.event_id if event is att.event else host.new_event_id()
     entry = (ev_id, event)
-    buf.setdefault(slot.__qualname__, []).append(entry)
-    att.collects.append((key, bid, entry, None if slot is type(event) else [slot.__qualname__]))
+    buf.setdefault(type(event).__qualname__, []).append(entry)
+    att.collects.append((key, bid, entry, None))
     host.collect_put(att, key, entry)
     need = Counter(names)
     if any(len(buf.get(n, ())) < k for n, k in need.items()):
@@ -84,24 +81,54 @@ def collect(
     return [ev for _, ev in taken]
 
 
-def join_slot(
+# The slot every input of a join taking subclasses waits in, unassigned (no class has this
+# name): which parameter each fills is decided when a full set is in.
+ANY_SLOT = "*"
+
+
+def join_subclasses(
     host: CollectHost, att: Attempt, slots: list[type[Event]], bid: str
-) -> type[Event] | None:
-    """The slot of a join taking subclasses that ``att``'s input fills: one of its exact
-    class, else one of a base of it (in the parameters' order), one not yet filled first,
-    as LlamaIndex fills them; None when no slot takes it."""
+) -> list[Event] | None:
+    """A join taking subclasses: ``att``'s input waits, in arrival order, with the others
+    until the parameters (in their order) can each take one, each the first in arrival
+    order that leaves the later parameters one (as LlamaIndex 2.26 assigns them); then
+    those are taken, in the parameters' order (None until then)."""
     event = att.event
-    exact = [t for t in slots if type(event) is t]
-    based = [t for t in slots if t not in exact and isinstance(event, t)]
-    candidates = exact + based
-    if not candidates:
+    if not any(isinstance(event, t) for t in slots):
         return None
-    buf = host.live_buffer(buffer_key(att.step, bid))
-    need = Counter(t.__qualname__ for t in slots)
-    for t in candidates:
-        if len(buf.get(t.__qualname__, ())) < need[t.__qualname__]:
-            return t
-    return candidates[0]
+    key = buffer_key(att.step, bid)
+    buf = host.live_buffer(key)
+    entry = (att.event_id, event)
+    waiting = buf.setdefault(ANY_SLOT, [])
+    waiting.append(entry)
+    att.collects.append((key, bid, entry, [ANY_SLOT]))
+    host.collect_put(att, key, entry)
+    chosen = _assign(slots, waiting, [])
+    if chosen is None:
+        return None
+    taken = [waiting[i] for i in chosen]
+    buf[ANY_SLOT] = [e for i, e in enumerate(waiting) if i not in chosen]
+    if not buf[ANY_SLOT]:
+        del buf[ANY_SLOT]
+    att.collects.append((key, bid, None, [ANY_SLOT] * len(taken)))
+    host.collect_take(att, key, taken)
+    return [ev for _, ev in taken]
+
+
+def _assign(
+    slots: list[type[Event]], waiting: list[tuple[int, Event]], chosen: list[int]
+) -> list[int] | None:
+    """Indexes into ``waiting`` for the slots from ``len(chosen)`` on (a search in the
+    parameters' order, each trying the events in arrival order), or None."""
+    if len(chosen) == len(slots):
+        return chosen
+    want = slots[len(chosen)]
+    for i, (_, ev) in enumerate(waiting):
+        if i not in chosen and isinstance(ev, want):
+            found = _assign(slots, waiting, [*chosen, i])
+            if found is not None:
+                return found
+    return None
 
 
 def join_inputs(
@@ -115,8 +142,10 @@ def join_inputs(
     then each parameter takes one, by name (None until then)."""
     slots = [t for _, t in joins]
     bid = join_buffer_id(att.step, [t.__qualname__ for t in slots])
-    slot = join_slot(host, att, slots, bid) if subclasses else None
-    got = collect(host, att, att.event, slots, bid, slot)
+    if subclasses:
+        got = join_subclasses(host, att, slots, bid)
+    else:
+        got = collect(host, att, att.event, slots, bid)
     if got is None:
         return None
     return {name: ev for (name, _), ev in zip(joins, got, strict=True)}

@@ -108,12 +108,16 @@ class ContextStore(Generic[S]):
         # is made from it when nothing holds it any more (:func:`workflow._diff.renew`).
         self._spares: dict[str, Tracker] = {}
         # The tasks inside an edit_state() block of this store: their writers are refused.
-        self._editors: set[asyncio.Task[Any] | None] = set()
+        # By id; inside a step, the attempt's (the tasks it starts write as the attempt too).
+        self._editors: set[int] = set()
 
     def _not_editing(self, what: str) -> None:
         """Refuses a writer inside the caller's own ``edit_state()`` block, as LlamaIndex
         does (the block's end writes back the state it yielded, over what it wrote)."""
-        if self._editors and asyncio.current_task() in self._editors:
+        editors = self._editors
+        if editors and (
+            id(asyncio.current_task()) in editors or id(attempt_of(self._host)) in editors
+        ):
             msg = (
                 "writer called inside edit_state: mutate the yielded state instead"
                 f" (ctx.store.{what} in an edit_state() block)"
@@ -464,11 +468,11 @@ class ContextStore(Generic[S]):
             versions = self._host.versions
             names = list(self._state_data(state))
             read = {k: versions.get(k, 0) for k in names}
-            self._editors.add(task)
+            self._editors.add(id(task))
             try:
                 yield state
             finally:
-                self._editors.discard(task)
+                self._editors.discard(id(task))
             await self._host.operator_update(self._state_data(state), read=read)
             return
         if not att.holds_lock:
@@ -476,11 +480,11 @@ class ContextStore(Generic[S]):
             att.holds_lock = True
             # What the attempt read before it held the lock may already be stale.
         state = await self.get_state()
-        self._editors.add(task)
+        self._editors.add(id(att))
         try:
             yield state
         finally:
-            self._editors.discard(task)
+            self._editors.discard(id(att))
         if self._state_type is not None:
             for name in type(state).model_fields:
                 if name in state.__dict__:

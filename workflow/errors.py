@@ -1,12 +1,15 @@
 """The errors, where LlamaIndex Workflows puts them (``workflows.errors``).
 
 Each is also a :class:`~workflow.WorkflowError`, so ``except`` clauses written for either
-package catch it. See :mod:`workflow._errors` for what each means.
+package catch it. See :mod:`workflow._errors` for what each means. ``WaitTimeoutError`` is
+ours (a ``wait_for_event`` past its own timeout; LlamaIndex raises a plain ``TimeoutError``,
+which it also is).
 """
 
 from ._errors import (
     ContextSerdeError,
     ContextStateError,
+    WaitTimeoutError,
     WorkflowCancelledByUser,
     WorkflowConfigurationError,
     WorkflowDone,
@@ -20,6 +23,7 @@ from ._errors import (
 __all__ = [
     "ContextSerdeError",
     "ContextStateError",
+    "WaitTimeoutError",
     "WorkflowCancelledByUser",
     "WorkflowConfigurationError",
     "WorkflowDone",

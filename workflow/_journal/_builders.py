@@ -301,9 +301,10 @@ def collected(
     consecutive ids (``[first, last]``: a fan-in's K results are mostly one run): the fold
     takes those, as the live buffer did, whatever order the puts' commits came in.
     ``"v": 2`` tells these apart from the records written before, whose ids and names
-    carried modules (``collect_key``). ``slot``: the class name a put is buffered under
-    when it is not the event's own (a join with ``accept_event_subclasses=True`` takes a
-    subclass's event into a slot of its base); absent, the event's class.
+    carried modules (``collect_key``). ``slot``: the name a put is buffered under when it
+    is not its event's class (``"*"``: an input of a join with
+    ``accept_event_subclasses=True``, unassigned until a full set is in); absent, the
+    event's class.
     """
     payload: Collected = {"buf": buffer, "put": put, "take": None, "v": 2}
     if slot is not None:

@@ -274,7 +274,7 @@ class Collected(TypedDict):
     # The events taken, as runs of ids ([first, last]; records since): the fold takes those.
     ids: NotRequired[list[list[int]]]
     v: NotRequired[Literal[2]]
-    # The class name a put is buffered under, when not its event's (a join of subclasses).
+    # The name a put is buffered under, when not its event's class ("*": a join of subclasses).
     slot: NotRequired[str]
 
 
