@@ -5,6 +5,7 @@ reading the context of a workflow it ran, a stop event ending what runs next."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -397,3 +398,41 @@ async def test_the_command_line_says_a_waits_timeout_failed_the_run(tmp_path: Pa
     handler = Unanswered(store=tmp_path / "s.db", timeout=BOUND).run()
     status, exc = await settle_outcome(handler)
     assert (status, type(exc)) == ("failed", WaitTimeoutError)
+
+
+class Work(Event):
+    """A request another step answers."""
+
+    n: int
+
+
+class Done(Event):
+    """Its answer."""
+
+    n: int
+
+
+class SendsThenWaits(Workflow):
+    """Sends a request, then waits for its answer in the same step."""
+
+    @step
+    async def boss(self, ctx: Context, ev: StartEvent) -> StopEvent | Work:
+        ctx.send_event(Work(n=1))
+        got = await ctx.wait_for_event(Done, timeout=0.1)
+        return StopEvent(result=got.n)
+
+    @step
+    async def worker(self, ctx: Context, ev: Work) -> None:
+        ctx.send_event(Done(n=ev.n))
+
+
+async def test_a_wait_after_a_send_says_the_send_is_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a waiting attempt sent is dropped (attempts are atomic); an answer that needs
+    it never comes: the wait says so in the log instead of only timing out."""
+    wf = SendsThenWaits(store=tmp_path / "s.db", timeout=BOUND, disable_validation=True)
+    with caplog.at_level(logging.WARNING, logger="workflow"), pytest.raises(WaitTimeoutError):
+        await wf.run()
+    (said,) = {r.getMessage() for r in caplog.records if "after ctx.send_event" in r.getMessage()}
+    assert "step 'boss' waits for Done after ctx.send_event of Work" in said

@@ -9,6 +9,7 @@ recorded as operator updates.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, Protocol, cast
 
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 
 # Attempt, WaitSuspend, current_attempt and ContextStore are named here too, where they
 # were first defined.
+_log = logging.getLogger("workflow")
+
 __all__ = [
     "Attempt",
     "Context",
@@ -368,6 +371,15 @@ class Context(ContextWatch, Generic[S]):
             raise refused(exc, "refused by ctx.wait_for_event") from None
         if waiter_event is not None:
             att.keep_json(waiter_event, self._encode_event(waiter_event, "ctx.wait_for_event"))
+        if att.sent:
+            _log.warning(
+                "step %r waits for %s after ctx.send_event of %s: what a waiting attempt sent"
+                " is dropped (its re-run sends it once the wait is answered), so an answer that"
+                " needs those events never comes; send them from another step, or return them",
+                att.step,
+                event_type.__name__,
+                ", ".join(type(ev).__name__ for ev, _ in att.sent),
+            )
         raise WaitSuspend(
             WaitRequest(wid, event_type, dict(requirements or {}), timeout, waiter_event)
         )
