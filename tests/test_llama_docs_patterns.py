@@ -436,3 +436,27 @@ async def test_a_wait_after_a_send_says_the_send_is_dropped(
         await wf.run()
     (said,) = {r.getMessage() for r in caplog.records if "after ctx.send_event" in r.getMessage()}
     assert "step 'boss' waits for Done after ctx.send_event of Work" in said
+
+
+async def test_a_stream_left_but_still_referenced_does_not_hold_the_next_one(
+    tmp_path: Path,
+) -> None:
+    """``gen = handler.stream_events()``, a ``break``, and ``gen`` still referenced (so not
+    closed): the next ``stream_events()`` goes on where it stopped (LlamaIndex's stream
+    lock waits for ``gen`` for ever); ``gen``, read again, says another took over."""
+    handler = TwoQuestions(store=tmp_path / "s.db", timeout=BOUND).run()
+    gen = handler.stream_events()
+    async for ev in gen:
+        assert isinstance(ev, Asked)
+        break
+    handler.ctx.send_event(Answered(response="a1"))
+    asked = []
+    async with asyncio.timeout(BOUND):
+        async for ev in handler.stream_events():
+            if isinstance(ev, Asked):
+                asked.append(ev.prefix)
+                handler.ctx.send_event(Answered(response="a2"))
+    assert asked == ["q2"]
+    assert await handler == ["a1", "a2"]
+    with pytest.raises(WorkflowRuntimeError, match="took this run's stream over"):
+        await gen.__anext__()

@@ -173,15 +173,46 @@ class WorkflowHandler:
                 yield ev
             return
         self._check_unconsumed()
-        # One reader at a time, as LlamaIndex's stream lock: held while this generator is
-        # open (a consumer's break closes it), so readers never split the events.
-        async with executor.stream.reader:
+        stream = executor.stream
+        # One reader at a time, as LlamaIndex's stream lock: a consumer waiting for an event
+        # keeps its turn until it stops, so readers never split the events. One that stopped
+        # at an event it was given (a break whose generator is still referenced, and so not
+        # closed) is taken over rather than waited for (LlamaIndex waits: for ever), and
+        # raises if it reads on.
+        while stream.holder is not None and stream.holder_waiting:
+            await stream.holder_left.wait()
+        token = object()
+        stream.holder = token
+        try:
             self._check_unconsumed()
-            async for ev in self._stream(expose_internal, False):
-                if isinstance(ev, StopEvent):
+            queue = executor.subscribe(replay=False, internal=expose_internal)
+            while True:
+                if stream.holder is not token:
+                    msg = (
+                        "another stream_events() took this run's stream over while this one"
+                        " was stopped at an event: each event goes to one consumer"
+                    )
+                    raise WorkflowRuntimeError(msg)
+                stream.holder_waiting = True
+                try:
+                    item = await queue.get()
+                finally:
+                    stream.holder_waiting = False
+                if item is None:
+                    return
+                if isinstance(item, InternalDispatchEvent) and not expose_internal:
+                    continue
+                if isinstance(item, StopEvent):
                     self._all_events_consumed = True
-                    executor.stream.consumed = True
-                yield ev
+                    stream.consumed = True
+                yield item
+                if isinstance(item, StopEvent):
+                    return
+        finally:
+            if stream.holder is token:
+                stream.holder = None
+                left, stream.holder_left = stream.holder_left, asyncio.Event()
+                left.set()
 
     def _check_unconsumed(self) -> None:
         executor = self._executor

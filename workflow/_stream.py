@@ -62,7 +62,11 @@ class RunStream:
         # streaming queue: what one of them took is gone, so a consumer that stops early
         # (a ``break`` to answer a question) and a later one go on from where it stopped.
         self._shared: asyncio.Queue[Event | None] | None = None
-        self.reader = asyncio.Lock()  # held by the consumer reading the shared queue
+        # Who reads the shared queue now (a token of theirs), whether it is waiting there
+        # for an event, and an event set once it stops reading (the handler's turns).
+        self.holder: object | None = None
+        self.holder_waiting = False
+        self.holder_left = asyncio.Event()
 
     @property
     def watched(self) -> bool:
