@@ -421,9 +421,9 @@ class ContextStore(Generic[S]):
         """
         self._not_editing("set_state()")
         data = self._state_data(state)
-        model, state_type = type(state), self._state_type
-        if isinstance(self._host, Detached) and state_type is not None and model is not state_type:
-            self._state_type = model if issubclass(model, state_type) else state_type
+        state_type = self._state_type
+        if isinstance(self._host, Detached) and state_type and issubclass(type(state), state_type):
+            self._state_type = type(state)
         att = attempt_of(self._host)
         gone: list[str] = []
         if self._state_type is None:
